@@ -1,0 +1,22 @@
+# Optional CUDA: PDSERVE_CUDA=AUTO enables the CUDA language when a toolkit is found
+# (/usr/local/cuda on the build machines), ON requires it, OFF skips it. No GPU is ever required
+# to build; GPU tests skip without a device. CUDA targets arrive with the CUDA backend.
+set(PDSERVE_HAVE_CUDA OFF)
+if(NOT PDSERVE_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures")
+    find_package(CUDAToolkit REQUIRED)
+    set(PDSERVE_HAVE_CUDA ON)
+    message(STATUS "pdserve: CUDA toolkit ${CUDAToolkit_VERSION} found; CUDA targets enabled")
+  elseif(PDSERVE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "PDSERVE_CUDA=ON but no CUDA compiler was found")
+  else()
+    message(STATUS "pdserve: no CUDA toolkit; CUDA targets disabled")
+  endif()
+endif()

@@ -1,0 +1,65 @@
+# pdserve_cc_library / pdserve_cc_test / pdserve_cc_benchmark: one declarative target per concept.
+#
+# The whole project targets x86-64-v3 (AVX2, FMA, F16C): the binaries require AVX2. Kernels that
+# use AVX-512 live in their own sources compiled with PDSERVE_AVX512_FLAGS and are chosen at run
+# time (kernels/cpu/cpu_features.h).
+
+set(PDSERVE_BASE_ARCH_FLAGS -march=x86-64-v3 -mtune=generic)
+set(PDSERVE_AVX512_FLAGS -march=x86-64-v4 -mtune=generic)
+set(PDSERVE_WARNING_FLAGS -Wall -Wextra -Werror)
+
+if(PDSERVE_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+function(_pdserve_common target)
+  target_compile_options(${target} PRIVATE ${PDSERVE_BASE_ARCH_FLAGS} ${PDSERVE_WARNING_FLAGS})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()
+
+# pdserve_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [AVX512_SRCS ...])
+function(pdserve_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS;AVX512_SRCS" ${ARGN})
+  if(ARG_SRCS OR ARG_AVX512_SRCS)
+    add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_AVX512_SRCS} ${ARG_HDRS})
+    _pdserve_common(${ARG_NAME})
+    target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
+    if(ARG_AVX512_SRCS)
+      set_source_files_properties(${ARG_AVX512_SRCS} TARGET_DIRECTORY ${ARG_NAME}
+        PROPERTIES COMPILE_OPTIONS "${PDSERVE_AVX512_FLAGS}")
+    endif()
+  else()
+    add_library(${ARG_NAME} INTERFACE ${ARG_HDRS})
+    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
+  endif()
+  add_library(pdserve::${ARG_NAME} ALIAS ${ARG_NAME})
+endfunction()
+
+# pdserve_cc_test(NAME name SRCS ... [DEPS ...] [LABELS ...])
+function(pdserve_cc_test)
+  if(NOT PDSERVE_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  _pdserve_common(${ARG_NAME})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${ARG_NAME} PRIVATE
+    PDSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    PDSERVE_SHARED_DIR="${PDSERVE_SHARED_DIR}"
+    PDSERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "unit;${ARG_LABELS}")
+endfunction()
+
+# pdserve_cc_benchmark(NAME name SRCS ... [DEPS ...])
+function(pdserve_cc_benchmark)
+  if(NOT PDSERVE_BUILD_BENCHMARKS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  _pdserve_common(${ARG_NAME})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+endfunction()

@@ -1,0 +1,100 @@
+#include "core/base/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace pdserve {
+namespace {
+
+constexpr int kSpinIterations = 20000;
+
+// [begin, end) of range `index` out of `parts` over [0, n), boundaries aligned to `grain`.
+std::pair<int64_t, int64_t> SplitRange(int64_t n, int64_t grain, int parts, int index) {
+  int64_t chunks = (n + grain - 1) / grain;
+  int64_t per = chunks / parts;
+  int64_t extra = chunks % parts;
+  int64_t first = index * per + std::min<int64_t>(index, extra);
+  int64_t count = per + (index < extra ? 1 : 0);
+  return {std::min(n, first * grain), std::min(n, (first + count) * grain)};
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) {
+    workers_.emplace_back([this, i] { WorkerLoop(i); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (std::thread& t : workers_) {
+    t.join();
+  }
+}
+
+void ThreadPool::RunRange(int thread_index) {
+  auto [begin, end] = SplitRange(n_, grain_, num_threads_, thread_index);
+  if (begin < end) {
+    (*fn_)(begin, end, thread_index);
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain, const RangeFn& fn) {
+  if (n <= 0) {
+    return;
+  }
+  fn_ = &fn;
+  n_ = n;
+  grain_ = std::max<int64_t>(1, grain);
+  if (num_threads_ == 1) {
+    RunRange(0);
+    return;
+  }
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  RunRange(0);
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  fn_ = nullptr;
+}
+
+void ThreadPool::RunOnAll(const std::function<void(int thread_index)>& fn) {
+  ParallelFor(num_threads_, 1, [&fn](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      fn(static_cast<int>(i));
+    }
+  });
+}
+
+void ThreadPool::WorkerLoop(int thread_index) {
+  uint64_t seen = 0;
+  while (true) {
+    uint64_t current = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; current == seen && spin < kSpinIterations; ++spin) {
+      _mm_pause();
+      current = generation_.load(std::memory_order_acquire);
+    }
+    if (current == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      continue;
+    }
+    seen = current;
+    if (stop_.load(std::memory_order_acquire)) {
+      return;
+    }
+    RunRange(thread_index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace pdserve

@@ -1,0 +1,50 @@
+// ModelConfig: the hyperparameters of a Llama-family model, as read from any supported format.
+// A plain value type; Validate() rejects impossible shapes before anything is allocated.
+#ifndef PDSERVE_CORE_MODEL_MODEL_CONFIG_H_
+#define PDSERVE_CORE_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace pdserve {
+
+// How RoPE pairs the dimensions of a head. llama2.c and GGUF rotate adjacent pairs (2i, 2i+1);
+// Hugging Face checkpoints rotate split halves (i, i + d/2), their q/k rows being permuted
+// accordingly. DO NOT RENUMBER.
+enum class RopePairing : uint8_t {
+  kAdjacent = 0,
+  kSplitHalf = 1,
+};
+
+struct ModelConfig {
+  int dim = 0;          // model width
+  int hidden_dim = 0;   // SwiGLU inner width
+  int n_layers = 0;
+  int n_heads = 0;      // query heads
+  int n_kv_heads = 0;   // key/value heads (GQA when < n_heads)
+  int vocab_size = 0;
+  int max_seq_len = 0;  // longest context the model supports
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopePairing rope_pairing = RopePairing::kAdjacent;
+  bool tied_embeddings = true;  // classifier shares the token embedding
+
+  int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
+  int kv_dim() const { return n_kv_heads * head_dim(); }
+
+  // Number of parameters (classifier counted once when tied).
+  int64_t NumParameters() const;
+
+  // InvalidArgument when any field is non-positive or implausibly large, dim is not divisible by
+  // n_heads, n_heads not by n_kv_heads, or the head dim is odd (RoPE needs pairs).
+  absl::Status Validate() const;
+
+  // "dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512".
+  std::string Describe() const;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_MODEL_CONFIG_H_

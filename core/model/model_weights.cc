@@ -1,0 +1,109 @@
+#include "core/model/model_weights.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pdserve {
+namespace {
+
+absl::Status CheckShape(const Tensor& t, const std::string& name, std::vector<int64_t> expected) {
+  if (t.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: tensor ", name, " is missing"));
+  }
+  if (t.shape != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: tensor ", name, " has shape [",
+                                                   absl::StrJoin(t.shape, ", "), "], expected [",
+                                                   absl::StrJoin(expected, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
+// Reorders the rows of a [heads·d, cols] matrix head by head: out[to(r)] = in[r].
+Tensor PermuteHeadRows(const Tensor& t, int heads, RopePairing target) {
+  const int64_t d = t.rows() / heads;
+  const int64_t half = d / 2;
+  const size_t row_bytes = static_cast<size_t>(t.cols()) * DTypeSize(t.dtype);
+  auto storage = std::make_shared<std::vector<uint8_t>>(t.NumBytes());
+  const auto* in = static_cast<const uint8_t*>(t.data);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        int64_t adjacent = h * d + 2 * i + j;
+        int64_t split = h * d + j * half + i;
+        int64_t from = target == RopePairing::kSplitHalf ? adjacent : split;
+        int64_t to = target == RopePairing::kSplitHalf ? split : adjacent;
+        std::memcpy(storage->data() + to * row_bytes, in + from * row_bytes, row_bytes);
+      }
+    }
+  }
+  Tensor out = t;
+  out.data = storage->data();
+  out.owner = std::move(storage);
+  return out;
+}
+
+}  // namespace
+
+absl::Status ValidateWeights(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  if (auto s = CheckShape(w.token_embedding, "token_embedding", {v, d}); !s.ok()) return s;
+  if (auto s = CheckShape(w.final_norm, "final_norm", {d}); !s.ok()) return s;
+  if (auto s = CheckShape(w.classifier, "classifier", {v, d}); !s.ok()) return s;
+  if (static_cast<int>(w.layers.size()) != c.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: ", w.layers.size(),
+                                                   " layers present, config says ", c.n_layers));
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = absl::StrCat("layers.", l, ".");
+    for (auto [t, name, shape] : {std::tuple{&L.attn_norm, "attn_norm", std::vector<int64_t>{d}},
+                                  std::tuple{&L.wq, "wq", std::vector<int64_t>{d, d}},
+                                  std::tuple{&L.wk, "wk", std::vector<int64_t>{kv, d}},
+                                  std::tuple{&L.wv, "wv", std::vector<int64_t>{kv, d}},
+                                  std::tuple{&L.wo, "wo", std::vector<int64_t>{d, d}},
+                                  std::tuple{&L.ffn_norm, "ffn_norm", std::vector<int64_t>{d}},
+                                  std::tuple{&L.w1, "w1", std::vector<int64_t>{h, d}},
+                                  std::tuple{&L.w2, "w2", std::vector<int64_t>{d, h}},
+                                  std::tuple{&L.w3, "w3", std::vector<int64_t>{h, d}}}) {
+      if (auto s = CheckShape(*t, p + name, shape); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype) {
+  ModelWeights out = weights;
+  out.token_embedding = ConvertTensor(weights.token_embedding, dtype);
+  out.classifier = weights.config.tied_embeddings ? out.token_embedding
+                                                  : ConvertTensor(weights.classifier, dtype);
+  out.final_norm = ToF32(weights.final_norm);
+  for (LayerWeights& layer : out.layers) {
+    layer.attn_norm = ToF32(layer.attn_norm);
+    layer.ffn_norm = ToF32(layer.ffn_norm);
+    for (Tensor* m : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2,
+                      &layer.w3}) {
+      *m = ConvertTensor(*m, dtype);
+    }
+  }
+  return out;
+}
+
+ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target) {
+  if (weights.config.rope_pairing == target) {
+    return weights;
+  }
+  ModelWeights out = weights;
+  out.config.rope_pairing = target;
+  for (LayerWeights& layer : out.layers) {
+    layer.wq = PermuteHeadRows(layer.wq, weights.config.n_heads, target);
+    layer.wk = PermuteHeadRows(layer.wk, weights.config.n_kv_heads, target);
+  }
+  return out;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,53 @@
+// ModelWeights: the tensors of a Llama-family model in one canonical layout, whatever the file
+// format. Every matrix is [out_features, in_features] with rows contiguous (y = W·x), as in
+// llama2.c, GGUF and Hugging Face files. Q/K rows follow config.rope_pairing: loaders keep them
+// as the file stores them and the engine rotates with the matching pairing.
+//
+// Tensors share ownership of their bytes (often a memory-mapped file). Immutable after loading;
+// safe to read from many threads.
+#ifndef PDSERVE_CORE_MODEL_MODEL_WEIGHTS_H_
+#define PDSERVE_CORE_MODEL_MODEL_WEIGHTS_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/model/model_config.h"
+#include "core/tensor/tensor.h"
+
+namespace pdserve {
+
+struct LayerWeights {
+  Tensor attn_norm;  // [dim]
+  Tensor wq;         // [dim, dim]
+  Tensor wk;         // [kv_dim, dim]
+  Tensor wv;         // [kv_dim, dim]
+  Tensor wo;         // [dim, dim]
+  Tensor ffn_norm;   // [dim]
+  Tensor w1;         // [hidden, dim]  gate
+  Tensor w2;         // [dim, hidden]  down
+  Tensor w3;         // [hidden, dim]  up
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  Tensor token_embedding;  // [vocab, dim]
+  std::vector<LayerWeights> layers;
+  Tensor final_norm;  // [dim]
+  Tensor classifier;  // [vocab, dim]; shares token_embedding's bytes when tied
+};
+
+// InvalidArgument naming the first tensor whose shape disagrees with `weights.config`, or that is
+// missing. Loaders call this before returning.
+absl::Status ValidateWeights(const ModelWeights& weights);
+
+// Converts every matrix to `dtype` (norms stay f32); shares tensors already in `dtype`.
+ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype);
+
+// Permutes the q/k rows of every head between the adjacent and split-half RoPE pairings and sets
+// config.rope_pairing to `target`. Row r' = 2i + j of the adjacent layout holds row j·d/2 + i of the
+// split-half layout (Hugging Face's convert script). Returns `weights` unchanged when already there.
+ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_MODEL_WEIGHTS_H_

@@ -1,0 +1,55 @@
+// Tensor: a typed, row-major, read-only view of weight bytes plus a shared owner that keeps the
+// bytes alive (a memory-mapped file or an owned buffer). Copying a Tensor shares the bytes.
+// Thread-safe for concurrent reads.
+#ifndef PDSERVE_CORE_TENSOR_TENSOR_H_
+#define PDSERVE_CORE_TENSOR_TENSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor/dtype.h"
+
+namespace pdserve {
+
+struct Tensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // outermost first; a matrix is [rows, cols], rows contiguous
+  const void* data = nullptr;
+  std::shared_ptr<const void> owner;
+
+  int64_t NumElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
+  int64_t rows() const { return shape.empty() ? 0 : shape.front(); }
+  int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
+  bool empty() const { return data == nullptr; }
+
+  template <typename T>
+  const T* as() const {
+    return static_cast<const T*>(data);
+  }
+};
+
+// Returns a tensor that owns a copy of `values` with the given shape (dtype f32).
+Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape);
+
+// Converts any tensor to an owned f32 tensor of the same shape.
+Tensor ToF32(const Tensor& tensor);
+
+// Converts `tensor` to `dtype` (round to nearest even); returns it unchanged when already `dtype`.
+Tensor ConvertTensor(const Tensor& tensor, DType dtype);
+
+// Reads element `index` of any dtype as float.
+float ElementAsFloat(const Tensor& tensor, int64_t index);
+
+// "[768, 288] bf16".
+std::string DescribeTensor(const Tensor& tensor);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_TENSOR_TENSOR_H_
