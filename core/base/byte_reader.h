@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace pdserve {
 
@@ -28,7 +29,7 @@ class ByteReader {
 
   // Reads one trivially copyable value (little-endian host assumed: x86-64).
   template <typename T>
-  absl::StatusOr<T> Read(std::string_view what) {
+  absl::StatusOr<T> Read(absl::string_view what) {
     static_assert(std::is_trivially_copyable_v<T>);
     T value;
     if (remaining() < sizeof(T)) {
@@ -40,7 +41,7 @@ class ByteReader {
   }
 
   // Returns a view of the next `n` bytes and advances past them.
-  absl::StatusOr<std::span<const uint8_t>> ReadBytes(size_t n, std::string_view what) {
+  absl::StatusOr<std::span<const uint8_t>> ReadBytes(size_t n, absl::string_view what) {
     if (remaining() < n) {
       return Truncated(what, n);
     }
@@ -49,7 +50,7 @@ class ByteReader {
     return out;
   }
 
-  absl::StatusOr<std::string> ReadString(size_t n, std::string_view what) {
+  absl::StatusOr<std::string> ReadString(size_t n, absl::string_view what) {
     auto bytes = ReadBytes(n, what);
     if (!bytes.ok()) {
       return bytes.status();
@@ -57,7 +58,7 @@ class ByteReader {
     return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
   }
 
-  absl::Status Seek(size_t offset, std::string_view what) {
+  absl::Status Seek(size_t offset, absl::string_view what) {
     if (offset > bytes_.size()) {
       return absl::InvalidArgumentError(absl::StrCat(context_, ": ", what, " at offset ", offset,
                                                      " lies beyond the end (", bytes_.size(),
@@ -67,12 +68,12 @@ class ByteReader {
     return absl::OkStatus();
   }
 
-  absl::Status Error(std::string_view message) const {
+  absl::Status Error(absl::string_view message) const {
     return absl::InvalidArgumentError(absl::StrCat(context_, ": ", message));
   }
 
  private:
-  absl::Status Truncated(std::string_view what, size_t need) const {
+  absl::Status Truncated(absl::string_view what, size_t need) const {
     return absl::InvalidArgumentError(absl::StrCat(context_, ": truncated while reading ", what,
                                                    " (need ", need, " bytes at offset ", offset_,
                                                    ", ", remaining(), " left)"));

@@ -64,7 +64,10 @@ std::vector<int> MergeTokenizer::Encode(std::string_view raw_text, bool add_bos)
   std::vector<int> out;
   if (add_bos) out.push_back(vocab_.bos_id);
   if (raw_text.empty()) return out;
-  std::string text = vocab_.add_dummy_prefix ? " " + std::string(raw_text) : std::string(raw_text);
+  std::string text;
+  text.reserve(raw_text.size() + 1);
+  if (vocab_.add_dummy_prefix) text.push_back(' ');
+  text.append(raw_text);
 
   std::vector<Symbol> symbols;
   for (size_t i = 0; i < text.size();) {

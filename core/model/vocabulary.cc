@@ -6,7 +6,7 @@
 namespace pdserve {
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581
+constexpr absl::string_view kMetaspace = "\xE2\x96\x81";  // U+2581
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -27,11 +27,11 @@ int ParseBytePiece(std::string_view piece) {
 }
 
 std::string SpaceToMetaspace(std::string_view piece) {
-  return absl::StrReplaceAll(piece, {{" ", kMetaspace}});
+  return absl::StrReplaceAll(std::string(piece), {{" ", kMetaspace}});
 }
 
 std::string MetaspaceToSpace(std::string_view piece) {
-  return absl::StrReplaceAll(piece, {{kMetaspace, " "}});
+  return absl::StrReplaceAll(std::string(piece), {{kMetaspace, " "}});
 }
 
 absl::Status Vocabulary::Validate() const {

@@ -19,7 +19,7 @@ enum class DType : uint8_t {
 constexpr size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 // "f32", "f16", "bf16".
-std::string_view DTypeName(DType dtype);
+const char* DTypeName(DType dtype);
 
 // Parses "f32", "f16" or "bf16" (case-insensitive); InvalidArgument names the accepted values.
 absl::StatusOr<DType> ParseDType(std::string_view name);
