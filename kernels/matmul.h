@@ -1,0 +1,36 @@
+// Matmul: y[n, rows] = x[n, cols] · Wᵀ, W a [rows, cols] weight matrix in f32, f16 or bf16, x and
+// y fp32, accumulation in fp32. The projection of every linear layer.
+//
+// The fast path splits W's rows across the pool's threads. Few activation rows (decode) run
+// vectorized GEMV kernels that stream each weight row once for up to kGemvMaxBatch rows of x
+// (AVX-512 when present, else AVX2); many rows (prefill) run OpenBLAS SGEMM per thread, converting
+// 16-bit weights block by block into the workspace first. The reference is the specification:
+// plain loops, sequential fp32 sums.
+#ifndef PDSERVE_KERNELS_MATMUL_H_
+#define PDSERVE_KERNELS_MATMUL_H_
+
+#include <cstdint>
+#include <span>
+
+#include "core/base/thread_pool.h"
+#include "core/tensor/tensor.h"
+
+namespace pdserve::kernels {
+
+inline constexpr int kGemvMaxBatch = 4;
+
+// Floats of workspace that Matmul needs for `num_threads` threads and matrices of up to
+// `max_cols` columns.
+size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols);
+
+// Requires w.shape == {rows, cols}, x with n·cols and y with n·rows floats, y not aliasing x, and
+// a workspace of MatmulWorkspaceFloats(pool.size(), cols) floats. Does not allocate.
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
+            std::span<float> workspace);
+
+// Same contract, single-threaded, no workspace.
+void MatmulReference(const float* x, int64_t n, const Tensor& w, float* y);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_MATMUL_H_

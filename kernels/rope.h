@@ -1,0 +1,41 @@
+// Rotary position embedding. For head dim d and pair index i < d/2 the angle at position p is
+// p · θ^(-2i/d); the pair is (2i, 2i+1) with adjacent pairing (llama2.c, GGUF) or (i, i + d/2)
+// with split-half pairing (Hugging Face). RopeTable precomputes cos/sin per position exactly as
+// llama2.c does (fp32 powf/cosf/sinf), so both paths rotate by identical values.
+#ifndef PDSERVE_KERNELS_ROPE_H_
+#define PDSERVE_KERNELS_ROPE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor/rope_pairing.h"
+
+namespace pdserve::kernels {
+
+// cos and sin for positions [0, max_positions): [max_positions, head_dim/2] each. Immutable.
+class RopeTable {
+ public:
+  RopeTable(int head_dim, int max_positions, float theta);
+  const float* cos(int pos) const { return cos_.data() + static_cast<int64_t>(pos) * half_; }
+  const float* sin(int pos) const { return sin_.data() + static_cast<int64_t>(pos) * half_; }
+  int head_dim() const { return 2 * half_; }
+  int max_positions() const { return max_positions_; }
+
+ private:
+  int half_;
+  int max_positions_;
+  std::vector<float> cos_;
+  std::vector<float> sin_;
+};
+
+// Rotates `n_heads` consecutive head vectors of x ([n_heads, head_dim]) at position `pos`.
+// Requires pos < table.max_positions().
+void ApplyRope(float* x, int n_heads, const RopeTable& table, int pos, RopePairing pairing);
+
+// The specification: computes the angles directly (same fp32 formula), no table.
+void ApplyRopeReference(float* x, int n_heads, int head_dim, int pos, float theta,
+                        RopePairing pairing);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_ROPE_H_

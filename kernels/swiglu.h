@@ -1,0 +1,14 @@
+// SwiGLU: gate[i] = silu(gate[i]) · up[i] = gate[i] / (1 + e^(−gate[i])) · up[i], in place over n
+// values. Exact expf (the FFN's element work is small next to its matmuls).
+#ifndef PDSERVE_KERNELS_SWIGLU_H_
+#define PDSERVE_KERNELS_SWIGLU_H_
+
+#include <cstdint>
+
+namespace pdserve::kernels {
+
+void SwiGlu(float* gate, const float* up, int64_t n);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_SWIGLU_H_

@@ -1,0 +1,132 @@
+// pdserve bench: prefill and decode throughput of the engine, llama-bench style. Prefill runs one
+// prompt of --prompt-tokens random tokens as a single batch (pp); decode generates --gen-tokens
+// tokens one at a time from an empty sequence (tg). One warm-up, then --repetitions timed runs;
+// medians reported. Last stdout line: JSON.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/model/generator.h"
+#include "core/model/model_loader.h"
+#include "core/model/sampler.h"
+#include "kernels/cpu_features.h"
+#include "nlohmann/json.hpp"
+#include "tools/cli_flags.h"
+#include "tools/commands.h"
+
+namespace pdserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+absl::StatusOr<double> TimePrefill(LlamaEngine& engine, std::span<const int32_t> prompt) {
+  PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
+  auto start = Clock::now();
+  absl::StatusOr<std::span<const float>> logits = Prefill(engine, sequence, prompt);
+  double seconds = Seconds(start);
+  PDSERVE_RETURN_IF_ERROR(engine.RemoveSequence(sequence));
+  PDSERVE_RETURN_IF_ERROR(logits.status());
+  return seconds;
+}
+
+absl::StatusOr<double> TimeDecode(LlamaEngine& engine, int tokens, int32_t first) {
+  PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
+  int32_t token = first;
+  auto start = Clock::now();
+  for (int i = 0; i < tokens; ++i) {
+    ForwardChunk chunk{sequence, {&token, 1}};
+    absl::StatusOr<std::span<const float>> logits = engine.Forward({&chunk, 1});
+    if (!logits.ok()) {
+      (void)engine.RemoveSequence(sequence);
+      return logits.status();
+    }
+    token = ArgMax(*logits);
+  }
+  double seconds = Seconds(start);
+  PDSERVE_RETURN_IF_ERROR(engine.RemoveSequence(sequence));
+  return seconds;
+}
+
+// FLOPs of a prefill of n tokens: 2 per weight per token for the layers, causal attention
+// (QKᵀ and PV), and the classifier for the last token.
+double PrefillFlops(const ModelConfig& c, int n) {
+  double per_token = 2.0 * c.n_layers *
+                     (2.0 * c.dim * c.dim + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim);
+  double attention = 2.0 * 2.0 * c.n_layers * c.dim * (static_cast<double>(n) * (n + 1) / 2);
+  return per_token * n + attention + 2.0 * c.dim * c.vocab_size;
+}
+
+// Weight bytes one decode step streams: every layer matrix and the classifier.
+double DecodeWeightBytes(const ModelConfig& c, DType dtype) {
+  double elements = c.n_layers * (2.0 * c.dim * c.dim + 2.0 * c.dim * c.kv_dim() +
+                                  3.0 * c.dim * c.hidden_dim) +
+                    static_cast<double>(c.vocab_size) * c.dim;
+  return elements * DTypeSize(dtype);
+}
+
+}  // namespace
+
+absl::Status RunBench() {
+  const int prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  const int gen_tokens = absl::GetFlag(FLAGS_gen_tokens);
+  const int repetitions = absl::GetFlag(FLAGS_repetitions);
+  if (prompt_tokens < 1 || gen_tokens < 1 || repetitions < 1) {
+    return absl::InvalidArgumentError(
+        "--prompt-tokens, --gen-tokens and --repetitions must be ≥ 1");
+  }
+  const std::string path = absl::GetFlag(FLAGS_model);
+  if (path.empty()) return absl::InvalidArgumentError("--model is required");
+  PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(path));
+  const ModelConfig& c = weights.config;
+  PDSERVE_ASSIGN_OR_RETURN(
+      EngineOptions options,
+      EngineOptionsFromFlags(prompt_tokens, std::max(prompt_tokens, gen_tokens + 1)));
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(weights, options));
+  auto log = GetLogger("bench");
+  log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), options.num_threads,
+            DTypeName(options.weight_dtype), kernels::SimdLevelName(kernels::ActiveSimdLevel()));
+
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int i = 0; i < prompt_tokens; ++i) prompt[i] = 3 + (i * 7919) % (c.vocab_size - 3);
+  std::vector<double> prefill, decode;
+  for (int rep = 0; rep <= repetitions; ++rep) {
+    PDSERVE_ASSIGN_OR_RETURN(double p, TimePrefill(*engine, prompt));
+    PDSERVE_ASSIGN_OR_RETURN(double d, TimeDecode(*engine, gen_tokens, 1));
+    log->info("{} {}: pp{} {:.1f} tok/s, tg{} {:.1f} tok/s", rep == 0 ? "warm-up" : "run", rep,
+              prompt_tokens, prompt_tokens / p, gen_tokens, gen_tokens / d);
+    if (rep == 0) continue;
+    prefill.push_back(prompt_tokens / p);
+    decode.push_back(gen_tokens / d);
+  }
+  const double pp = Median(prefill), tg = Median(decode);
+  nlohmann::json report = {
+      {"model", path},
+      {"threads", options.num_threads},
+      {"weights", DTypeName(options.weight_dtype)},
+      {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
+      {"prompt_tokens", prompt_tokens},
+      {"gen_tokens", gen_tokens},
+      {"repetitions", repetitions},
+      {"prefill_tokens_per_s", pp},
+      {"decode_tokens_per_s", tg},
+      {"prefill_gflops", PrefillFlops(c, prompt_tokens) * pp / prompt_tokens / 1e9},
+      {"decode_weight_gb_per_s", DecodeWeightBytes(c, options.weight_dtype) * tg / 1e9}};
+  std::printf("%s\n", report.dump().c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,74 @@
+#include "tools/cli_flags.h"
+
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+
+ABSL_FLAG(std::string, model, "", "Model: llama2.c .bin, .gguf file or Hugging Face directory");
+ABSL_FLAG(std::string, tokenizer, "", "Tokenizer file (tokenizer.bin or SentencePiece .model)");
+ABSL_FLAG(std::string, prompt, "", "Prompt text");
+ABSL_FLAG(int, max_tokens, 256, "Tokens to generate at most");
+ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 is greedy");
+ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]");
+ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = all");
+ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
+ABSL_FLAG(int, threads, 0, "Worker threads; 0 = all cores");
+ABSL_FLAG(std::string, weights, "f32", "Weight dtype the engine runs: f32, f16 or bf16");
+ABSL_FLAG(std::string, text, "", "Text file to evaluate");
+ABSL_FLAG(int, ctx, 256, "Evaluation context (tokens per chunk)");
+ABSL_FLAG(int, prompt_tokens, 512, "Benchmark prompt length");
+ABSL_FLAG(int, gen_tokens, 128, "Benchmark generated tokens");
+ABSL_FLAG(int, repetitions, 5, "Benchmark repetitions after one warm-up");
+ABSL_FLAG(std::string, shape, "", "Named model shape (stories260K, stories15M, stories42M, stories110M)");
+ABSL_FLAG(int, dim, 0, "Model width (make-model without --shape)");
+ABSL_FLAG(int, hidden_dim, 0, "FFN width");
+ABSL_FLAG(int, layers, 0, "Layers");
+ABSL_FLAG(int, heads, 0, "Query heads");
+ABSL_FLAG(int, kv_heads, 0, "KV heads; 0 = heads");
+ABSL_FLAG(int, vocab, 32000, "Vocabulary size");
+ABSL_FLAG(int, seq_len, 2048, "Maximum context");
+ABSL_FLAG(bool, untied, false, "Give the model its own classifier instead of the tied embedding");
+ABSL_FLAG(std::string, out, "", "Output path (file, or directory for safetensors)");
+ABSL_FLAG(std::string, format, "gguf", "Output format: gguf, safetensors or llama2c");
+ABSL_FLAG(std::string, dtype, "f32", "Output dtype: f32, f16 or bf16");
+ABSL_FLAG(int, shards, 1, "safetensors shards");
+ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error, off");
+
+namespace pdserve::cli {
+
+absl::StatusOr<LoadedModel> LoadModelFromFlags() {
+  const std::string path = absl::GetFlag(FLAGS_model);
+  if (path.empty()) return absl::InvalidArgumentError("--model is required");
+  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(path, absl::GetFlag(FLAGS_tokenizer)));
+  GetLogger("cli")->info("loaded {} model {} ({}; {:.2f}M parameters)",
+                         ModelFormatName(model.format), path, model.weights.config.Describe(),
+                         model.weights.config.NumParameters() / 1e6);
+  return model;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int max_batch_tokens, int max_context) {
+  EngineOptions options;
+  PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(absl::GetFlag(FLAGS_weights)));
+  const int threads = absl::GetFlag(FLAGS_threads);
+  options.num_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0");
+  options.max_batch_tokens = max_batch_tokens;
+  options.max_sequences = 1;
+  options.max_context = max_context;
+  PDSERVE_RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
+void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* arg = argv[i];
+    if (arg[0] != '-' || arg[1] != '-') continue;
+    for (char* c = arg + 2; *c != '\0' && *c != '='; ++c) {
+      if (*c == '-') *c = '_';
+    }
+  }
+}
+
+}  // namespace pdserve::cli

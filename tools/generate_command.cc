@@ -1,0 +1,58 @@
+// pdserve generate: prints the prompt, then the generated text as tokens arrive (stdout), and the
+// speed (stderr).
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/model/generator.h"
+#include "core/model/text_stream.h"
+#include "tools/cli_flags.h"
+#include "tools/commands.h"
+
+namespace pdserve::cli {
+namespace {
+
+void Print(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+absl::Status RunGenerate() {
+  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
+  const Tokenizer& tokenizer = *model.tokenizer;
+  const std::vector<int> ids = tokenizer.Encode(absl::GetFlag(FLAGS_prompt), /*add_bos=*/true);
+  const std::vector<int32_t> prompt(ids.begin(), ids.end());
+
+  GenerationParams params;
+  params.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  params.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  params.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  params.sampling.seed = absl::GetFlag(FLAGS_seed);
+  params.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  params.eos_id = tokenizer.eos_id();
+  PDSERVE_RETURN_IF_ERROR(params.sampling.Validate());
+
+  const int context = model.weights.config.max_seq_len;
+  PDSERVE_ASSIGN_OR_RETURN(EngineOptions options,
+                           EngineOptionsFromFlags(std::min(512, context), context));
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
+
+  TextStream stream(tokenizer, -1);
+  for (int32_t id : prompt) Print(stream.Push(id));
+  PDSERVE_ASSIGN_OR_RETURN(
+      GenerationResult result,
+      Generate(*engine, prompt, params, [&](int32_t id) { Print(stream.Push(id)); }));
+  Print(stream.Flush() + "\n");
+  GetLogger("cli")->info(
+      "prompt {} tokens in {:.1f} ms ({:.1f} tok/s); generated {} tokens in {:.1f} ms "
+      "({:.1f} tok/s)",
+      prompt.size(), result.prefill_seconds * 1e3, prompt.size() / result.prefill_seconds,
+      result.tokens.size(), result.decode_seconds * 1e3,
+      result.tokens.size() > 1 ? (result.tokens.size() - 1) / result.decode_seconds : 0.0);
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve::cli

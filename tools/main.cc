@@ -1,1 +1,71 @@
-int main() { return 0; }
+// pdserve: the command-line entry point. `pdserve <command> --flags...`; see `pdserve help`.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "core/base/logging.h"
+#include "kernels/cpu_features.h"
+#include "tools/cli_flags.h"
+#include "tools/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "pdserve <command> [flags]\n"
+    "commands:\n"
+    "  generate    --model PATH [--tokenizer PATH] --prompt TEXT --max-tokens N\n"
+    "              [--temperature T] [--top-p P] [--top-k K] [--seed S] [--threads N]\n"
+    "  eval        --model PATH [--tokenizer PATH] --text FILE --ctx N\n"
+    "  bench       --model PATH --prompt-tokens N --gen-tokens M [--threads N] [--weights DT]\n"
+    "  make-model  --shape NAME | --dim D --hidden-dim H --layers L --heads N [--kv-heads K]\n"
+    "              [--vocab V] [--seq-len S] --out PATH --format gguf|safetensors|llama2c\n"
+    "              [--seed S] [--dtype f32|f16|bf16]\n"
+    "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards N]\n"
+    "Run `pdserve --helpfull` for every flag.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!pdserve::kernels::CpuIsSupported()) {
+    std::fprintf(stderr, "error: this CPU lacks AVX2/FMA/F16C, which pdserve requires\n");
+    return 1;
+  }
+  absl::SetProgramUsageMessage(kUsage);
+  pdserve::cli::NormalizeFlagNames(argc, argv);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = pdserve::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  const std::string command = args.size() > 1 ? args[1] : "";
+  if (args.size() > 2) {
+    std::fprintf(stderr, "error: unexpected argument '%s'\n%s\n", args[2], kUsage);
+    return 1;
+  }
+  absl::Status status;
+  if (command == "generate") {
+    status = pdserve::cli::RunGenerate();
+  } else if (command == "eval") {
+    status = pdserve::cli::RunEval();
+  } else if (command == "bench") {
+    status = pdserve::cli::RunBench();
+  } else if (command == "make-model") {
+    status = pdserve::cli::RunMakeModel();
+  } else if (command == "convert") {
+    status = pdserve::cli::RunConvert();
+  } else if (command == "help" || command.empty()) {
+    std::fprintf(command.empty() ? stderr : stdout, "%s\n", kUsage);
+    return command.empty() ? 1 : 0;
+  } else {
+    std::fprintf(stderr, "error: unknown command '%s'\n%s\n", command.c_str(), kUsage);
+    return 1;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

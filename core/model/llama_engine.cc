@@ -1,0 +1,285 @@
+#include "core/model/llama_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rms_norm.h"
+#include "kernels/swiglu.h"
+
+namespace pdserve {
+
+// Activation buffers sized for max_batch_tokens rows.
+struct LlamaEngine::Buffers {
+  std::vector<int32_t> tokens;  // [n]
+  std::vector<int32_t> positions;
+  std::vector<float> x, xb, q, k, v, attn, hb, hb2;  // [n, width]
+  std::vector<float> logits;                         // [n, vocab]
+  std::vector<float> matmul_workspace;
+  std::vector<float> attention_workspace;
+  std::vector<kernels::AttentionSequence> attention;
+};
+
+absl::Status EngineOptions::Validate() const {
+  if (num_threads < 1 || num_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("threads ", num_threads, " not in [1, 1024]"));
+  }
+  if (max_batch_tokens < 1 || max_sequences < 1 || kv_page_size < 1 || max_context < 0 ||
+      kv_pages < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine options: max_batch_tokens ", max_batch_tokens, ", max_sequences ", max_sequences,
+        ", kv_page_size ", kv_page_size, " must be positive; max_context ", max_context,
+        " and kv_pages ", kv_pages, " non-negative"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeights& weights,
+                                                                 const EngineOptions& options) {
+  PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
+  PDSERVE_RETURN_IF_ERROR(options.Validate());
+  const ModelConfig& c = weights.config;
+  const int max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
+  auto engine = std::unique_ptr<LlamaEngine>(
+      new LlamaEngine(ConvertWeights(weights, options.weight_dtype), options, max_context));
+  KvCacheConfig kv;
+  kv.n_layers = c.n_layers;
+  kv.n_kv_heads = c.n_kv_heads;
+  kv.head_dim = c.head_dim();
+  kv.page_size = options.kv_page_size;
+  const int pages_per_sequence = (max_context + kv.page_size - 1) / kv.page_size;
+  kv.num_pages = options.kv_pages > 0 ? options.kv_pages : options.max_sequences * pages_per_sequence;
+  PDSERVE_ASSIGN_OR_RETURN(engine->kv_, PagedKvCache::Create(kv));
+  return engine;
+}
+
+LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int max_context)
+    : weights_(std::move(weights)),
+      options_(options),
+      max_context_(max_context),
+      pool_(options.num_threads),
+      rope_(weights_.config.head_dim(), max_context, weights_.config.rope_theta),
+      sequences_(options.max_sequences),
+      buffers_(std::make_unique<Buffers>()) {
+  const ModelConfig& c = weights_.config;
+  const size_t n = options.max_batch_tokens;
+  Buffers& b = *buffers_;
+  b.tokens.resize(n);
+  b.positions.resize(n);
+  for (auto [buffer, width] : {std::pair{&b.x, c.dim}, std::pair{&b.xb, c.dim},
+                               std::pair{&b.q, c.dim}, std::pair{&b.k, c.kv_dim()},
+                               std::pair{&b.v, c.kv_dim()}, std::pair{&b.attn, c.dim},
+                               std::pair{&b.hb, c.hidden_dim}, std::pair{&b.hb2, c.hidden_dim}}) {
+    buffer->resize(n * width);
+  }
+  b.logits.resize(n * c.vocab_size);
+  b.matmul_workspace.resize(
+      kernels::MatmulWorkspaceFloats(pool_.size(), std::max(c.dim, c.hidden_dim)));
+  b.attention_workspace.resize(kernels::AttentionWorkspaceFloats(pool_.size(), max_context));
+  b.attention.reserve(options.max_sequences);
+}
+
+LlamaEngine::~LlamaEngine() = default;
+
+absl::StatusOr<int> LlamaEngine::AddSequence() {
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    if (!sequences_[i].live) {
+      sequences_[i].live = true;
+      return static_cast<int>(i);
+    }
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("engine: all ", sequences_.size(), " sequence slots are in use"));
+}
+
+absl::Status LlamaEngine::RemoveSequence(int sequence) {
+  if (SequenceLength(sequence) < 0) {
+    return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  }
+  sequences_[sequence].table.Release(*kv_);
+  sequences_[sequence].live = false;
+  return absl::OkStatus();
+}
+
+int LlamaEngine::SequenceLength(int sequence) const {
+  if (sequence < 0 || sequence >= static_cast<int>(sequences_.size()) ||
+      !sequences_[sequence].live) {
+    return -1;
+  }
+  return sequences_[sequence].table.num_tokens();
+}
+
+absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) const {
+  if (chunks.empty()) return absl::InvalidArgumentError("engine: no chunks to run");
+  int64_t total = 0;
+  std::vector<bool> seen(sequences_.size(), false);
+  for (const ForwardChunk& chunk : chunks) {
+    const int length = SequenceLength(chunk.sequence);
+    if (length < 0) return absl::InvalidArgumentError(absl::StrCat("engine: unknown sequence ", chunk.sequence));
+    if (seen[chunk.sequence]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine: sequence ", chunk.sequence, " appears twice in one batch"));
+    }
+    seen[chunk.sequence] = true;
+    if (chunk.tokens.empty()) return absl::InvalidArgumentError("engine: empty chunk");
+    if (length + static_cast<int64_t>(chunk.tokens.size()) > max_context_) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: sequence ", chunk.sequence, " would hold ",
+                                                     length + chunk.tokens.size(),
+                                                     " tokens; the context limit is ", max_context_));
+    }
+    for (int32_t token : chunk.tokens) {
+      if (token < 0 || token >= config().vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("engine: token id ", token,
+                                                       " outside the vocabulary [0, ",
+                                                       config().vocab_size, ")"));
+      }
+    }
+    total += static_cast<int64_t>(chunk.tokens.size());
+  }
+  if (total > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: ", total, " tokens in one batch; the limit is ",
+                                                   options_.max_batch_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaEngine::ReserveKv(std::span<const ForwardChunk> chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    BlockTable& table = sequences_[chunks[i].sequence].table;
+    absl::Status status =
+        table.Reserve(*kv_, table.num_tokens() + static_cast<int>(chunks[i].tokens.size()));
+    if (!status.ok()) {
+      // Pages reserved for earlier chunks stay with their sequences; they are reused by the next
+      // Forward of those sequences or freed with them. Token counts are unchanged.
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const ForwardChunk> chunks) {
+  PDSERVE_RETURN_IF_ERROR(ValidateChunks(chunks));
+  PDSERVE_RETURN_IF_ERROR(ReserveKv(chunks));
+  Buffers& b = *buffers_;
+  int n = 0;
+  for (const ForwardChunk& chunk : chunks) {
+    const int start = sequences_[chunk.sequence].table.num_tokens();
+    for (size_t i = 0; i < chunk.tokens.size(); ++i, ++n) {
+      b.tokens[n] = chunk.tokens[i];
+      b.positions[n] = start + static_cast<int>(i);
+    }
+  }
+  kernels::EmbeddingLookup(weights_.token_embedding, b.tokens.data(), n, b.x.data());
+  for (int layer = 0; layer < config().n_layers; ++layer) Layer(layer, chunks, n);
+  const int rows = ComputeLogits(chunks);
+  for (const ForwardChunk& chunk : chunks) {
+    BlockTable& table = sequences_[chunk.sequence].table;
+    table.set_num_tokens(table.num_tokens() + static_cast<int>(chunk.tokens.size()));
+  }
+  return std::span<const float>(b.logits.data(), static_cast<size_t>(rows) * config().vocab_size);
+}
+
+void LlamaEngine::Layer(int layer, std::span<const ForwardChunk> chunks, int n) {
+  const ModelConfig& c = config();
+  const LayerWeights& w = weights_.layers[layer];
+  Buffers& b = *buffers_;
+  std::span<float> ws(b.matmul_workspace);
+  pool_.ParallelFor(n, 8, [&](int64_t begin, int64_t end, int) {
+    kernels::RmsNorm(b.x.data() + begin * c.dim, w.attn_norm.as<float>(), end - begin, c.dim,
+                     c.norm_eps, b.xb.data() + begin * c.dim);
+  });
+  kernels::Matmul(pool_, b.xb.data(), n, w.wq, b.q.data(), ws);
+  kernels::Matmul(pool_, b.xb.data(), n, w.wk, b.k.data(), ws);
+  kernels::Matmul(pool_, b.xb.data(), n, w.wv, b.v.data(), ws);
+  for (int t = 0; t < n; ++t) {
+    kernels::ApplyRope(b.q.data() + int64_t{t} * c.dim, c.n_heads, rope_, b.positions[t],
+                       c.rope_pairing);
+    kernels::ApplyRope(b.k.data() + int64_t{t} * c.kv_dim(), c.n_kv_heads, rope_, b.positions[t],
+                       c.rope_pairing);
+  }
+  WriteKv(layer, chunks);
+  Attend(layer, chunks);
+  kernels::Matmul(pool_, b.attn.data(), n, w.wo, b.xb.data(), ws);
+  for (int64_t i = 0; i < int64_t{n} * c.dim; ++i) b.x[i] += b.xb[i];
+
+  pool_.ParallelFor(n, 8, [&](int64_t begin, int64_t end, int) {
+    kernels::RmsNorm(b.x.data() + begin * c.dim, w.ffn_norm.as<float>(), end - begin, c.dim,
+                     c.norm_eps, b.xb.data() + begin * c.dim);
+  });
+  kernels::Matmul(pool_, b.xb.data(), n, w.w1, b.hb.data(), ws);
+  kernels::Matmul(pool_, b.xb.data(), n, w.w3, b.hb2.data(), ws);
+  const int64_t hidden = c.hidden_dim;
+  pool_.ParallelFor(n, 8, [&](int64_t begin, int64_t end, int) {
+    kernels::SwiGlu(b.hb.data() + begin * hidden, b.hb2.data() + begin * hidden,
+                    (end - begin) * hidden);
+  });
+  kernels::Matmul(pool_, b.hb.data(), n, w.w2, b.xb.data(), ws);
+  for (int64_t i = 0; i < int64_t{n} * c.dim; ++i) b.x[i] += b.xb[i];
+}
+
+void LlamaEngine::WriteKv(int layer, std::span<const ForwardChunk> chunks) {
+  const ModelConfig& c = config();
+  const int d = c.head_dim(), page_size = kv_->config().page_size;
+  Buffers& b = *buffers_;
+  int t = 0;
+  for (const ForwardChunk& chunk : chunks) {
+    const BlockTable& table = sequences_[chunk.sequence].table;
+    for (size_t i = 0; i < chunk.tokens.size(); ++i, ++t) {
+      const int pos = b.positions[t];
+      const int32_t page = table.pages()[pos / page_size];
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const int64_t src = int64_t{t} * c.kv_dim() + int64_t{g} * d;
+        std::memcpy(kv_->KRow(layer, page, pos % page_size, g), b.k.data() + src, d * sizeof(float));
+        std::memcpy(kv_->VRow(layer, page, pos % page_size, g), b.v.data() + src, d * sizeof(float));
+      }
+    }
+  }
+}
+
+void LlamaEngine::Attend(int layer, std::span<const ForwardChunk> chunks) {
+  const ModelConfig& c = config();
+  Buffers& b = *buffers_;
+  b.attention.clear();
+  int t = 0;
+  for (const ForwardChunk& chunk : chunks) {
+    const BlockTable& table = sequences_[chunk.sequence].table;
+    kernels::AttentionSequence seq;
+    seq.q = b.q.data() + int64_t{t} * c.dim;
+    seq.out = b.attn.data() + int64_t{t} * c.dim;
+    seq.n_queries = static_cast<int>(chunk.tokens.size());
+    seq.start_pos = b.positions[t];
+    seq.kv = {kv_->k_pool(layer), kv_->v_pool(layer), table.pages().data(),
+              kv_->config().page_size, kv_->page_stride()};
+    b.attention.push_back(seq);
+    t += seq.n_queries;
+  }
+  kernels::Attention(pool_, {c.n_heads, c.n_kv_heads, c.head_dim()}, b.attention,
+                     b.attention_workspace);
+}
+
+int LlamaEngine::ComputeLogits(std::span<const ForwardChunk> chunks) {
+  const ModelConfig& c = config();
+  Buffers& b = *buffers_;
+  // Gather the rows that need logits into xb, normalize, project.
+  int rows = 0, t = 0;
+  for (const ForwardChunk& chunk : chunks) {
+    const int count = static_cast<int>(chunk.tokens.size());
+    const int first = chunk.all_logits ? t : t + count - 1;
+    for (int r = first; r < t + count; ++r, ++rows) {
+      std::memmove(b.xb.data() + int64_t{rows} * c.dim, b.x.data() + int64_t{r} * c.dim,
+                   c.dim * sizeof(float));
+    }
+    t += count;
+  }
+  kernels::RmsNorm(b.xb.data(), weights_.final_norm.as<float>(), rows, c.dim, c.norm_eps,
+                   b.xb.data());
+  kernels::Matmul(pool_, b.xb.data(), rows, weights_.classifier, b.logits.data(),
+                  b.matmul_workspace);
+  return rows;
+}
+
+}  // namespace pdserve

@@ -7,16 +7,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/tensor/rope_pairing.h"
 
 namespace pdserve {
-
-// How RoPE pairs the dimensions of a head. llama2.c and GGUF rotate adjacent pairs (2i, 2i+1);
-// Hugging Face checkpoints rotate split halves (i, i + d/2), their q/k rows being permuted
-// accordingly. DO NOT RENUMBER.
-enum class RopePairing : uint8_t {
-  kAdjacent = 0,
-  kSplitHalf = 1,
-};
 
 struct ModelConfig {
   int dim = 0;          // model width

@@ -1,0 +1,40 @@
+#include "kernels/cpu_features.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace pdserve::kernels {
+
+const CpuFeatures& GetCpuFeatures() {
+  static const CpuFeatures features = [] {
+    __builtin_cpu_init();
+    CpuFeatures f;
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    f.f16c = __builtin_cpu_supports("f16c");
+    f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    return f;
+  }();
+  return features;
+}
+
+SimdLevel ActiveSimdLevel() {
+  static const SimdLevel level = [] {
+    const char* requested = std::getenv("PDSERVE_SIMD");
+    bool allow_avx512 = requested == nullptr || std::strcmp(requested, "avx2") != 0;
+    return GetCpuFeatures().avx512 && allow_avx512 ? SimdLevel::kAvx512 : SimdLevel::kAvx2;
+  }();
+  return level;
+}
+
+const char* SimdLevelName(SimdLevel level) {
+  return level == SimdLevel::kAvx512 ? "avx512" : "avx2";
+}
+
+bool CpuIsSupported() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return f.avx2 && f.fma && f.f16c;
+}
+
+}  // namespace pdserve::kernels

@@ -1,0 +1,100 @@
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/gemv_kernels.h"
+#include "kernels/cpu_features.h"
+
+namespace pdserve::kernels {
+namespace {
+
+// Activation rows from which SGEMM beats repeated GEMV passes over the weights.
+constexpr int64_t kGemmMinRows = 8;
+// Weight rows widened to fp32 at a time on the SGEMM path.
+constexpr int64_t kWidenBlockRows = 64;
+
+void EnsureSingleThreadedBlas() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);  // our pool splits the work; BLAS runs inside each thread
+    return true;
+  }();
+  (void)done;
+}
+
+void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end) {
+  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
+  for (int64_t b = 0; b < n; b += kGemvMaxBatch) {
+    GemvArgs args{x + b * w.cols(), static_cast<int>(std::min<int64_t>(kGemvMaxBatch, n - b)),
+                  w.cols(),         w.data,
+                  w.dtype,          w.cols(),
+                  y + b * w.rows(), w.rows()};
+    if (avx512) {
+      avx512::GemvRows(args, begin, end);
+    } else {
+      avx2::GemvRows(args, begin, end);
+    }
+  }
+}
+
+void Sgemm(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y,
+           int64_t ldy) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+              static_cast<int>(rows), static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), w,
+              static_cast<int>(cols), 0.0f, y, static_cast<int>(ldy));
+}
+
+void GemmRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end,
+               float* widened) {
+  const int64_t cols = w.cols();
+  if (w.dtype == DType::kF32) {
+    Sgemm(x, n, w.as<float>() + begin * cols, end - begin, cols, y + begin, w.rows());
+    return;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = begin; r < end; r += kWidenBlockRows) {
+    int64_t count = std::min(kWidenBlockRows, end - r);
+    for (int64_t i = 0; i < count; ++i) {
+      avx2::WidenRow(bytes + (r + i) * cols * DTypeSize(w.dtype), w.dtype, cols,
+                     widened + i * cols);
+    }
+    Sgemm(x, n, widened, count, cols, y + r, w.rows());
+  }
+}
+
+}  // namespace
+
+size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
+  return static_cast<size_t>(num_threads) * kWidenBlockRows * max_cols;
+}
+
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
+            std::span<float> workspace) {
+  if (n < kGemmMinRows) {
+    pool.ParallelFor(w.rows(), 16, [&](int64_t begin, int64_t end, int) {
+      GemvRange(x, n, w, y, begin, end);
+    });
+    return;
+  }
+  EnsureSingleThreadedBlas();
+  const size_t per_thread = kWidenBlockRows * w.cols();
+  pool.ParallelFor(w.rows(), kWidenBlockRows, [&](int64_t begin, int64_t end, int thread) {
+    GemmRange(x, n, w, y, begin, end, workspace.data() + thread * per_thread);
+  });
+}
+
+void MatmulReference(const float* x, int64_t n, const Tensor& w, float* y) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        sum += ElementAsFloat(w, r * cols + c) * x[b * cols + c];
+      }
+      y[b * rows + r] = sum;
+    }
+  }
+}
+
+}  // namespace pdserve::kernels

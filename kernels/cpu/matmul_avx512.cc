@@ -1,0 +1,94 @@
+// AVX-512 (F/BW/VL/DQ) GEMV row kernels (see gemv_kernels.h). Compiled with -march=x86-64-v4 and
+// only called when the CPU reports AVX-512 (kernels/cpu_features.h).
+#include <immintrin.h>
+
+#include "kernels/cpu/gemv_kernels.h"
+#include "kernels/matmul.h"
+
+namespace pdserve::kernels::avx512 {
+namespace {
+
+// Loads 16 weights (masked: lanes outside `mask` read as 0 and touch no memory).
+template <DType D>
+inline __m512 Load16(const void* w, int64_t i, __mmask16 mask) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + i);
+  } else {
+    __m256i half = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + i);
+    if constexpr (D == DType::kF16) {
+      return _mm512_cvtph_ps(half);
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+    }
+  }
+}
+
+template <DType D, int NB, int RB>
+void RowBlock(const GemvArgs& a, int64_t r) {
+  const void* rows[RB];
+  for (int j = 0; j < RB; ++j) {
+    rows[j] = static_cast<const uint8_t*>(a.w) + (r + j) * a.cols * DTypeSize(D);
+  }
+  __m512 acc[RB][NB][2];
+  for (int j = 0; j < RB; ++j)
+    for (int b = 0; b < NB; ++b) acc[j][b][0] = acc[j][b][1] = _mm512_setzero_ps();
+  constexpr __mmask16 kAll = 0xffff;
+  int64_t c = 0;
+  for (; c + 32 <= a.cols; c += 32) {
+    for (int j = 0; j < RB; ++j) {
+      __m512 w0 = Load16<D>(rows[j], c, kAll);
+      __m512 w1 = Load16<D>(rows[j], c + 16, kAll);
+      for (int b = 0; b < NB; ++b) {
+        const float* x = a.x + b * a.ldx + c;
+        acc[j][b][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[j][b][0]);
+        acc[j][b][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[j][b][1]);
+      }
+    }
+  }
+  for (; c < a.cols; c += 16) {
+    int64_t left = a.cols - c;
+    __mmask16 mask = left >= 16 ? kAll : static_cast<__mmask16>((1u << left) - 1u);
+    for (int j = 0; j < RB; ++j) {
+      __m512 w0 = Load16<D>(rows[j], c, mask);
+      for (int b = 0; b < NB; ++b) {
+        __m512 x = _mm512_maskz_loadu_ps(mask, a.x + b * a.ldx + c);
+        acc[j][b][0] = _mm512_fmadd_ps(w0, x, acc[j][b][0]);
+      }
+    }
+  }
+  for (int j = 0; j < RB; ++j) {
+    for (int b = 0; b < NB; ++b) {
+      a.y[b * a.ldy + r + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j][b][0], acc[j][b][1]));
+    }
+  }
+}
+
+template <DType D, int NB>
+void Rows(const GemvArgs& a, int64_t begin, int64_t end) {
+  constexpr int kRows = NB <= 2 ? 2 : 1;
+  int64_t r = begin;
+  for (; r + kRows <= end; r += kRows) RowBlock<D, NB, kRows>(a, r);
+  for (; r < end; ++r) RowBlock<D, NB, 1>(a, r);
+}
+
+template <DType D>
+void RowsForDtype(const GemvArgs& a, int64_t begin, int64_t end) {
+  switch (a.nb) {
+    case 1: return Rows<D, 1>(a, begin, end);
+    case 2: return Rows<D, 2>(a, begin, end);
+    case 3: return Rows<D, 3>(a, begin, end);
+    default: return Rows<D, 4>(a, begin, end);
+  }
+}
+
+}  // namespace
+
+void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end) {
+  switch (args.w_dtype) {
+    case DType::kF32: return RowsForDtype<DType::kF32>(args, row_begin, row_end);
+    case DType::kF16: return RowsForDtype<DType::kF16>(args, row_begin, row_end);
+    case DType::kBF16: return RowsForDtype<DType::kBF16>(args, row_begin, row_end);
+  }
+}
+
+}  // namespace pdserve::kernels::avx512

@@ -1,0 +1,43 @@
+// Generate: runs one prompt through a LlamaEngine and samples tokens until EOS (when asked) or
+// max_tokens, reporting each token as it is produced. Prefill is chunked by the engine's
+// max_batch_tokens. The sequence is released on every exit path.
+#ifndef PDSERVE_CORE_MODEL_GENERATOR_H_
+#define PDSERVE_CORE_MODEL_GENERATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/llama_engine.h"
+#include "core/model/sampler.h"
+
+namespace pdserve {
+
+struct GenerationParams {
+  SamplingParams sampling;
+  int max_tokens = 64;
+  int eos_id = -1;  // stop after this token; -1 = never
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated, EOS included when it ended the run
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Calls on_token(id) after each sampled token. InvalidArgument for an empty prompt, bad sampling
+// values, max_tokens < 1, or a prompt + max_tokens beyond the engine's context.
+absl::StatusOr<GenerationResult> Generate(LlamaEngine& engine, std::span<const int32_t> prompt,
+                                          const GenerationParams& params,
+                                          const std::function<void(int32_t)>& on_token);
+
+// Runs `tokens` into `sequence` in chunks of at most max_batch_tokens and returns the logits of
+// the last token (valid until the engine's next Forward).
+absl::StatusOr<std::span<const float>> Prefill(LlamaEngine& engine, int sequence,
+                                               std::span<const int32_t> tokens);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_GENERATOR_H_

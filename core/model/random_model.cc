@@ -1,0 +1,122 @@
+#include "core/model/random_model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pdserve {
+namespace {
+
+struct NamedShape {
+  const char* name;
+  int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
+};
+
+constexpr NamedShape kShapes[] = {
+    {"stories260K", 64, 172, 5, 8, 4, 512, 512},
+    {"stories15M", 288, 768, 6, 6, 6, 32000, 256},
+    {"stories42M", 512, 1376, 8, 8, 8, 32000, 1024},
+    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024},
+};
+
+// splitmix64: a small, well-mixed, seedable generator.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float Uniform(float lo, float hi) {  // [lo, hi)
+    return lo + (hi - lo) * static_cast<float>(Next() >> 40) / 16777216.0f;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+Tensor RandomTensor(Rng& rng, std::vector<int64_t> shape, float center, float spread) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> values(n);
+  for (float& v : values) v = center + rng.Uniform(-spread, spread);
+  return MakeF32Tensor(std::move(values), std::move(shape));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
+  std::string known;
+  for (const NamedShape& s : kShapes) {
+    if (name == s.name) {
+      ModelConfig c;
+      c.dim = s.dim;
+      c.hidden_dim = s.hidden_dim;
+      c.n_layers = s.n_layers;
+      c.n_heads = s.n_heads;
+      c.n_kv_heads = s.n_kv_heads;
+      c.vocab_size = s.vocab_size;
+      c.max_seq_len = s.max_seq_len;
+      return c;
+    }
+    absl::StrAppend(&known, known.empty() ? "" : ", ", s.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown shape '", name, "' (known: ", known, ")"));
+}
+
+ModelWeights MakeRandomModel(const ModelConfig& config, uint64_t seed) {
+  Rng rng(seed);
+  const int64_t d = config.dim, kv = config.kv_dim(), h = config.hidden_dim;
+  const float in_d = 1.0f / std::sqrt(static_cast<float>(d));
+  const float in_h = 1.0f / std::sqrt(static_cast<float>(h));
+  ModelWeights w;
+  w.config = config;
+  w.token_embedding = RandomTensor(rng, {config.vocab_size, d}, 0.0f, 1.0f);
+  for (int l = 0; l < config.n_layers; ++l) {
+    LayerWeights layer;
+    layer.attn_norm = RandomTensor(rng, {d}, 1.0f, 0.1f);
+    layer.wq = RandomTensor(rng, {d, d}, 0.0f, in_d);
+    layer.wk = RandomTensor(rng, {kv, d}, 0.0f, in_d);
+    layer.wv = RandomTensor(rng, {kv, d}, 0.0f, in_d);
+    layer.wo = RandomTensor(rng, {d, d}, 0.0f, in_d);
+    layer.ffn_norm = RandomTensor(rng, {d}, 1.0f, 0.1f);
+    layer.w1 = RandomTensor(rng, {h, d}, 0.0f, in_d);
+    layer.w2 = RandomTensor(rng, {d, h}, 0.0f, in_h);
+    layer.w3 = RandomTensor(rng, {h, d}, 0.0f, in_d);
+    w.layers.push_back(std::move(layer));
+  }
+  w.final_norm = RandomTensor(rng, {d}, 1.0f, 0.1f);
+  w.classifier = config.tied_embeddings ? w.token_embedding
+                                        : RandomTensor(rng, {config.vocab_size, d}, 0.0f, in_d);
+  return w;
+}
+
+Vocabulary SyntheticVocabulary(int size) {
+  Vocabulary v;
+  auto add = [&v](std::string piece, TokenType type, float score) {
+    v.pieces.push_back(std::move(piece));
+    v.types.push_back(type);
+    v.scores.push_back(score);
+  };
+  add("<unk>", TokenType::kUnknown, 0.0f);
+  add("<s>", TokenType::kControl, 0.0f);
+  add("</s>", TokenType::kControl, 0.0f);
+  for (int b = 0; b < 256; ++b) add(absl::StrFormat("<0x%02X>", b), TokenType::kByte, 0.0f);
+  // Pieces: " a".." z", then two-letter words, then numbered words: all distinct.
+  for (int i = 0; v.size() < size; ++i) {
+    std::string piece = i < 26 ? std::string(" ") + static_cast<char>('a' + i)
+                        : i < 26 + 676 ? std::string{static_cast<char>('a' + (i - 26) / 26),
+                                                     static_cast<char>('a' + (i - 26) % 26)}
+                                       : absl::StrCat(" w", i);
+    add(std::move(piece), TokenType::kNormal, -static_cast<float>(i));
+  }
+  v.unk_id = 0;
+  v.bos_id = 1;
+  v.eos_id = 2;
+  return v;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,36 @@
+// Internal: the SIMD GEMV row kernels behind Matmul, one set per instruction-set level. Each
+// computes y[b, r] = Σ_c x[b, c]·W[r, c] for b < nb ≤ kGemvMaxBatch and r in [row_begin, row_end),
+// with x rows `ldx` floats apart and y rows `ldy` floats apart. Any `cols` works (scalar tail).
+#ifndef PDSERVE_KERNELS_CPU_GEMV_KERNELS_H_
+#define PDSERVE_KERNELS_CPU_GEMV_KERNELS_H_
+
+#include <cstdint>
+
+#include "core/tensor/dtype.h"
+
+namespace pdserve::kernels {
+
+struct GemvArgs {
+  const float* x;
+  int nb;
+  int64_t ldx;
+  const void* w;
+  DType w_dtype;
+  int64_t cols;
+  float* y;
+  int64_t ldy;
+};
+
+namespace avx2 {
+void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end);
+// dst[i] = float(src[i]) for a 16-bit row; used to widen weight blocks for SGEMM.
+void WidenRow(const void* src, DType dtype, int64_t n, float* dst);
+}  // namespace avx2
+
+namespace avx512 {
+void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end);
+}  // namespace avx512
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_CPU_GEMV_KERNELS_H_

@@ -1,0 +1,58 @@
+// Flags of the pdserve CLI, shared by its subcommands (each reads the ones it documents), and the
+// helpers that turn them into validated configs. Flags are only read on the CLI's main thread.
+#ifndef PDSERVE_TOOLS_CLI_FLAGS_H_
+#define PDSERVE_TOOLS_CLI_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "core/model/llama_engine.h"
+#include "core/model/model_loader.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, tokenizer);
+ABSL_DECLARE_FLAG(std::string, prompt);
+ABSL_DECLARE_FLAG(int, max_tokens);
+ABSL_DECLARE_FLAG(float, temperature);
+ABSL_DECLARE_FLAG(float, top_p);
+ABSL_DECLARE_FLAG(int, top_k);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(int, threads);
+ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(std::string, text);
+ABSL_DECLARE_FLAG(int, ctx);
+ABSL_DECLARE_FLAG(int, prompt_tokens);
+ABSL_DECLARE_FLAG(int, gen_tokens);
+ABSL_DECLARE_FLAG(int, repetitions);
+ABSL_DECLARE_FLAG(std::string, shape);
+ABSL_DECLARE_FLAG(int, dim);
+ABSL_DECLARE_FLAG(int, hidden_dim);
+ABSL_DECLARE_FLAG(int, layers);
+ABSL_DECLARE_FLAG(int, heads);
+ABSL_DECLARE_FLAG(int, kv_heads);
+ABSL_DECLARE_FLAG(int, vocab);
+ABSL_DECLARE_FLAG(int, seq_len);
+ABSL_DECLARE_FLAG(bool, untied);
+ABSL_DECLARE_FLAG(std::string, out);
+ABSL_DECLARE_FLAG(std::string, format);
+ABSL_DECLARE_FLAG(std::string, dtype);
+ABSL_DECLARE_FLAG(int, shards);
+ABSL_DECLARE_FLAG(std::string, log_level);
+
+namespace pdserve::cli {
+
+// --model and --tokenizer, loaded; InvalidArgument when --model is missing.
+absl::StatusOr<LoadedModel> LoadModelFromFlags();
+
+// Engine options from --threads and --weights, with the given batch and context limits.
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int max_batch_tokens, int max_context);
+
+// Rewrites "--max-tokens=3" as "--max_tokens=3" (flag names only) so that the documented dashed
+// spellings work with Abseil flags.
+void NormalizeFlagNames(int argc, char** argv);
+
+}  // namespace pdserve::cli
+
+#endif  // PDSERVE_TOOLS_CLI_FLAGS_H_
