@@ -88,13 +88,13 @@ absl::Status RunBench() {
     return absl::InvalidArgumentError(
         "--prompt-tokens, --gen-tokens and --repetitions must be ≥ 1");
   }
+  PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags());
   const std::string path = absl::GetFlag(FLAGS_model);
   if (path.empty()) return absl::InvalidArgumentError("--model is required");
   PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(path));
   const ModelConfig& c = weights.config;
-  PDSERVE_ASSIGN_OR_RETURN(
-      EngineOptions options,
-      EngineOptionsFromFlags(prompt_tokens, std::max(prompt_tokens, gen_tokens + 1)));
+  options.max_batch_tokens = prompt_tokens;
+  options.max_context = std::max(prompt_tokens, gen_tokens + 1);
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(weights, options));
   auto log = GetLogger("bench");
   log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), options.num_threads,

@@ -48,15 +48,13 @@ absl::StatusOr<LoadedModel> LoadModelFromFlags() {
   return model;
 }
 
-absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int max_batch_tokens, int max_context) {
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions options;
   PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(absl::GetFlag(FLAGS_weights)));
   const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = all cores)");
   options.num_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0");
-  options.max_batch_tokens = max_batch_tokens;
   options.max_sequences = 1;
-  options.max_context = max_context;
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return options;
 }

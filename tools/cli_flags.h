@@ -46,8 +46,9 @@ namespace pdserve::cli {
 // --model and --tokenizer, loaded; InvalidArgument when --model is missing.
 absl::StatusOr<LoadedModel> LoadModelFromFlags();
 
-// Engine options from --threads and --weights, with the given batch and context limits.
-absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int max_batch_tokens, int max_context);
+// Engine options from --threads and --weights (one sequence); callers set the batch and context
+// limits once the model is known. Call before loading, so flag errors come first.
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
 // Rewrites "--max-tokens=3" as "--max_tokens=3" (flag names only) so that the documented dashed
 // spellings work with Abseil flags.

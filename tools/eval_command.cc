@@ -40,6 +40,7 @@ double NegativeLogLikelihood(std::span<const float> logits, int target) {
 
 absl::Status RunEval() {
   const int ctx = absl::GetFlag(FLAGS_ctx);
+  PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags());
   PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadFile(absl::GetFlag(FLAGS_text)));
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
   if (ctx < 4 || ctx > model.weights.config.max_seq_len) {
@@ -52,7 +53,8 @@ absl::Status RunEval() {
     return absl::InvalidArgumentError(absl::StrCat("the text has ", tokens.size(),
                                                    " tokens, fewer than one chunk of ", ctx));
   }
-  PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags(ctx, ctx));
+  options.max_batch_tokens = ctx;
+  options.max_context = ctx;
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
   auto log = GetLogger("eval");
   log->info("{} tokens, {} chunks of {}", tokens.size(), chunks, ctx);

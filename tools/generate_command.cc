@@ -21,23 +21,22 @@ void Print(const std::string& text) {
 }  // namespace
 
 absl::Status RunGenerate() {
-  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
-  const Tokenizer& tokenizer = *model.tokenizer;
-  const std::vector<int> ids = tokenizer.Encode(absl::GetFlag(FLAGS_prompt), /*add_bos=*/true);
-  const std::vector<int32_t> prompt(ids.begin(), ids.end());
-
+  PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags());
   GenerationParams params;
   params.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   params.sampling.top_p = absl::GetFlag(FLAGS_top_p);
   params.sampling.top_k = absl::GetFlag(FLAGS_top_k);
   params.sampling.seed = absl::GetFlag(FLAGS_seed);
   params.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  params.eos_id = tokenizer.eos_id();
   PDSERVE_RETURN_IF_ERROR(params.sampling.Validate());
+  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
+  const Tokenizer& tokenizer = *model.tokenizer;
+  const std::vector<int> ids = tokenizer.Encode(absl::GetFlag(FLAGS_prompt), /*add_bos=*/true);
+  const std::vector<int32_t> prompt(ids.begin(), ids.end());
 
-  const int context = model.weights.config.max_seq_len;
-  PDSERVE_ASSIGN_OR_RETURN(EngineOptions options,
-                           EngineOptionsFromFlags(std::min(512, context), context));
+  params.stop_ids = {tokenizer.eos_id(), tokenizer.bos_id()};
+  options.max_context = model.weights.config.max_seq_len;
+  options.max_batch_tokens = std::min(512, options.max_context);
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
 
   TextStream stream(tokenizer, -1);

@@ -1,5 +1,6 @@
 #include "core/model/generator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/cleanup/cleanup.h"
@@ -52,7 +53,9 @@ absl::StatusOr<GenerationResult> Generate(LlamaEngine& engine, std::span<const i
     const int32_t token = sampler.Sample(logits);
     result.tokens.push_back(token);
     on_token(token);
-    if (token == params.eos_id || static_cast<int>(result.tokens.size()) >= params.max_tokens) {
+    const bool stop = std::find(params.stop_ids.begin(), params.stop_ids.end(), token) !=
+                      params.stop_ids.end();
+    if (stop || static_cast<int>(result.tokens.size()) >= params.max_tokens) {
       break;
     }
     ForwardChunk chunk{sequence, {&result.tokens.back(), 1}};

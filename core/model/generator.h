@@ -1,4 +1,4 @@
-// Generate: runs one prompt through a LlamaEngine and samples tokens until EOS (when asked) or
+// Generate: runs one prompt through a LlamaEngine and samples tokens until a stop token or
 // max_tokens, reporting each token as it is produced. Prefill is chunked by the engine's
 // max_batch_tokens. The sequence is released on every exit path.
 #ifndef PDSERVE_CORE_MODEL_GENERATOR_H_
@@ -18,11 +18,11 @@ namespace pdserve {
 struct GenerationParams {
   SamplingParams sampling;
   int max_tokens = 64;
-  int eos_id = -1;  // stop after this token; -1 = never
+  std::vector<int32_t> stop_ids;  // stop after any of these tokens (EOS; BOS as llama2.c does)
 };
 
 struct GenerationResult {
-  std::vector<int32_t> tokens;  // generated, EOS included when it ended the run
+  std::vector<int32_t> tokens;  // generated, the stop token included when one ended the run
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# End-to-end checks of the pdserve CLI with real processes and real files:
+#   1. `generate` reproduces llama2.c's greedy text for the five reference prompts, from the
+#      llama2.c checkpoint and from GGUF and Hugging Face copies made by `convert`;
+#   2. `eval` at --ctx 256 gives llama.cpp's perplexity (3.6423) within 0.5%;
+#   3. `make-model` writes every format and `generate` runs on each;
+#   4. every malformed model file gives exit code 1, nothing on stdout and one clear error line.
+# Env: PDSERVE (the binary), PDSERVE_SHARED_DIR.
+set -euo pipefail
+
+: "${PDSERVE:?}" "${PDSERVE_SHARED_DIR:?}"
+MODEL="$PDSERVE_SHARED_DIR/models/stories260K/stories260K.bin"
+TOKENIZER="$PDSERVE_SHARED_DIR/models/stories260K/tok512.bin"
+REFERENCE="$PDSERVE_SHARED_DIR/reference/stories260K-greedy.txt"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# --- 1. greedy text against llama2.c -------------------------------------------------------
+awk '/^--- OUTPUT:/{f=1;next} /^--- achieved/{f=0} f' "$REFERENCE" > "$WORK/expected.txt"
+"$PDSERVE" convert --model "$MODEL" --tokenizer "$TOKENIZER" --format gguf --dtype f32 \
+  --out "$WORK/copy.gguf" --log-level warn
+"$PDSERVE" convert --model "$MODEL" --tokenizer "$TOKENIZER" --format safetensors --dtype f32 \
+  --out "$WORK/copy-hf" --log-level warn
+for variant in "$MODEL" "$WORK/copy.gguf" "$WORK/copy-hf"; do
+  : > "$WORK/got.txt"
+  while IFS= read -r prompt; do
+    n_prompt=$(grep -A1 -F "=== PROMPT: $prompt" "$REFERENCE" | tail -1 | wc -w)
+    max_tokens=$((64 - (n_prompt - 1) + 1))
+    "$PDSERVE" generate --model "$variant" --prompt "$prompt" --max-tokens "$max_tokens" \
+      --threads 2 --log-level warn >> "$WORK/got.txt"
+  done < <(sed -n 's/^=== PROMPT: //p' "$REFERENCE")
+  if ! diff -u "$WORK/expected.txt" "$WORK/got.txt" > "$WORK/diff.txt"; then
+    fail "generate from $variant differs from llama2.c:"; cat "$WORK/diff.txt" >&2
+  fi
+done
+
+# --- 2. perplexity against llama.cpp --------------------------------------------------------
+ppl=$("$PDSERVE" eval --model "$MODEL" --text "$PDSERVE_SHARED_DIR/data/stories260K-eval.txt" \
+  --ctx 256 --threads 2 --log-level warn | tail -1 |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["perplexity"])')
+python3 -c "import sys; p=$ppl; sys.exit(0 if abs(p-3.6423)/3.6423 <= 0.005 else 1)" ||
+  fail "perplexity $ppl is not within 0.5% of llama.cpp's 3.6423"
+echo "perplexity $ppl (llama.cpp: 3.6423)"
+
+# --- 3. make-model in every format ---------------------------------------------------------
+for spec in "gguf f16 tiny.gguf" "safetensors bf16 tiny-hf" "llama2c f32 tiny/model.bin"; do
+  read -r format dtype out <<< "$spec"
+  mkdir -p "$WORK/tiny"
+  "$PDSERVE" make-model --dim 32 --hidden-dim 64 --layers 2 --heads 4 --kv-heads 2 --vocab 300 \
+    --seq-len 64 --seed 7 --format "$format" --dtype "$dtype" --out "$WORK/$out" --log-level warn
+  "$PDSERVE" generate --model "$WORK/$out" --prompt "a b" --max-tokens 8 --log-level warn \
+    > /dev/null || fail "generate on make-model $format $dtype"
+done
+
+# --- 4. malformed files: exit 1, empty stdout, exactly one error line -----------------------
+expect_clean_error() {  # name, model path, [extra flags...]
+  local name=$1 path=$2; shift 2
+  local rc=0
+  "$PDSERVE" generate --model "$path" --tokenizer "$TOKENIZER" --prompt hi --max-tokens 2 \
+    "$@" > "$WORK/out" 2> "$WORK/err" || rc=$?
+  local lines; lines=$(wc -l < "$WORK/err")
+  if [ "$rc" -ne 1 ] || [ -s "$WORK/out" ] || [ "$lines" -ne 1 ] || ! grep -q '^error: ' "$WORK/err"; then
+    fail "$name: rc=$rc, stdout $(wc -c < "$WORK/out") bytes, stderr:"; cat "$WORK/err" >&2
+  else
+    echo "ok $name: $(cat "$WORK/err")"
+  fi
+}
+python3 "$(dirname "$0")/make_malformed.py" "$MODEL" "$WORK/copy.gguf" "$WORK/copy-hf" "$WORK/bad"
+for path in "$WORK"/bad/*; do expect_clean_error "$(basename "$path")" "$path"; done
+expect_clean_error missing-file "$WORK/does-not-exist.bin"
+expect_clean_error bad-weights-flag "$MODEL" --weights int4
+expect_clean_error negative-threads "$MODEL" --threads -3
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "cli_test: all checks passed"
