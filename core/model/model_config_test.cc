@@ -1,0 +1,65 @@
+#include "core/model/model_config.h"
+
+#include "core/model/model_weights.h"
+#include "core/model/random_model.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+TEST(ModelConfigTest, NamedShapesAreValidAndMatchTheirNames) {
+  for (const char* name : {"stories260K", "stories15M", "stories42M", "stories110M"}) {
+    auto config = ShapeByName(name);
+    ASSERT_TRUE(config.ok()) << name;
+    EXPECT_TRUE(config->Validate().ok()) << name;
+  }
+  EXPECT_NEAR(ShapeByName("stories15M")->NumParameters() / 1e6, 15.2, 0.1);  // 9.2M embedding
+  EXPECT_NEAR(ShapeByName("stories110M")->NumParameters() / 1e6, 109.5, 0.1);
+  EXPECT_EQ(ShapeByName("stories1B").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfigTest, ValidateRejectsImpossibleShapes) {
+  ModelConfig good = *ShapeByName("stories260K");
+  auto with = [&](auto edit) {
+    ModelConfig c = good;
+    edit(c);
+    return c.Validate();
+  };
+  EXPECT_TRUE(good.Validate().ok());
+  EXPECT_FALSE(with([](ModelConfig& c) { c.dim = 0; }).ok());
+  EXPECT_FALSE(with([](ModelConfig& c) { c.n_heads = 7; }).ok());       // 64 % 7
+  EXPECT_FALSE(with([](ModelConfig& c) { c.n_kv_heads = 3; }).ok());    // 8 % 3
+  EXPECT_FALSE(with([](ModelConfig& c) { c.n_heads = 64; c.n_kv_heads = 64; }).ok());  // head dim 1
+  EXPECT_FALSE(with([](ModelConfig& c) { c.norm_eps = -1; }).ok());
+  EXPECT_FALSE(with([](ModelConfig& c) { c.vocab_size = 1 << 30; }).ok());
+}
+
+TEST(ModelWeightsTest, RopePairingPermutationRoundTrips) {
+  ModelConfig c = *ShapeByName("stories260K");
+  ModelWeights w = MakeRandomModel(c, 1);
+  ModelWeights split = WithRopePairing(w, RopePairing::kSplitHalf);
+  EXPECT_EQ(split.config.rope_pairing, RopePairing::kSplitHalf);
+  const float* a = w.layers[0].wq.as<float>();
+  const float* b = split.layers[0].wq.as<float>();
+  // Row 2i+j of a head (adjacent) is row j·d/2 + i (split-half); d = 8: row 1 → row 4.
+  EXPECT_EQ(b[4 * c.dim], a[1 * c.dim]);
+  ModelWeights back = WithRopePairing(split, RopePairing::kAdjacent);
+  for (int l = 0; l < c.n_layers; ++l) {
+    EXPECT_EQ(0, std::memcmp(back.layers[l].wk.data, w.layers[l].wk.data, w.layers[l].wk.NumBytes()));
+    EXPECT_EQ(0, std::memcmp(back.layers[l].wq.data, w.layers[l].wq.data, w.layers[l].wq.NumBytes()));
+  }
+}
+
+TEST(ModelWeightsTest, ValidateNamesTheMissingOrMisshapenTensor) {
+  ModelWeights w = MakeRandomModel(*ShapeByName("stories260K"), 1);
+  EXPECT_TRUE(ValidateWeights(w).ok());
+  ModelWeights missing = w;
+  missing.layers[2].w3 = Tensor{};
+  EXPECT_NE(std::string(ValidateWeights(missing).message()).find("layers.2.w3"), std::string::npos);
+  ModelWeights misshapen = w;
+  misshapen.layers[1].wk.shape = {8, 64};
+  EXPECT_NE(std::string(ValidateWeights(misshapen).message()).find("layers.1.wk"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pdserve
