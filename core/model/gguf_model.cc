@@ -1,0 +1,329 @@
+#include "core/model/gguf_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
+#include "core/model/gguf_file.h"
+#include "core/model/gguf_writer.h"
+
+namespace pdserve {
+namespace {
+
+constexpr char kArchitecture[] = "llama";
+constexpr char kTokenizerModel[] = "llama";
+
+// llama.cpp's names of the per-layer tensors: blk.N.<suffix>.weight.
+struct LayerTensor {
+  const char* suffix;
+  Tensor LayerWeights::*field;
+  bool is_norm;
+};
+constexpr LayerTensor kLayerTensors[] = {
+    {"attn_norm", &LayerWeights::attn_norm, true}, {"attn_q", &LayerWeights::wq, false},
+    {"attn_k", &LayerWeights::wk, false},          {"attn_v", &LayerWeights::wv, false},
+    {"attn_output", &LayerWeights::wo, false},     {"ffn_norm", &LayerWeights::ffn_norm, true},
+    {"ffn_gate", &LayerWeights::w1, false},        {"ffn_down", &LayerWeights::w2, false},
+    {"ffn_up", &LayerWeights::w3, false},
+};
+
+std::string LayerTensorName(int layer, const char* suffix) {
+  return absl::StrCat("blk.", layer, ".", suffix, ".weight");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+// An integer key in [1, INT32_MAX]; `fallback` when absent (required when nullopt).
+absl::StatusOr<int> GetCount(const GgufFile& file, const std::string& key,
+                             std::optional<int> fallback = std::nullopt) {
+  if (fallback && file.FindValue(key) == nullptr) return *fallback;
+  PDSERVE_ASSIGN_OR_RETURN(int64_t value, file.GetInt(key));
+  if (value < 1 || value > std::numeric_limits<int32_t>::max()) {
+    return file.Error(absl::StrCat("metadata key '", key, "' = ", value, " is out of range"));
+  }
+  return static_cast<int>(value);
+}
+
+absl::StatusOr<float> GetFloatOr(const GgufFile& file, const std::string& key, float fallback) {
+  if (file.FindValue(key) == nullptr) return fallback;
+  PDSERVE_ASSIGN_OR_RETURN(double value, file.GetFloat(key));
+  return static_cast<float>(value);
+}
+
+// llama.vocab_size, or the rows of token_embd.weight when absent (as in many converted files).
+absl::StatusOr<int> ReadVocabSize(const GgufFile& file, const std::string& key) {
+  if (file.FindValue(key) != nullptr) return GetCount(file, key);
+  const GgufTensor* embedding = file.FindTensor("token_embd.weight");
+  if (embedding == nullptr) return file.Error("tensor token_embd.weight is missing");
+  return static_cast<int>(std::min<int64_t>(embedding->tensor.rows(), INT32_MAX));
+}
+
+absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
+  PDSERVE_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+  if (arch != kArchitecture) {
+    return file.Error(absl::StrCat("general.architecture is '", arch, "'; only '", kArchitecture,
+                                   "' is supported"));
+  }
+  const std::string p = absl::StrCat(kArchitecture, ".");
+  ModelConfig c;
+  PDSERVE_ASSIGN_OR_RETURN(c.max_seq_len, GetCount(file, p + "context_length"));
+  PDSERVE_ASSIGN_OR_RETURN(c.dim, GetCount(file, p + "embedding_length"));
+  PDSERVE_ASSIGN_OR_RETURN(c.n_layers, GetCount(file, p + "block_count"));
+  PDSERVE_ASSIGN_OR_RETURN(c.hidden_dim, GetCount(file, p + "feed_forward_length"));
+  PDSERVE_ASSIGN_OR_RETURN(c.n_heads, GetCount(file, p + "attention.head_count"));
+  PDSERVE_ASSIGN_OR_RETURN(c.n_kv_heads, GetCount(file, p + "attention.head_count_kv", c.n_heads));
+  PDSERVE_ASSIGN_OR_RETURN(c.norm_eps,
+                           GetFloatOr(file, p + "attention.layer_norm_rms_epsilon", 1e-5f));
+  PDSERVE_ASSIGN_OR_RETURN(c.rope_theta, GetFloatOr(file, p + "rope.freq_base", 10000.0f));
+  c.rope_pairing = RopePairing::kAdjacent;
+  PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, p + "vocab_size"));
+  c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
+  if (absl::Status s = c.Validate(); !s.ok()) return file.Error(s.message());
+  if (file.FindValue(p + "rope.dimension_count") != nullptr) {
+    PDSERVE_ASSIGN_OR_RETURN(int rope_dims, GetCount(file, p + "rope.dimension_count"));
+    if (rope_dims != c.head_dim()) {
+      return file.Error(absl::StrCat(p, "rope.dimension_count is ", rope_dims, ", the head dim ",
+                                     c.head_dim(), "; partial rotary embeddings are unsupported"));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<Tensor> GetTensor(const GgufFile& file, const std::string& name,
+                                 const std::vector<int64_t>& shape, std::set<std::string>& used) {
+  const GgufTensor* t = file.FindTensor(name);
+  if (t == nullptr) return file.Error(absl::StrCat("tensor ", name, " is missing"));
+  if (t->tensor.shape != shape) {
+    return file.Error(absl::StrCat("tensor ", name, " has shape [",
+                                   absl::StrJoin(t->tensor.shape, ", "), "], expected [",
+                                   absl::StrJoin(shape, ", "), "] (outermost first)"));
+  }
+  used.insert(name);
+  return t->tensor;
+}
+
+absl::StatusOr<ModelWeights> ReadWeights(const GgufFile& file, const ModelConfig& c) {
+  ModelWeights w;
+  w.config = c;
+  std::set<std::string> used;
+  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  PDSERVE_ASSIGN_OR_RETURN(w.token_embedding, GetTensor(file, "token_embd.weight", {v, d}, used));
+  PDSERVE_ASSIGN_OR_RETURN(w.final_norm, GetTensor(file, "output_norm.weight", {d}, used));
+  if (c.tied_embeddings) {
+    w.classifier = w.token_embedding;
+  } else {
+    PDSERVE_ASSIGN_OR_RETURN(w.classifier, GetTensor(file, "output.weight", {v, d}, used));
+  }
+  const std::vector<int64_t> shapes[] = {{d}, {d, d}, {kv, d}, {kv, d}, {d, d},
+                                         {d}, {h, d}, {d, h},  {h, d}};
+  w.layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (size_t i = 0; i < std::size(kLayerTensors); ++i) {
+      PDSERVE_ASSIGN_OR_RETURN(
+          w.layers[l].*kLayerTensors[i].field,
+          GetTensor(file, LayerTensorName(l, kLayerTensors[i].suffix), shapes[i], used));
+    }
+  }
+  for (const GgufTensor& t : file.tensors()) {
+    if (used.count(t.name) == 0) {
+      return file.Error(
+          absl::StrCat("unexpected tensor ", t.name, " for a ", c.n_layers, "-layer llama model"));
+    }
+  }
+  if (absl::Status s = ValidateWeights(w); !s.ok()) return file.Error(s.message());
+  return w;
+}
+
+absl::StatusOr<TokenType> ToTokenType(const GgufFile& file, size_t id, int64_t value) {
+  if (value == 0) return TokenType::kNormal;  // llama.cpp's "undefined"
+  if (value < static_cast<int>(TokenType::kNormal) || value > static_cast<int>(TokenType::kByte)) {
+    return file.Error(absl::StrCat("token ", id, " has token type ", value));
+  }
+  return static_cast<TokenType>(value);
+}
+
+// The optional per-token array `key`, which must have `n` elements when present.
+absl::StatusOr<const GgufValue*> FindTokenArray(const GgufFile& file, const std::string& key,
+                                                size_t n) {
+  const GgufValue* v = file.FindValue(key);
+  if (v != nullptr && (!v->is_array() || v->size() != n)) {
+    return file.Error(
+        absl::StrCat("metadata key '", key, "' is ", v->Describe(), ", expected an array of ", n));
+  }
+  return v;
+}
+
+absl::Status ReadTokenArrays(const GgufFile& file, Vocabulary& vocab) {
+  const size_t n = vocab.pieces.size();
+  vocab.scores.assign(n, 0.0f);
+  vocab.types.assign(n, TokenType::kNormal);
+  PDSERVE_ASSIGN_OR_RETURN(const GgufValue* scores,
+                           FindTokenArray(file, "tokenizer.ggml.scores", n));
+  if (scores != nullptr) {
+    std::optional<std::vector<float>> values = scores->AsFloatArray();
+    if (!values) return file.Error("tokenizer.ggml.scores is not an array of floats");
+    vocab.scores = std::move(*values);
+  }
+  PDSERVE_ASSIGN_OR_RETURN(const GgufValue* types,
+                           FindTokenArray(file, "tokenizer.ggml.token_type", n));
+  if (types != nullptr) {
+    std::optional<std::vector<int64_t>> values = types->AsIntArray();
+    if (!values) return file.Error("tokenizer.ggml.token_type is not an array of integers");
+    for (size_t i = 0; i < n; ++i) {
+      PDSERVE_ASSIGN_OR_RETURN(vocab.types[i], ToTokenType(file, i, (*values)[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> GetTokenId(const GgufFile& file, const std::string& key, int fallback) {
+  if (file.FindValue(key) == nullptr) return fallback;
+  PDSERVE_ASSIGN_OR_RETURN(int64_t id, file.GetInt(key));
+  if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+    return file.Error(absl::StrCat("metadata key '", key, "' = ", id, " is out of range"));
+  }
+  return static_cast<int>(id);
+}
+
+absl::StatusOr<Vocabulary> ReadVocabulary(const GgufFile& file, int vocab_size) {
+  PDSERVE_ASSIGN_OR_RETURN(std::string model, file.GetString("tokenizer.ggml.model"));
+  if (model != kTokenizerModel) {
+    return file.Error(absl::StrCat("tokenizer.ggml.model is '", model, "'; only '", kTokenizerModel,
+                                   "' (SentencePiece-style) is supported"));
+  }
+  const GgufValue* tokens = file.FindValue("tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->AsStringArray() == nullptr) {
+    return file.Error("metadata key 'tokenizer.ggml.tokens' is missing or not an array of strings");
+  }
+  Vocabulary vocab;
+  for (const std::string& piece : *tokens->AsStringArray()) {
+    vocab.pieces.push_back(MetaspaceToSpace(piece));
+  }
+  PDSERVE_RETURN_IF_ERROR(ReadTokenArrays(file, vocab));
+  PDSERVE_ASSIGN_OR_RETURN(vocab.bos_id, GetTokenId(file, "tokenizer.ggml.bos_token_id", 1));
+  PDSERVE_ASSIGN_OR_RETURN(vocab.eos_id, GetTokenId(file, "tokenizer.ggml.eos_token_id", 2));
+  PDSERVE_ASSIGN_OR_RETURN(vocab.unk_id, GetTokenId(file, "tokenizer.ggml.unknown_token_id", 0));
+  if (file.FindValue("tokenizer.ggml.add_space_prefix") != nullptr) {
+    PDSERVE_ASSIGN_OR_RETURN(vocab.add_dummy_prefix,
+                             file.GetBool("tokenizer.ggml.add_space_prefix"));
+  }
+  if (absl::Status s = vocab.Validate(); !s.ok()) return file.Error(s.message());
+  if (vocab.size() != vocab_size) {
+    return file.Error(absl::StrCat("the vocabulary has ", vocab.size(),
+                                   " tokens but token_embd.weight has ", vocab_size, " rows"));
+  }
+  return vocab;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+uint32_t FileType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 0;  // LLAMA_FTYPE_ALL_F32
+    case DType::kF16:
+      return 1;  // LLAMA_FTYPE_MOSTLY_F16
+    case DType::kBF16:
+      return 32;  // LLAMA_FTYPE_MOSTLY_BF16
+  }
+  return 0;
+}
+
+absl::Status AddConfigMetadata(GgufWriter& out, const ModelConfig& c, const std::string& name,
+                               DType dtype) {
+  const std::string p = absl::StrCat(kArchitecture, ".");
+  auto u32 = [](int v) { return GgufValue::Of(static_cast<uint32_t>(v)); };
+  for (auto& [key, value] : std::vector<std::pair<std::string, GgufValue>>{
+           {"general.architecture", GgufValue::Of(std::string(kArchitecture))},
+           {"general.name", GgufValue::Of(name)},
+           {"general.file_type", GgufValue::Of(FileType(dtype))},
+           {p + "vocab_size", u32(c.vocab_size)},
+           {p + "context_length", u32(c.max_seq_len)},
+           {p + "embedding_length", u32(c.dim)},
+           {p + "block_count", u32(c.n_layers)},
+           {p + "feed_forward_length", u32(c.hidden_dim)},
+           {p + "rope.dimension_count", u32(c.head_dim())},
+           {p + "attention.head_count", u32(c.n_heads)},
+           {p + "attention.head_count_kv", u32(c.n_kv_heads)},
+           {p + "attention.layer_norm_rms_epsilon", GgufValue::Of(c.norm_eps)},
+           {p + "rope.freq_base", GgufValue::Of(c.rope_theta)}}) {
+    PDSERVE_RETURN_IF_ERROR(out.SetMetadata(std::move(key), std::move(value)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddVocabularyMetadata(GgufWriter& out, const Vocabulary& vocab) {
+  std::vector<std::string> pieces;
+  std::vector<int32_t> types;
+  for (int i = 0; i < vocab.size(); ++i) {
+    pieces.push_back(SpaceToMetaspace(vocab.pieces[i]));
+    types.push_back(static_cast<int32_t>(vocab.types[i]));
+  }
+  auto u32 = [](int v) { return GgufValue::Of(static_cast<uint32_t>(v)); };
+  for (auto& [key, value] : std::vector<std::pair<std::string, GgufValue>>{
+           {"tokenizer.ggml.model", GgufValue::Of(std::string(kTokenizerModel))},
+           {"tokenizer.ggml.tokens", GgufValue::ArrayOf(std::move(pieces))},
+           {"tokenizer.ggml.scores", GgufValue::ArrayOf(vocab.scores)},
+           {"tokenizer.ggml.token_type", GgufValue::ArrayOf(types)},
+           {"tokenizer.ggml.bos_token_id", u32(vocab.bos_id)},
+           {"tokenizer.ggml.eos_token_id", u32(vocab.eos_id)},
+           {"tokenizer.ggml.unknown_token_id", u32(vocab.unk_id)},
+           {"tokenizer.ggml.add_bos_token", GgufValue::Of(true)},
+           {"tokenizer.ggml.add_space_prefix", GgufValue::Of(vocab.add_dummy_prefix)}}) {
+    PDSERVE_RETURN_IF_ERROR(out.SetMetadata(std::move(key), std::move(value)));
+  }
+  return absl::OkStatus();
+}
+
+// `w` is already converted and in the adjacent pairing.
+absl::Status AddWeightTensors(GgufWriter& out, const ModelWeights& w) {
+  PDSERVE_RETURN_IF_ERROR(out.AddTensor("token_embd.weight", w.token_embedding));
+  PDSERVE_RETURN_IF_ERROR(out.AddTensor("output_norm.weight", w.final_norm));
+  if (!w.config.tied_embeddings) {
+    PDSERVE_RETURN_IF_ERROR(out.AddTensor("output.weight", w.classifier));
+  }
+  for (int l = 0; l < w.config.n_layers; ++l) {
+    for (const LayerTensor& t : kLayerTensors) {
+      PDSERVE_RETURN_IF_ERROR(out.AddTensor(LayerTensorName(l, t.suffix), w.layers[l].*t.field));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
+  PDSERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+  GgufModel model;
+  PDSERVE_ASSIGN_OR_RETURN(ModelConfig config, ReadConfig(file));
+  PDSERVE_ASSIGN_OR_RETURN(model.weights, ReadWeights(file, config));
+  PDSERVE_ASSIGN_OR_RETURN(model.vocabulary, ReadVocabulary(file, config.vocab_size));
+  return model;
+}
+
+absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights,
+                            const Vocabulary& vocab, DType dtype) {
+  PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
+  PDSERVE_RETURN_IF_ERROR(vocab.Validate());
+  if (vocab.size() != weights.config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: the vocabulary has ", vocab.size(),
+                                                   " tokens, the model ",
+                                                   weights.config.vocab_size));
+  }
+  const ModelWeights w = WithRopePairing(ConvertWeights(weights, dtype), RopePairing::kAdjacent);
+  GgufWriter out;
+  PDSERVE_RETURN_IF_ERROR(
+      AddConfigMetadata(out, w.config, std::filesystem::path(path).stem().string(), dtype));
+  PDSERVE_RETURN_IF_ERROR(AddVocabularyMetadata(out, vocab));
+  PDSERVE_RETURN_IF_ERROR(AddWeightTensors(out, w));
+  return out.WriteFile(path);
+}
+
+}  // namespace pdserve
