@@ -10,51 +10,80 @@ namespace pdserve::kernels {
 namespace {
 
 inline float Dot(const float* a, const float* b, int n) {
-  int i = 0;
   float sum = 0.0f;
-  if (n >= 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) {
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    sum = _mm_cvtss_f32(s);
-  }
-  for (; i < n; ++i) sum += a[i] * b[i];
+  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
 
-// Address of token t's vector for KV head g in a paged buffer.
-inline const float* TokenRow(const float* base, const PagedKvView& kv, int g, int t, int head_dim) {
-  const int64_t page = kv.pages[t / kv.page_size];
-  const int64_t slot = static_cast<int64_t>(g) * kv.page_size + t % kv.page_size;
-  return base + page * kv.page_stride + slot * head_dim;
+// Sums each of eight vectors: result[j] = Σ lanes of v[j].
+inline __m256 HorizontalSums8(const __m256 v[8]) {
+  __m256 r0123 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  __m256 r4567 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
+                       _mm256_permute2f128_ps(r0123, r4567, 0x31));
 }
 
-// One query head over tokens [0, n_tokens): out = softmax(q·Kᵀ·scale)·V. `scores` holds n_tokens.
+// scores[j] = q · keys[j] · scale for j < n; keys are rows of `d` floats, contiguous.
+void ScoreKeys(const float* q, const float* keys, int n, int d, float scale, float* scores) {
+  int j = 0;
+  if (d % 8 == 0) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (; j + 8 <= n; j += 8) {
+      __m256 acc[8];
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      for (int c = 0; c < d; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(q + c);
+        for (int r = 0; r < 8; ++r) {
+          acc[r] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(keys + (j + r) * d + c), acc[r]);
+        }
+      }
+      _mm256_storeu_ps(scores + j, _mm256_mul_ps(HorizontalSums8(acc), vscale));
+    }
+  }
+  for (; j < n; ++j) scores[j] = Dot(q, keys + j * d, d) * scale;
+}
+
+// out += Σ_j w[j] · values[j] over n rows of `d` floats.
+void AccumulateValues(const float* w, const float* values, int n, int d, float* out) {
+  for (int j = 0; j < n; ++j) {
+    const float wj = w[j];
+    const float* v = values + j * d;
+    for (int i = 0; i < d; ++i) out[i] += wj * v[i];
+  }
+}
+
+// One query head over tokens [0, n_tokens): out = softmax(q·Kᵀ·scale)·V, page by page.
+// `scores` holds n_tokens.
 void AttendOne(const AttentionShape& s, const PagedKvView& kv, int g, const float* q, int n_tokens,
                float* scores, float* out) {
-  const int d = s.head_dim;
+  const int d = s.head_dim, page_size = kv.page_size;
+  const int64_t head_offset = int64_t{g} * page_size * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  float max_score = -INFINITY;
-  for (int t = 0; t < n_tokens; ++t) {
-    scores[t] = Dot(q, TokenRow(kv.k, kv, g, t, d), d) * scale;
-    max_score = std::max(max_score, scores[t]);
+  for (int t = 0, p = 0; t < n_tokens; t += page_size, ++p) {
+    const float* keys = kv.k + kv.pages[p] * kv.page_stride + head_offset;
+    ScoreKeys(q, keys, std::min(page_size, n_tokens - t), d, scale, scores + t);
   }
+  float max_score = -INFINITY;
+  for (int t = 0; t < n_tokens; ++t) max_score = std::max(max_score, scores[t]);
   float sum = 0.0f;
   for (int t = 0; t < n_tokens; ++t) {
     scores[t] = expf(scores[t] - max_score);
     sum += scores[t];
   }
   const float inv = 1.0f / sum;
+  for (int t = 0; t < n_tokens; ++t) scores[t] *= inv;
   std::fill(out, out + d, 0.0f);
-  for (int t = 0; t < n_tokens; ++t) {
-    const float w = scores[t] * inv;
-    const float* v = TokenRow(kv.v, kv, g, t, d);
-    for (int i = 0; i < d; ++i) out[i] += w * v[i];
+  for (int t = 0, p = 0; t < n_tokens; t += page_size, ++p) {
+    const float* values = kv.v + kv.pages[p] * kv.page_stride + head_offset;
+    AccumulateValues(scores + t, values, std::min(page_size, n_tokens - t), d, out);
   }
+}
+
+// Address of token t's vector for KV head g in a paged buffer (reference path).
+inline const float* TokenRow(const float* base, const PagedKvView& kv, int g, int t, int head_dim) {
+  const int64_t page = kv.pages[t / kv.page_size];
+  const int64_t slot = static_cast<int64_t>(g) * kv.page_size + t % kv.page_size;
+  return base + page * kv.page_stride + slot * head_dim;
 }
 
 }  // namespace
