@@ -43,12 +43,38 @@ void ScoreKeys(const float* q, const float* keys, int n, int d, float scale, flo
   for (; j < n; ++j) scores[j] = Dot(q, keys + j * d, d) * scale;
 }
 
+// out[0, 8·N) += Σ_j w[j] · values[j][0, 8·N), the accumulators held in registers.
+template <int N>
+void AccumulateChunk(const float* w, const float* values, int n, int d, float* out) {
+  __m256 acc[N];
+  for (int r = 0; r < N; ++r) acc[r] = _mm256_loadu_ps(out + 8 * r);
+  for (int j = 0; j < n; ++j) {
+    const __m256 wj = _mm256_set1_ps(w[j]);
+    const float* v = values + int64_t{j} * d;
+    for (int r = 0; r < N; ++r) acc[r] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8 * r), acc[r]);
+  }
+  for (int r = 0; r < N; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
+}
+
 // out += Σ_j w[j] · values[j] over n rows of `d` floats.
 void AccumulateValues(const float* w, const float* values, int n, int d, float* out) {
-  for (int j = 0; j < n; ++j) {
-    const float wj = w[j];
-    const float* v = values + j * d;
-    for (int i = 0; i < d; ++i) out[i] += wj * v[i];
+  if (d % 8 != 0) {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < d; ++i) out[i] += w[j] * values[int64_t{j} * d + i];
+    }
+    return;
+  }
+  for (int c = 0; c < d; c += 64) {
+    switch (std::min(8, (d - c) / 8)) {
+      case 1: AccumulateChunk<1>(w, values + c, n, d, out + c); break;
+      case 2: AccumulateChunk<2>(w, values + c, n, d, out + c); break;
+      case 3: AccumulateChunk<3>(w, values + c, n, d, out + c); break;
+      case 4: AccumulateChunk<4>(w, values + c, n, d, out + c); break;
+      case 5: AccumulateChunk<5>(w, values + c, n, d, out + c); break;
+      case 6: AccumulateChunk<6>(w, values + c, n, d, out + c); break;
+      case 7: AccumulateChunk<7>(w, values + c, n, d, out + c); break;
+      default: AccumulateChunk<8>(w, values + c, n, d, out + c); break;
+    }
   }
 }
 
