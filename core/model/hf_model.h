@@ -1,0 +1,57 @@
+// Hugging Face Llama checkpoints: a directory with config.json (transformers' LlamaConfig),
+// model.safetensors or model-0000i-of-0000n.safetensors shards with model.safetensors.index.json,
+// and optionally tokenizer.model (SentencePiece). Weights load zero-copy from the mapped shards
+// (norms are converted to f32) and keep the file's split-half RoPE pairing of the q/k rows
+// (config.rope_pairing = kSplitHalf). Tensor names map as
+//   model.embed_tokens.weight                    token_embedding
+//   model.layers.N.self_attn.{q,k,v,o}_proj.weight   wq wk wv wo
+//   model.layers.N.mlp.{gate,down,up}_proj.weight    w1 w2 w3
+//   model.layers.N.{input,post_attention}_layernorm.weight   attn_norm ffn_norm
+//   model.norm.weight  final_norm;   lm_head.weight  classifier (optional when tied)
+// Stateless functions; thread-safe. The returned weights share ownership of the mapped files.
+#ifndef PDSERVE_CORE_MODEL_HF_MODEL_H_
+#define PDSERVE_CORE_MODEL_HF_MODEL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/model/model_weights.h"
+#include "core/model/vocabulary.h"
+#include "core/tensor/dtype.h"
+
+namespace pdserve {
+
+struct HfModel {
+  ModelWeights weights;
+  std::string tokenizer_model_path;  // dir/tokenizer.model when present, else ""
+};
+
+// Loads the checkpoint in `dir`. NotFound when config.json (or both model.safetensors and its
+// index) is missing. InvalidArgument naming the file for: malformed JSON or fields of the wrong
+// type; model_type other than "llama" (SwiftKV's "llama_swiftkv" is not supported yet);
+// hidden_act other than "silu"; a non-null rope_scaling; attention_bias or mlp_bias true; a
+// head_dim other than hidden_size / num_attention_heads; shard names in the index that are not
+// plain file names; missing tensors, wrong shapes, and unexpected tensors (any name other than the
+// above and "*.rotary_emb.inv_freq", e.g. layers beyond num_hidden_layers or biases).
+// Defaults follow LlamaConfig: num_key_value_heads = num_attention_heads, rope_theta 10000,
+// rms_norm_eps 1e-6, max_position_embeddings 2048, tie_word_embeddings false.
+absl::StatusOr<HfModel> LoadHfModel(const std::string& dir);
+
+struct HfWriteOptions {
+  DType dtype = DType::kF32;  // of the matrices; norms are written as f32
+  int num_shards = 1;         // 1: model.safetensors; else shards + model.safetensors.index.json
+};
+
+// Creates `dir` if needed and writes config.json, generation_config.json, tokenizer.model (from
+// `vocab`, checked by loading it back), tokenizer_config.json and the tensors. q/k rows are
+// permuted to the split-half pairing first, as Hugging Face's convert_llama_weights_to_hf.py does;
+// lm_head.weight is omitted when the embeddings are tied. InvalidArgument when the weights or the
+// vocabulary are invalid or disagree in size, or num_shards is not in [1, number of tensors];
+// Internal when writing fails.
+absl::Status WriteHfModel(const std::string& dir, const ModelWeights& weights,
+                          const Vocabulary& vocab, const HfWriteOptions& options);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_HF_MODEL_H_

@@ -1,0 +1,426 @@
+#include "core/model/hf_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "core/model/safetensors.h"
+#include "core/model/sentencepiece_tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+std::string TestDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string dir = std::string(::testing::TempDir()) + "hf_model_test/" + info->test_suite_name() +
+                    "." + info->name();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+ModelConfig SmallConfig(bool tied) {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 300;
+  c.max_seq_len = 128;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.rope_pairing = RopePairing::kAdjacent;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+Tensor RandomTensor(std::mt19937& rng, std::vector<int64_t> shape) {
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> values(n);
+  for (float& v : values) v = normal(rng);
+  return MakeF32Tensor(std::move(values), std::move(shape));
+}
+
+ModelWeights RandomWeights(const ModelConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  ModelWeights w;
+  w.config = c;
+  w.token_embedding = RandomTensor(rng, {v, d});
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights L;
+    L.attn_norm = RandomTensor(rng, {d});
+    L.wq = RandomTensor(rng, {d, d});
+    L.wk = RandomTensor(rng, {kv, d});
+    L.wv = RandomTensor(rng, {kv, d});
+    L.wo = RandomTensor(rng, {d, d});
+    L.ffn_norm = RandomTensor(rng, {d});
+    L.w1 = RandomTensor(rng, {h, d});
+    L.w2 = RandomTensor(rng, {d, h});
+    L.w3 = RandomTensor(rng, {h, d});
+    w.layers.push_back(L);
+  }
+  w.final_norm = RandomTensor(rng, {d});
+  w.classifier = c.tied_embeddings ? w.token_embedding : RandomTensor(rng, {v, d});
+  return w;
+}
+
+// unk, bos, eos, 256 byte tokens, then distinct normal pieces up to `size`.
+Vocabulary SyntheticVocabulary(int size) {
+  Vocabulary v;
+  auto add = [&v](std::string piece, float score, TokenType type) {
+    v.pieces.push_back(std::move(piece));
+    v.scores.push_back(score);
+    v.types.push_back(type);
+  };
+  add("<unk>", 0, TokenType::kUnknown);
+  add("<s>", 0, TokenType::kControl);
+  add("</s>", 0, TokenType::kControl);
+  for (int b = 0; b < 256; ++b) add(absl::StrFormat("<0x%02X>", b), 0, TokenType::kByte);
+  for (int i = 0; v.size() < size; ++i) {
+    add(absl::StrFormat(" w%d", i), -static_cast<float>(i), TokenType::kNormal);
+  }
+  return v;
+}
+
+bool SameTensor(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, a.NumBytes()) == 0;
+}
+
+void ExpectSameWeights(const ModelWeights& a, const ModelWeights& b) {
+  const ModelConfig &x = a.config, &y = b.config;
+  EXPECT_EQ(x.Describe(), y.Describe());
+  EXPECT_EQ(x.norm_eps, y.norm_eps);
+  EXPECT_EQ(x.rope_theta, y.rope_theta);
+  EXPECT_EQ(x.rope_pairing, y.rope_pairing);
+  EXPECT_EQ(x.tied_embeddings, y.tied_embeddings);
+  EXPECT_TRUE(SameTensor(a.token_embedding, b.token_embedding));
+  EXPECT_TRUE(SameTensor(a.final_norm, b.final_norm));
+  EXPECT_TRUE(SameTensor(a.classifier, b.classifier));
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    for (Tensor LayerWeights::*f : {&LayerWeights::attn_norm, &LayerWeights::wq, &LayerWeights::wk,
+                                    &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::ffn_norm,
+                                    &LayerWeights::w1, &LayerWeights::w2, &LayerWeights::w3}) {
+      EXPECT_TRUE(SameTensor(a.layers[l].*f, b.layers[l].*f)) << "layer " << l;
+    }
+  }
+}
+
+Json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return Json::parse(in, nullptr, false);
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+// Writes the small model to a fresh directory and returns it.
+std::string WriteSmallModel(bool tied, int shards = 1) {
+  const std::string dir = TestDir() + "/model";
+  absl::Status s = WriteHfModel(dir, RandomWeights(SmallConfig(tied), 7), SyntheticVocabulary(300),
+                                {DType::kF32, shards});
+  EXPECT_TRUE(s.ok()) << s;
+  return dir;
+}
+
+struct RoundTripCase {
+  bool tied;
+  int shards;
+};
+
+class HfRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(HfRoundTripTest, LoadsExactlyWhatWasWritten) {
+  const RoundTripCase p = GetParam();
+  const std::string dir = TestDir() + "/model";
+  const ModelWeights source = RandomWeights(SmallConfig(p.tied), 42);
+  ASSERT_TRUE(WriteHfModel(dir, source, SyntheticVocabulary(300), {DType::kF32, p.shards}).ok());
+  if (p.shards == 1) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
+  } else {
+    for (int s = 1; s <= p.shards; ++s) {
+      EXPECT_TRUE(std::filesystem::exists(
+          absl::StrFormat("%s/model-%05d-of-%05d.safetensors", dir, s, p.shards)));
+    }
+    Json index = ReadJson(dir + "/model.safetensors.index.json");
+    ASSERT_TRUE(index.is_object());
+    EXPECT_EQ(index["weight_map"].size(), 2u + 9u * 2u + (p.tied ? 0u : 1u));
+    EXPECT_TRUE(index["metadata"]["total_size"].is_number_unsigned());
+  }
+  absl::StatusOr<HfModel> model = LoadHfModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->tokenizer_model_path, dir + "/tokenizer.model");
+  EXPECT_EQ(model->weights.config.rope_pairing, RopePairing::kSplitHalf);
+  // Stored as Hugging Face stores them: q/k rows in the split-half order, zero copy.
+  const ModelWeights split = WithRopePairing(source, RopePairing::kSplitHalf);
+  EXPECT_TRUE(SameTensor(model->weights.layers[1].wq, split.layers[1].wq));
+  EXPECT_TRUE(SameTensor(model->weights.layers[1].wk, split.layers[1].wk));
+  EXPECT_FALSE(SameTensor(model->weights.layers[1].wq, source.layers[1].wq));
+  ExpectSameWeights(WithRopePairing(model->weights, RopePairing::kAdjacent), source);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HfRoundTripTest,
+                         ::testing::Values(RoundTripCase{false, 1}, RoundTripCase{true, 1},
+                                           RoundTripCase{false, 3}, RoundTripCase{true, 3}),
+                         [](const auto& info) {
+                           return absl::StrFormat("%s_%dshards",
+                                                  info.param.tied ? "tied" : "untied",
+                                                  info.param.shards);
+                         });
+
+TEST(HfModelTest, WritesTransformersConfig) {
+  const std::string dir = WriteSmallModel(/*tied=*/false);
+  Json config = ReadJson(dir + "/config.json");
+  ASSERT_TRUE(config.is_object());
+  EXPECT_EQ(config["architectures"], Json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(config["model_type"], "llama");
+  EXPECT_EQ(config["hidden_size"], 64);
+  EXPECT_EQ(config["intermediate_size"], 96);
+  EXPECT_EQ(config["num_hidden_layers"], 2);
+  EXPECT_EQ(config["num_attention_heads"], 4);
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["vocab_size"], 300);
+  EXPECT_EQ(config["max_position_embeddings"], 128);
+  EXPECT_EQ(config["rms_norm_eps"], 1e-5);
+  EXPECT_EQ(config["rope_theta"], 10000.0);
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["hidden_act"], "silu");
+  EXPECT_EQ(config["bos_token_id"], 1);
+  EXPECT_EQ(config["eos_token_id"], 2);
+  EXPECT_TRUE(ReadJson(dir + "/generation_config.json").is_object());
+  Json tokenizer_config = ReadJson(dir + "/tokenizer_config.json");
+  EXPECT_EQ(tokenizer_config["tokenizer_class"], "LlamaTokenizer");
+  EXPECT_EQ(tokenizer_config["bos_token"], "<s>");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      LoadSentencePieceTokenizer(dir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->vocab_size(), 300);
+}
+
+TEST(HfModelTest, WritesBf16MatricesAndF32Norms) {
+  const std::string dir = TestDir() + "/model";
+  const ModelWeights source = RandomWeights(SmallConfig(false), 3);
+  ASSERT_TRUE(WriteHfModel(dir, source, SyntheticVocabulary(300), {DType::kBF16, 2}).ok());
+  EXPECT_EQ(ReadJson(dir + "/config.json")["torch_dtype"], "bfloat16");
+  absl::StatusOr<HfModel> model = LoadHfModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelWeights loaded = WithRopePairing(model->weights, RopePairing::kAdjacent);
+  ExpectSameWeights(loaded, ConvertWeights(source, DType::kBF16));
+  EXPECT_EQ(loaded.layers[0].wq.dtype, DType::kBF16);
+  EXPECT_EQ(loaded.layers[0].attn_norm.dtype, DType::kF32);
+}
+
+TEST(HfModelTest, RejectsBadWriteArguments) {
+  const std::string dir = TestDir();
+  const ModelWeights w = RandomWeights(SmallConfig(true), 1);
+  EXPECT_FALSE(WriteHfModel(dir + "/a", w, SyntheticVocabulary(299), {}).ok());
+  EXPECT_FALSE(WriteHfModel(dir + "/b", w, SyntheticVocabulary(300), {DType::kF32, 0}).ok());
+  EXPECT_FALSE(WriteHfModel(dir + "/c", w, SyntheticVocabulary(300), {DType::kF32, 100}).ok());
+}
+
+// Rewrites config.json of a freshly written model with `edit` and returns the load status.
+absl::Status LoadWithConfig(const std::function<void(Json&)>& edit) {
+  const std::string dir = WriteSmallModel(/*tied=*/false);
+  Json config = ReadJson(dir + "/config.json");
+  edit(config);
+  WriteText(dir + "/config.json", config.dump());
+  return LoadHfModel(dir).status();
+}
+
+TEST(HfModelTest, RejectsUnsupportedConfigs) {
+  struct Case {
+    const char* label;
+    std::function<void(Json&)> edit;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"mistral", [](Json& j) { j["model_type"] = "mistral"; }, "\"mistral\""},
+      {"swiftkv", [](Json& j) { j["model_type"] = "llama_swiftkv"; }, "SwiftKV"},
+      {"no_model_type", [](Json& j) { j.erase("model_type"); }, "model_type"},
+      {"gelu", [](Json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
+      {"rope_scaling",
+       [](Json& j) {
+         j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+       },
+       "rope_scaling"},
+      {"attention_bias", [](Json& j) { j["attention_bias"] = true; }, "attention_bias"},
+      {"mlp_bias", [](Json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
+      {"string_size", [](Json& j) { j["hidden_size"] = "64"; }, "hidden_size\" is not an integer"},
+      {"float_size", [](Json& j) { j["hidden_size"] = 64.5; }, "hidden_size\" is not an integer"},
+      {"huge_size", [](Json& j) { j["hidden_size"] = 1ull << 40; },
+       "hidden_size\" is out of range"},
+      {"no_layers", [](Json& j) { j.erase("num_hidden_layers"); },
+       "num_hidden_layers\" is missing"},
+      {"bool_tie", [](Json& j) { j["tie_word_embeddings"] = 1; }, "tie_word_embeddings"},
+      {"string_eps", [](Json& j) { j["rms_norm_eps"] = "small"; }, "rms_norm_eps"},
+      {"head_dim", [](Json& j) { j["head_dim"] = 32; }, "head_dim"},
+      {"bad_heads", [](Json& j) { j["num_attention_heads"] = 5; }, "config.json"},
+      // With num_key_value_heads absent it defaults to 4 heads: k_proj's 32 rows then disagree.
+      {"default_kv_heads", [](Json& j) { j.erase("num_key_value_heads"); }, "k_proj"},
+      {"wider",
+       [](Json& j) {
+         j["hidden_size"] = 128;
+         j.erase("head_dim");
+       },
+       "model.embed_tokens.weight"},
+      {"more_layers", [](Json& j) { j["num_hidden_layers"] = 3; }, "model.layers.2."},
+      {"fewer_layers", [](Json& j) { j["num_hidden_layers"] = 1; }, "layer 1"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = LoadWithConfig(c.edit);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.label << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
+  }
+  EXPECT_TRUE(LoadWithConfig([](Json& j) { j["rope_scaling"] = nullptr; }).ok());
+}
+
+TEST(HfModelTest, RejectsMalformedConfigFiles) {
+  const std::string dir = WriteSmallModel(/*tied=*/true);
+  const std::string deep = std::string(10000, '[') + std::string(10000, ']');
+  for (const std::string& text :
+       {std::string("{not json"), std::string("[1, 2, 3]"), std::string("\"llama\""),
+        std::string("{\"model_type\": \"llama\"}"), deep}) {
+    WriteText(dir + "/config.json", text);
+    absl::Status s = LoadHfModel(dir).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text.substr(0, 40);
+    EXPECT_THAT(s.message(), HasSubstr("config.json")) << text.substr(0, 40);
+  }
+  std::filesystem::remove(dir + "/config.json");
+  absl::Status s = LoadHfModel(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("config.json"));
+  EXPECT_EQ(LoadHfModel(dir + "/absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Rewrites model.safetensors of a freshly written single-file model with `edit` and returns the
+// load status.
+absl::Status LoadWithTensors(bool tied,
+                             const std::function<void(std::vector<NamedTensor>&)>& edit) {
+  const std::string dir = WriteSmallModel(tied);
+  const std::string path = dir + "/model.safetensors";
+  std::vector<NamedTensor> tensors;
+  {
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
+    EXPECT_TRUE(file.ok()) << file.status();
+    for (const auto& [name, t] : file->tensors) tensors.push_back({name, t});
+  }
+  edit(tensors);
+  // The tensors still point into the old mapping: write a new file and rename it over.
+  EXPECT_TRUE(WriteSafetensors(path + ".new", tensors).ok());
+  std::filesystem::rename(path + ".new", path);
+  return LoadHfModel(dir).status();
+}
+
+void Remove(std::vector<NamedTensor>& tensors, const std::string& name) {
+  std::erase_if(tensors, [&](const NamedTensor& t) { return t.name == name; });
+}
+
+const Tensor& Find(const std::vector<NamedTensor>& tensors, const std::string& name) {
+  for (const NamedTensor& t : tensors) {
+    if (t.name == name) return t.tensor;
+  }
+  static const Tensor kEmpty;
+  return kEmpty;
+}
+
+TEST(HfModelTest, ChecksTensorSet) {
+  absl::Status s = LoadWithTensors(false, [](auto& t) { Remove(t, "lm_head.weight"); });
+  EXPECT_THAT(s.message(), HasSubstr("'lm_head.weight' is missing"));
+  s = LoadWithTensors(false, [](auto& t) { Remove(t, "model.layers.1.mlp.up_proj.weight"); });
+  EXPECT_THAT(s.message(), HasSubstr("model.layers.1.mlp.up_proj.weight"));
+  s = LoadWithTensors(false, [](auto& t) {
+    t.push_back(
+        {"model.layers.2.mlp.gate_proj.weight", Find(t, "model.layers.1.mlp.gate_proj.weight")});
+  });
+  EXPECT_THAT(s.message(), HasSubstr("'model.layers.2.mlp.gate_proj.weight'"));
+  EXPECT_THAT(s.message(), HasSubstr("layer 2"));
+  EXPECT_THAT(s.message(), HasSubstr("model.safetensors"));
+  s = LoadWithTensors(false, [](auto& t) {
+    t.push_back(
+        {"model.layers.0.self_attn.q_proj.bias", MakeF32Tensor(std::vector<float>(64), {64})});
+  });
+  EXPECT_THAT(s.message(), HasSubstr("unexpected tensor 'model.layers.0.self_attn.q_proj.bias'"));
+  s = LoadWithTensors(false, [](auto& t) {
+    for (NamedTensor& n : t) {
+      if (n.name == "model.norm.weight") n.tensor = MakeF32Tensor(std::vector<float>(63), {63});
+    }
+  });
+  EXPECT_THAT(s.message(), HasSubstr("'model.norm.weight' has shape [63]"));
+  // Frequency buffers are ignored; a tied model may carry lm_head.weight.
+  s = LoadWithTensors(false, [](auto& t) {
+    t.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq",
+                 MakeF32Tensor(std::vector<float>(8), {8})});
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  s = LoadWithTensors(true, [](auto& t) {
+    t.push_back({"lm_head.weight", Find(t, "model.embed_tokens.weight")});
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(HfModelTest, ChecksShardIndex) {
+  const std::string dir = TestDir() + "/model";
+  ASSERT_TRUE(WriteHfModel(dir, RandomWeights(SmallConfig(false), 5), SyntheticVocabulary(300),
+                           {DType::kF32, 3})
+                  .ok());
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  const Json good = ReadJson(index_path);
+  auto load_with = [&](const std::function<void(Json&)>& edit) {
+    Json index = good;
+    edit(index);
+    WriteText(index_path, index.dump());
+    return LoadHfModel(dir).status();
+  };
+  absl::Status s =
+      load_with([](Json& j) { j["weight_map"]["lm_head.weight"] = "../x.safetensors"; });
+  EXPECT_THAT(s.message(), HasSubstr("not a plain file name"));
+  s = load_with([](Json& j) { j["weight_map"]["lm_head.weight"] = ".."; });
+  EXPECT_THAT(s.message(), HasSubstr("not a plain file name"));
+  s = load_with([](Json& j) { j["weight_map"]["lm_head.weight"] = "absent.safetensors"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("absent.safetensors"));
+  s = load_with([](Json& j) { j["weight_map"]["lm_head.weight"] = 3; });
+  EXPECT_THAT(s.message(), HasSubstr("not a string"));
+  s = load_with([](Json& j) { j.erase("weight_map"); });
+  EXPECT_THAT(s.message(), HasSubstr("weight_map"));
+  s = load_with([](Json& j) {
+    j["weight_map"]["lm_head.weight"] = j["weight_map"]["model.embed_tokens.weight"];
+  });
+  EXPECT_THAT(s.message(), HasSubstr("'lm_head.weight', listed in"));
+  s = load_with([](Json& j) { j["weight_map"].erase("model.norm.weight"); });
+  EXPECT_THAT(s.message(), HasSubstr("'model.norm.weight' is missing"));
+  EXPECT_TRUE(load_with([](Json&) {}).ok());
+}
+
+TEST(HfModelTest, RequiresSafetensors) {
+  const std::string dir = WriteSmallModel(/*tied=*/true);
+  std::filesystem::remove(dir + "/model.safetensors");
+  absl::Status s = LoadHfModel(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("model.safetensors"));
+  ASSERT_TRUE(
+      WriteHfModel(dir, RandomWeights(SmallConfig(true), 7), SyntheticVocabulary(300), {}).ok());
+  std::filesystem::remove(dir + "/tokenizer.model");
+  absl::StatusOr<HfModel> model = LoadHfModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->tokenizer_model_path, "");
+}
+
+}  // namespace
+}  // namespace pdserve

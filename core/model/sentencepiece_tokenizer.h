@@ -1,0 +1,27 @@
+// A Tokenizer over a SentencePiece model file (tokenizer.model of Hugging Face Llama checkpoints),
+// backed by libsentencepiece. Encoding is the library's; decoding follows the Tokenizer contract
+// (byte tokens give their byte, control/unknown/unused tokens nothing, "▁" is a space and the
+// leading space after BOS is dropped). The tokenizer owns its processor; immutable after loading
+// and safe to use from many threads.
+#ifndef PDSERVE_CORE_MODEL_SENTENCEPIECE_TOKENIZER_H_
+#define PDSERVE_CORE_MODEL_SENTENCEPIECE_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/model/tokenizer.h"
+
+namespace pdserve {
+
+// Loads the serialized ModelProto at `path`. NotFound when the file is missing; InvalidArgument
+// naming the path (and including libsentencepiece's message) when the library refuses it, or when
+// it defines no BOS or EOS control token.
+//
+// ExportVocabulary() reports user-defined pieces as kNormal (libsentencepiece 0.1.97 does not
+// expose that type) and reads add_dummy_prefix from the file's NormalizerSpec.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_SENTENCEPIECE_TOKENIZER_H_
