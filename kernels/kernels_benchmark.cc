@@ -1,2 +1,248 @@
-#include <benchmark/benchmark.h>
-BENCHMARK_MAIN();
+// CPU kernel benchmarks: Matmul as GEMM (prefill, n = 512) and GEMV (decode, n = 1 and 4) on the
+// projection shapes of stories15M/42M/110M-class models in f32/f16/bf16, paged attention (decode
+// at context 512/1024, prefill 512; 12 heads of 64), RmsNorm and RoPE. Thread counts are an
+// argument and use pdserve's ThreadPool. Counters: "FLOPS" (floating-point operations per second,
+// wall time) and bytes_per_second (weights or KV streamed).
+//
+// The default minimum time per benchmark is 0.2 s (about 40 s for the whole suite); pass
+// --benchmark_min_time=N to change it and --benchmark_filter=REGEX to select.
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/base/thread_pool.h"
+#include "core/tensor/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+
+namespace pdserve::kernels {
+namespace {
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Seeded random weights, built once per (rows, cols, dtype) and shared by the benchmarks.
+const Tensor& Weights(int64_t rows, int64_t cols, DType dtype) {
+  static auto* cache = new std::map<std::tuple<int64_t, int64_t, DType>, Tensor>();
+  auto key = std::make_tuple(rows, cols, dtype);
+  auto it = cache->find(key);
+  if (it == cache->end()) {
+    Tensor f32 =
+        MakeF32Tensor(RandomVector(rows * cols, static_cast<uint32_t>(rows + cols)), {rows, cols});
+    it = cache->emplace(key, ConvertTensor(f32, dtype)).first;
+  }
+  return it->second;
+}
+
+// Args: rows, cols, n (activation rows), dtype, threads.
+void BM_Matmul(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
+  const auto dtype = static_cast<DType>(state.range(3));
+  ThreadPool pool(static_cast<int>(state.range(4)));
+  const Tensor& w = Weights(rows, cols, dtype);
+  std::vector<float> x = RandomVector(n * cols, 1);
+  std::vector<float> y(n * rows);
+  std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), cols));
+  for (auto _ : state) {
+    Matmul(pool, x.data(), n, w, y.data(), workspace);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * n * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.NumBytes()));
+  state.SetLabel(std::string(DTypeName(dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
+}
+
+// Projection shapes [rows, cols]: attention (768x768), FFN up/gate (2048x768), FFN down
+// (768x2048) and the classifier (32000x768).
+const std::vector<std::pair<int64_t, int64_t>> kProjections = {
+    {768, 768}, {2048, 768}, {768, 2048}, {32000, 768}};
+
+void GemmBenchArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"rows", "cols", "n", "dtype", "threads"});
+  for (auto [rows, cols] : kProjections) {
+    for (int threads : {1, 2}) {
+      b->Args({rows, cols, 512, static_cast<int64_t>(DType::kF32), threads});
+    }
+  }
+  // 16-bit weights widen block by block before SGEMM.
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    b->Args({2048, 768, 512, static_cast<int64_t>(dtype), 2});
+  }
+}
+
+void GemvBenchArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"rows", "cols", "n", "dtype", "threads"});
+  for (auto [rows, cols] : kProjections) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
+    }
+  }
+  // A full GEMV batch: each weight row streamed once for 4 activation rows.
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    b->Args({2048, 768, 4, static_cast<int64_t>(dtype), 2});
+  }
+}
+
+BENCHMARK(BM_Matmul)
+    ->Name("BM_Gemm")
+    ->Apply(GemmBenchArgs)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Matmul)
+    ->Name("BM_Gemv")
+    ->Apply(GemvBenchArgs)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Paged attention, 12 heads (no GQA) of 64, page size 16, pages in order.
+constexpr int kHeads = 12;
+constexpr int kHeadDim = 64;
+constexpr int kPageSize = 16;
+
+struct AttentionSetup {
+  AttentionSetup(int n_sequences, int context, int n_queries) {
+    const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
+    page_stride = int64_t{kHeads} * kPageSize * kHeadDim;
+    k = RandomVector(n_sequences * pages_per_seq * page_stride, 2);
+    v = RandomVector(static_cast<int64_t>(k.size()), 3);
+    pages.resize(static_cast<size_t>(n_sequences) * pages_per_seq);
+    for (size_t p = 0; p < pages.size(); ++p) pages[p] = static_cast<int32_t>(p);
+    const int64_t row = int64_t{n_queries} * kHeads * kHeadDim;
+    q = RandomVector(n_sequences * row, 4);
+    out.resize(q.size());
+    for (int s = 0; s < n_sequences; ++s) {
+      AttentionSequence seq;
+      seq.q = q.data() + s * row;
+      seq.out = out.data() + s * row;
+      seq.n_queries = n_queries;
+      seq.start_pos = context - n_queries;
+      seq.kv =
+          PagedKvView{k.data(), v.data(), pages.data() + s * pages_per_seq, kPageSize, page_stride};
+      sequences.push_back(seq);
+    }
+  }
+
+  int64_t page_stride;
+  std::vector<float> k, v, q, out;
+  std::vector<int32_t> pages;
+  std::vector<AttentionSequence> sequences;
+};
+
+// Args: context, n_queries (1 = decode, context = prefill), sequences, threads.
+void BM_Attention(benchmark::State& state) {
+  const int context = static_cast<int>(state.range(0));
+  const int n_queries = static_cast<int>(state.range(1));
+  const int n_sequences = static_cast<int>(state.range(2));
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  AttentionSetup setup(n_sequences, context, n_queries);
+  const AttentionShape shape{kHeads, kHeads, kHeadDim};
+  std::vector<float> workspace(AttentionWorkspaceFloats(pool.size(), context));
+  for (auto _ : state) {
+    Attention(pool, shape, setup.sequences, workspace);
+    benchmark::DoNotOptimize(setup.out.data());
+    benchmark::ClobberMemory();
+  }
+  // Per query head and attended token: q·k and p·v, 2·head_dim FLOPs each.
+  double attended = 0.0;
+  for (int i = 0; i < n_queries; ++i) attended += context - n_queries + i + 1;
+  state.counters["FLOPS"] = benchmark::Counter(4.0 * kHeadDim * kHeads * attended * n_sequences,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(state.iterations() * n_sequences * 2 * int64_t{context} * kHeads *
+                          kHeadDim * static_cast<int64_t>(sizeof(float)));
+}
+
+BENCHMARK(BM_Attention)
+    ->Name("BM_AttentionDecode")
+    ->ArgNames({"context", "queries", "seqs", "threads"})
+    ->ArgsProduct({{512, 1024}, {1}, {1, 8}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention)
+    ->Name("BM_AttentionPrefill")
+    ->ArgNames({"context", "queries", "seqs", "threads"})
+    ->ArgsProduct({{512}, {512}, {1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Args: n rows of dim 768.
+void BM_RmsNorm(benchmark::State& state) {
+  const int64_t n = state.range(0), dim = 768;
+  std::vector<float> x = RandomVector(n * dim, 5), weight = RandomVector(dim, 6);
+  std::vector<float> out(x.size());
+  for (auto _ : state) {
+    RmsNorm(x.data(), weight.data(), n, dim, 1e-5f, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(4.0 * n * dim, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(state.iterations() * n * dim * 2 * static_cast<int64_t>(sizeof(float)));
+}
+
+BENCHMARK(BM_RmsNorm)->ArgName("n")->Arg(1)->Arg(512)->UseRealTime();
+
+// Args: tokens (consecutive positions), pairing. 12 heads of 64 per token, as for q.
+void BM_Rope(benchmark::State& state) {
+  const int tokens = static_cast<int>(state.range(0));
+  const auto pairing = static_cast<RopePairing>(state.range(1));
+  RopeTable table(kHeadDim, 2048, 10000.0f);
+  std::vector<float> x = RandomVector(int64_t{tokens} * kHeads * kHeadDim, 7);
+  for (auto _ : state) {
+    for (int t = 0; t < tokens; ++t) {
+      ApplyRope(x.data() + int64_t{t} * kHeads * kHeadDim, kHeads, table, t, pairing);
+    }
+    benchmark::DoNotOptimize(x.data());
+    benchmark::ClobberMemory();
+  }
+  // Per pair: four multiplies and two adds.
+  state.counters["FLOPS"] = benchmark::Counter(6.0 * tokens * kHeads * kHeadDim / 2,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(state.iterations() * tokens * kHeads * kHeadDim * 2 *
+                          static_cast<int64_t>(sizeof(float)));
+  state.SetLabel(pairing == RopePairing::kAdjacent ? "adjacent" : "split-half");
+}
+
+BENCHMARK(BM_Rope)
+    ->ArgNames({"tokens", "pairing"})
+    ->ArgsProduct({{1, 512},
+                   {static_cast<int64_t>(RopePairing::kAdjacent),
+                    static_cast<int64_t>(RopePairing::kSplitHalf)}})
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace pdserve::kernels
+
+// Like BENCHMARK_MAIN(), with a default --benchmark_min_time of 0.2 s unless one is given.
+int main(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  bool has_min_time = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--benchmark_min_time", 20) == 0) has_min_time = true;
+  }
+  static char default_min_time[] = "--benchmark_min_time=0.2";
+  if (!has_min_time) args.insert(args.begin() + 1, default_min_time);
+  int count = static_cast<int>(args.size());
+  args.push_back(nullptr);  // argv[argc] is null by convention
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  benchmark::AddCustomContext("simd",
+                              pdserve::kernels::SimdLevelName(pdserve::kernels::ActiveSimdLevel()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

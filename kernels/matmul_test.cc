@@ -1,0 +1,239 @@
+// Matmul: the fast path (GEMV kernels for n < 8, SGEMM for n ≥ 8) against MatmulReference on the
+// same seeded inputs, for every weight dtype, awkward shapes and several pool sizes; the AVX2 and
+// AVX-512 GEMV row kernels directly, with strides and partial row ranges.
+#include "kernels/matmul.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/thread_pool.h"
+#include "core/tensor/tensor.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/gemv_kernels.h"
+#include "kernels/cpu_features.h"
+
+namespace pdserve::kernels {
+namespace {
+
+// Fast path vs reference on the same weights (only summation order differs).
+constexpr double kSameWeightsTolerance = 1e-5;
+
+// Fast path on 16-bit weights vs the reference on the f32 weights they were rounded from.
+double DTypeTolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 1e-5;
+    case DType::kF16:
+      return 2e-3;  // 11-bit significand
+    case DType::kBF16:
+      return 1.5e-2;  // 8-bit significand
+  }
+  return 0.0;
+}
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+double Norm(const float* v, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double{v[i]} * v[i];
+  return std::sqrt(sum);
+}
+
+// ‖got − want‖ / ‖want‖ over the first n values.
+double RelativeError(const float* got, const float* want, int64_t n) {
+  double diff = 0.0, ref = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = double{got[i]} - want[i];
+    diff += d * d;
+    ref += double{want[i]} * want[i];
+  }
+  return std::sqrt(diff) / std::sqrt(ref);
+}
+
+struct Shape {
+  int64_t rows;
+  int64_t cols;
+};
+
+// Odd row counts, columns that are not multiples of 8, 16 or 32, and a few aligned ones.
+const Shape kShapes[] = {{1, 1},   {3, 7},    {37, 33},  {67, 172}, {129, 1},
+                         {65, 31}, {131, 64}, {17, 513}, {64, 768}, {200, 96}};
+
+constexpr float kGuard = 12345.0f;
+
+struct MatmulCase {
+  int64_t n;
+  DType dtype;
+  int threads;
+};
+
+std::string CaseName(const testing::TestParamInfo<MatmulCase>& info) {
+  return absl::StrCat("n", info.param.n, "_", DTypeName(info.param.dtype), "_threads",
+                      info.param.threads);
+}
+
+class MatmulTest : public testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTest, FastPathMatchesReference) {
+  const MatmulCase& c = GetParam();
+  ThreadPool pool(c.threads);
+  uint32_t seed = 1;
+  for (const Shape& shape : kShapes) {
+    SCOPED_TRACE(absl::StrCat("rows ", shape.rows, " cols ", shape.cols));
+    Tensor w32 =
+        MakeF32Tensor(RandomVector(shape.rows * shape.cols, seed++), {shape.rows, shape.cols});
+    Tensor w = ConvertTensor(w32, c.dtype);
+    ASSERT_EQ(w.dtype, c.dtype);
+    std::vector<float> x = RandomVector(c.n * shape.cols, seed++);
+    ASSERT_GT(Norm(x.data(), c.n * shape.cols), 0.0);
+
+    const int64_t out = c.n * shape.rows;
+    std::vector<float> y(out + 16, kGuard);  // guard values after the output
+    std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), shape.cols));
+    Matmul(pool, x.data(), c.n, w, y.data(), workspace);
+    for (int64_t i = out; i < out + 16; ++i) ASSERT_EQ(y[i], kGuard) << "wrote past y at " << i;
+
+    std::vector<float> want(out), want32(out);
+    MatmulReference(x.data(), c.n, w, want.data());
+    MatmulReference(x.data(), c.n, w32, want32.data());
+    ASSERT_GT(Norm(want.data(), out), 0.0);
+    ASSERT_GT(Norm(y.data(), out), 0.0);
+    for (int64_t i = 0; i < out; ++i) ASSERT_TRUE(std::isfinite(y[i])) << "y[" << i << "]";
+
+    EXPECT_LT(RelativeError(y.data(), want.data(), out), kSameWeightsTolerance);
+    EXPECT_LT(RelativeError(y.data(), want32.data(), out), DTypeTolerance(c.dtype));
+  }
+}
+
+std::vector<MatmulCase> AllCases() {
+  std::vector<MatmulCase> cases;
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int threads : {1, 2, 3}) cases.push_back({n, dtype, threads});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest, testing::ValuesIn(AllCases()), CaseName);
+
+// Larger projections (stories15M shapes) on the SGEMM path, several widen blocks per thread.
+TEST(MatmulLargeTest, PrefillProjectionShapes) {
+  ThreadPool pool(3);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (Shape shape : {Shape{768, 288}, Shape{288, 768}, Shape{1000, 288}}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " rows ", shape.rows, " cols ", shape.cols));
+      const int64_t n = 19;
+      Tensor w = ConvertTensor(
+          MakeF32Tensor(RandomVector(shape.rows * shape.cols, 7), {shape.rows, shape.cols}), dtype);
+      std::vector<float> x = RandomVector(n * shape.cols, 8);
+      std::vector<float> y(n * shape.rows), want(n * shape.rows);
+      std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), shape.cols));
+      Matmul(pool, x.data(), n, w, y.data(), workspace);
+      MatmulReference(x.data(), n, w, want.data());
+      ASSERT_GT(Norm(want.data(), n * shape.rows), 0.0);
+      ASSERT_GT(Norm(y.data(), n * shape.rows), 0.0);
+      EXPECT_LT(RelativeError(y.data(), want.data(), n * shape.rows), kSameWeightsTolerance);
+    }
+  }
+}
+
+// A second call on the same output must overwrite, not accumulate.
+TEST(MatmulLargeTest, OverwritesOutput) {
+  ThreadPool pool(2);
+  Tensor w = MakeF32Tensor(RandomVector(40 * 24, 3), {40, 24});
+  for (int64_t n : {1, 4, 8}) {
+    std::vector<float> x = RandomVector(n * 24, 4);
+    std::vector<float> y(n * 40, 1e6f), want(n * 40);
+    std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), 24));
+    Matmul(pool, x.data(), n, w, y.data(), workspace);
+    MatmulReference(x.data(), n, w, want.data());
+    EXPECT_LT(RelativeError(y.data(), want.data(), n * 40), kSameWeightsTolerance) << "n " << n;
+  }
+}
+
+// The GEMV row kernels called directly: x and y rows padded (ldx > cols, ldy > rows), a row range
+// that starts and ends inside the matrix; rows outside the range and the padding stay untouched.
+using GemvFn = void (*)(const GemvArgs&, int64_t, int64_t);
+
+void CheckGemvKernel(GemvFn gemv) {
+  uint32_t seed = 100;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (Shape shape : {Shape{9, 1}, Shape{13, 7}, Shape{21, 33}, Shape{11, 172}, Shape{6, 64},
+                        Shape{7, 47}, Shape{5, 300}}) {
+      for (int nb = 1; nb <= kGemvMaxBatch; ++nb) {
+        SCOPED_TRACE(
+            absl::StrCat(DTypeName(dtype), " rows ", shape.rows, " cols ", shape.cols, " nb ", nb));
+        Tensor w = ConvertTensor(
+            MakeF32Tensor(RandomVector(shape.rows * shape.cols, seed++), {shape.rows, shape.cols}),
+            dtype);
+        const int64_t ldx = shape.cols + 5, ldy = shape.rows + 3;
+        std::vector<float> x = RandomVector(nb * ldx, seed++);
+        std::vector<float> y(nb * ldy, kGuard);
+        const int64_t begin = shape.rows > 2 ? 1 : 0, end = shape.rows - (shape.rows > 4 ? 2 : 0);
+        GemvArgs args{x.data(), nb, ldx, w.data, dtype, shape.cols, y.data(), ldy};
+        gemv(args, begin, end);
+
+        for (int b = 0; b < nb; ++b) {
+          std::vector<float> want(shape.rows);
+          MatmulReference(x.data() + b * ldx, 1, w, want.data());
+          ASSERT_GT(Norm(want.data() + begin, end - begin), 0.0);
+          EXPECT_LT(RelativeError(y.data() + b * ldy + begin, want.data() + begin, end - begin),
+                    kSameWeightsTolerance)
+              << "batch row " << b;
+          for (int64_t r = 0; r < ldy; ++r) {
+            if (r < begin || r >= end) {
+              EXPECT_EQ(y[b * ldy + r], kGuard) << "row " << r << " outside the range was written";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemvKernelTest, Avx2) {
+  if (!CpuIsSupported()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  CheckGemvKernel(&avx2::GemvRows);
+}
+
+TEST(GemvKernelTest, Avx512) {
+  if (!GetCpuFeatures().avx512) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
+  CheckGemvKernel(&avx512::GemvRows);
+}
+
+TEST(GemvKernelTest, WidenRowMatchesElementAsFloat) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t n : {1, 7, 8, 9, 33, 172}) {
+      Tensor t = ConvertTensor(MakeF32Tensor(RandomVector(n, 9), {1, n}), dtype);
+      std::vector<float> widened(n);
+      avx2::WidenRow(t.data, dtype, n, widened.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(widened[i], ElementAsFloat(t, i)) << DTypeName(dtype) << " n " << n << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuFeaturesTest, ActiveLevelIsConsistent) {
+  const SimdLevel level = ActiveSimdLevel();
+  if (level == SimdLevel::kAvx512) {
+    EXPECT_TRUE(GetCpuFeatures().avx512);
+  }
+  EXPECT_STREQ(SimdLevelName(SimdLevel::kAvx2), "avx2");
+  EXPECT_STREQ(SimdLevelName(SimdLevel::kAvx512), "avx512");
+  EXPECT_TRUE(CpuIsSupported());
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
