@@ -18,8 +18,9 @@ inline void Rotate(float* x, int head_dim, const float* cos, const float* sin,
     int a = pairing == RopePairing::kAdjacent ? 2 * i : i;
     int b = pairing == RopePairing::kAdjacent ? 2 * i + 1 : i + half;
     float x0 = x[a], x1 = x[b];
-    x[a] = x0 * cos[i] - x1 * sin[i];
-    x[b] = x0 * sin[i] + x1 * cos[i];
+    // Explicit fma: the compiler may not contract these differently in different callers.
+    x[a] = std::fma(x0, cos[i], -(x1 * sin[i]));
+    x[b] = std::fma(x0, sin[i], x1 * cos[i]);
   }
 }
 
