@@ -31,7 +31,8 @@ struct AttentionShape {
 };
 
 struct AttentionSequence {
-  const float* q = nullptr;  // [n_queries, n_heads, head_dim]
+  const float* q = nullptr;  // [n_queries, n_heads, head_dim], rows q_row_stride floats apart
+  int64_t q_row_stride = 0;  // 0 = packed (n_heads · head_dim)
   float* out = nullptr;      // [n_queries, n_heads, head_dim]
   int n_queries = 0;
   int start_pos = 0;

@@ -1,5 +1,5 @@
-// SwiGLU: gate[i] = silu(gate[i]) · up[i] = gate[i] / (1 + e^(−gate[i])) · up[i], in place over n
-// values. Exact expf (the FFN's element work is small next to its matmuls).
+// SwiGLU: out[i] = silu(gate[i]) · up[i] = gate[i] / (1 + e^(−gate[i])) · up[i] over n values;
+// `out` may alias `gate`. Exact expf (the FFN's element work is small next to its matmuls).
 #ifndef PDSERVE_KERNELS_SWIGLU_H_
 #define PDSERVE_KERNELS_SWIGLU_H_
 
@@ -7,7 +7,7 @@
 
 namespace pdserve::kernels {
 
-void SwiGlu(float* gate, const float* up, int64_t n);
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 }  // namespace pdserve::kernels
 

@@ -39,6 +39,12 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::RunRange(int thread_index) {
+  if (dynamic_) {
+    for (int64_t begin; (begin = next_.fetch_add(grain_, std::memory_order_relaxed)) < n_;) {
+      (*fn_)(begin, std::min(n_, begin + grain_), thread_index);
+    }
+    return;
+  }
   auto [begin, end] = SplitRange(n_, grain_, num_threads_, thread_index);
   if (begin < end) {
     (*fn_)(begin, end, thread_index);
@@ -46,12 +52,22 @@ void ThreadPool::RunRange(int thread_index) {
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain, const RangeFn& fn) {
+  Run(n, grain, /*dynamic=*/false, fn);
+}
+
+void ThreadPool::ParallelForDynamic(int64_t n, int64_t chunk, const RangeFn& fn) {
+  Run(n, chunk, /*dynamic=*/true, fn);
+}
+
+void ThreadPool::Run(int64_t n, int64_t grain, bool dynamic, const RangeFn& fn) {
   if (n <= 0) {
     return;
   }
   fn_ = &fn;
   n_ = n;
   grain_ = std::max<int64_t>(1, grain);
+  dynamic_ = dynamic;
+  next_.store(0, std::memory_order_relaxed);
   if (num_threads_ == 1) {
     RunRange(0);
     return;

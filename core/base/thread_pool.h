@@ -32,18 +32,25 @@ class ThreadPool {
   // range takes the remainder); returns when every range is done.
   void ParallelFor(int64_t n, int64_t grain, const RangeFn& fn);
 
+  // Runs `fn` over [0, n) in chunks of `chunk` indices that threads take in turn as they finish
+  // (load balancing for uneven work or uneven threads); fn may run several times per thread.
+  void ParallelForDynamic(int64_t n, int64_t chunk, const RangeFn& fn);
+
   // Runs fn(thread_index) once on every thread.
   void RunOnAll(const std::function<void(int thread_index)>& fn);
 
  private:
   void WorkerLoop(int thread_index);
   void RunRange(int thread_index);
+  void Run(int64_t n, int64_t grain, bool dynamic, const RangeFn& fn);
 
   const int num_threads_;
   std::vector<std::thread> workers_;
   const RangeFn* fn_ = nullptr;  // valid while a job runs
   int64_t n_ = 0;
   int64_t grain_ = 1;
+  bool dynamic_ = false;
+  std::atomic<int64_t> next_{0};  // next unclaimed index of a dynamic job
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};

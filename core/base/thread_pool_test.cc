@@ -79,6 +79,26 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPoolTest, ParallelForDynamicCoversEveryIndexOnceInChunks) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 64, 1000, 4097}) {
+      for (int64_t chunk : {1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> hits(std::max<int64_t>(n, 1));
+        std::atomic<bool> bad_range{false};
+        pool.ParallelForDynamic(n, chunk, [&](int64_t begin, int64_t end, int thread) {
+          if (begin % chunk != 0 || end - begin > chunk || thread < 0 || thread >= threads) {
+            bad_range = true;
+          }
+          for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+        });
+        EXPECT_FALSE(bad_range) << threads << " " << n << " " << chunk;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+      }
+    }
+  }
+}
+
 TEST(ThreadPoolTest, FewerItemsThanThreads) {
   ThreadPool pool(8);
   for (int64_t n : {1, 2, 3, 7}) CheckParallelFor(pool, n, 1);

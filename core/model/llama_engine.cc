@@ -17,7 +17,7 @@ namespace pdserve {
 struct LlamaEngine::Buffers {
   std::vector<int32_t> tokens;  // [n]
   std::vector<int32_t> positions;
-  std::vector<float> x, xb, q, k, v, attn, hb, hb2;  // [n, width]
+  std::vector<float> x, xb, qkv, attn, gate_up, hb;  // [n, width]
   std::vector<float> logits;                         // [n, vocab]
   std::vector<float> matmul_workspace;
   std::vector<float> attention_workspace;
@@ -70,11 +70,15 @@ LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int
   Buffers& b = *buffers_;
   b.tokens.resize(n);
   b.positions.resize(n);
-  for (auto [buffer, width] : {std::pair{&b.x, c.dim}, std::pair{&b.xb, c.dim},
-                               std::pair{&b.q, c.dim}, std::pair{&b.k, c.kv_dim()},
-                               std::pair{&b.v, c.kv_dim()}, std::pair{&b.attn, c.dim},
-                               std::pair{&b.hb, c.hidden_dim}, std::pair{&b.hb2, c.hidden_dim}}) {
+  for (auto [buffer, width] :
+       {std::pair{&b.x, c.dim}, std::pair{&b.xb, c.dim}, std::pair{&b.qkv, c.dim + 2 * c.kv_dim()},
+        std::pair{&b.attn, c.dim}, std::pair{&b.gate_up, 2 * c.hidden_dim},
+        std::pair{&b.hb, c.hidden_dim}}) {
     buffer->resize(n * width);
+  }
+  for (LayerWeights& layer : weights_.layers) {
+    fused_.push_back({ConcatRows({layer.wq, layer.wk, layer.wv}), ConcatRows({layer.w1, layer.w3})});
+    layer.wq = layer.wk = layer.wv = layer.w1 = layer.w3 = Tensor{};  // now only in fused_
   }
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
@@ -183,61 +187,71 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
   return std::span<const float>(b.logits.data(), static_cast<size_t>(rows) * config().vocab_size);
 }
 
+void LlamaEngine::ForTokens(int n, const ThreadPool::RangeFn& fn) {
+  constexpr int kMinTokensPerThread = 8;
+  if (n < 2 * kMinTokensPerThread) {
+    fn(0, n, 0);
+  } else {
+    pool_.ParallelFor(n, kMinTokensPerThread, fn);
+  }
+}
+
 void LlamaEngine::Layer(int layer, std::span<const ForwardChunk> chunks, int n) {
   const ModelConfig& c = config();
   const LayerWeights& w = weights_.layers[layer];
   Buffers& b = *buffers_;
   std::span<float> ws(b.matmul_workspace);
-  pool_.ParallelFor(n, 8, [&](int64_t begin, int64_t end, int) {
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
     kernels::RmsNorm(b.x.data() + begin * c.dim, w.attn_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, w.wq, b.q.data(), ws);
-  kernels::Matmul(pool_, b.xb.data(), n, w.wk, b.k.data(), ws);
-  kernels::Matmul(pool_, b.xb.data(), n, w.wv, b.v.data(), ws);
-  for (int t = 0; t < n; ++t) {
-    kernels::ApplyRope(b.q.data() + int64_t{t} * c.dim, c.n_heads, rope_, b.positions[t],
-                       c.rope_pairing);
-    kernels::ApplyRope(b.k.data() + int64_t{t} * c.kv_dim(), c.n_kv_heads, rope_, b.positions[t],
-                       c.rope_pairing);
-  }
-  WriteKv(layer, chunks);
+  kernels::Matmul(pool_, b.xb.data(), n, fused_[layer].wqkv, b.qkv.data(), ws);
+  RotateAndStoreKv(layer, chunks, n);
   Attend(layer, chunks);
   kernels::Matmul(pool_, b.attn.data(), n, w.wo, b.xb.data(), ws);
-  for (int64_t i = 0; i < int64_t{n} * c.dim; ++i) b.x[i] += b.xb[i];
-
-  pool_.ParallelFor(n, 8, [&](int64_t begin, int64_t end, int) {
+  const int64_t hidden = c.hidden_dim;
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin * c.dim; i < end * c.dim; ++i) b.x[i] += b.xb[i];
     kernels::RmsNorm(b.x.data() + begin * c.dim, w.ffn_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, w.w1, b.hb.data(), ws);
-  kernels::Matmul(pool_, b.xb.data(), n, w.w3, b.hb2.data(), ws);
-  const int64_t hidden = c.hidden_dim;
-  pool_.ParallelFor(n, 8, [&](int64_t begin, int64_t end, int) {
-    kernels::SwiGlu(b.hb.data() + begin * hidden, b.hb2.data() + begin * hidden,
-                    (end - begin) * hidden);
+  kernels::Matmul(pool_, b.xb.data(), n, fused_[layer].w13, b.gate_up.data(), ws);
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gate = b.gate_up.data() + t * 2 * hidden;
+      kernels::SwiGlu(gate, gate + hidden, hidden, b.hb.data() + t * hidden);
+    }
   });
   kernels::Matmul(pool_, b.hb.data(), n, w.w2, b.xb.data(), ws);
-  for (int64_t i = 0; i < int64_t{n} * c.dim; ++i) b.x[i] += b.xb[i];
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin * c.dim; i < end * c.dim; ++i) b.x[i] += b.xb[i];
+  });
 }
 
-void LlamaEngine::WriteKv(int layer, std::span<const ForwardChunk> chunks) {
+void LlamaEngine::RotateAndStoreKv(int layer, std::span<const ForwardChunk> chunks, int n) {
   const ModelConfig& c = config();
   const int d = c.head_dim(), page_size = kv_->config().page_size;
+  const int64_t width = c.dim + 2 * c.kv_dim();
   Buffers& b = *buffers_;
-  int t = 0;
-  for (const ForwardChunk& chunk : chunks) {
-    const BlockTable& table = sequences_[chunk.sequence].table;
-    for (size_t i = 0; i < chunk.tokens.size(); ++i, ++t) {
+  // The sequence of each token, found by walking the chunks (tokens are in chunk order).
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    size_t chunk = 0;
+    int64_t chunk_end = static_cast<int64_t>(chunks[0].tokens.size());
+    for (int64_t t = begin; t < end; ++t) {
+      while (t >= chunk_end) chunk_end += static_cast<int64_t>(chunks[++chunk].tokens.size());
+      float* q = b.qkv.data() + t * width;
+      float* k = q + c.dim;
+      const float* v = k + c.kv_dim();
       const int pos = b.positions[t];
-      const int32_t page = table.pages()[pos / page_size];
+      kernels::ApplyRope(q, c.n_heads, rope_, pos, c.rope_pairing);
+      kernels::ApplyRope(k, c.n_kv_heads, rope_, pos, c.rope_pairing);
+      const int32_t page = sequences_[chunks[chunk].sequence].table.pages()[pos / page_size];
       for (int g = 0; g < c.n_kv_heads; ++g) {
-        const int64_t src = int64_t{t} * c.kv_dim() + int64_t{g} * d;
-        std::memcpy(kv_->KRow(layer, page, pos % page_size, g), b.k.data() + src, d * sizeof(float));
-        std::memcpy(kv_->VRow(layer, page, pos % page_size, g), b.v.data() + src, d * sizeof(float));
+        std::memcpy(kv_->KRow(layer, page, pos % page_size, g), k + g * d, d * sizeof(float));
+        std::memcpy(kv_->VRow(layer, page, pos % page_size, g), v + g * d, d * sizeof(float));
       }
     }
-  }
+  });
 }
 
 void LlamaEngine::Attend(int layer, std::span<const ForwardChunk> chunks) {
@@ -248,7 +262,8 @@ void LlamaEngine::Attend(int layer, std::span<const ForwardChunk> chunks) {
   for (const ForwardChunk& chunk : chunks) {
     const BlockTable& table = sequences_[chunk.sequence].table;
     kernels::AttentionSequence seq;
-    seq.q = b.q.data() + int64_t{t} * c.dim;
+    seq.q = b.qkv.data() + int64_t{t} * (c.dim + 2 * c.kv_dim());
+    seq.q_row_stride = c.dim + 2 * c.kv_dim();
     seq.out = b.attn.data() + int64_t{t} * c.dim;
     seq.n_queries = static_cast<int>(chunk.tokens.size());
     seq.start_pos = b.positions[t];

@@ -4,7 +4,8 @@
 // sized batches, GEMV for decode sized ones) and attention per sequence.
 //
 // Weights are converted once at Create to EngineOptions::weight_dtype (shared, not copied, when
-// they already are). All buffers, the KV pool and the thread pool are allocated at Create; Forward
+// they already are); q/k/v and gate/up projections are stacked into one matrix each, so a layer
+// runs four matmuls. All buffers, the KV pool and the thread pool are allocated at Create; Forward
 // allocates nothing. Not thread-safe: one caller drives an engine.
 #ifndef PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 #define PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
@@ -66,6 +67,11 @@ class LlamaEngine {
 
  private:
   struct Buffers;
+  // Projections that read the same input, stacked so one matmul computes them.
+  struct FusedLayer {
+    Tensor wqkv;  // [dim + 2·kv_dim, dim] = [wq; wk; wv]
+    Tensor w13;   // [2·hidden, dim] = [w1; w3]
+  };
   struct Sequence {
     bool live = false;
     BlockTable table;
@@ -75,11 +81,14 @@ class LlamaEngine {
   absl::Status ValidateChunks(std::span<const ForwardChunk> chunks) const;
   absl::Status ReserveKv(std::span<const ForwardChunk> chunks);
   void Layer(int layer, std::span<const ForwardChunk> chunks, int n_tokens);
-  void WriteKv(int layer, std::span<const ForwardChunk> chunks);
+  void RotateAndStoreKv(int layer, std::span<const ForwardChunk> chunks, int n_tokens);
+  // Runs fn over tokens [0, n) on the pool when n is large enough to pay for it, else inline.
+  void ForTokens(int n, const ThreadPool::RangeFn& fn);
   void Attend(int layer, std::span<const ForwardChunk> chunks);
   int ComputeLogits(std::span<const ForwardChunk> chunks);
 
   ModelWeights weights_;
+  std::vector<FusedLayer> fused_;
   EngineOptions options_;
   int max_context_;
   ThreadPool pool_;

@@ -58,6 +58,27 @@ Tensor ConvertTensor(const Tensor& tensor, DType dtype) {
   return OwnedTensor(std::move(out), dtype, tensor.shape);
 }
 
+Tensor ConcatRows(const std::vector<Tensor>& parts) {
+  size_t bytes = 0;
+  int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    bytes += part.NumBytes();
+    rows += part.rows();
+  }
+  auto storage = std::make_shared<std::vector<uint8_t>>(bytes);
+  size_t offset = 0;
+  for (const Tensor& part : parts) {
+    std::memcpy(storage->data() + offset, part.data, part.NumBytes());
+    offset += part.NumBytes();
+  }
+  Tensor out;
+  out.dtype = parts.front().dtype;
+  out.shape = {rows, parts.front().cols()};
+  out.data = storage->data();
+  out.owner = std::move(storage);
+  return out;
+}
+
 std::string DescribeTensor(const Tensor& tensor) {
   return absl::StrCat("[", absl::StrJoin(tensor.shape, ", "), "] ", DTypeName(tensor.dtype));
 }

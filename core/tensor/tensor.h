@@ -44,6 +44,10 @@ Tensor ToF32(const Tensor& tensor);
 // Converts `tensor` to `dtype` (round to nearest even); returns it unchanged when already `dtype`.
 Tensor ConvertTensor(const Tensor& tensor, DType dtype);
 
+// Stacks matrices of one dtype and column count row-wise into one owned [Σ rows, cols] tensor.
+// Requires a non-empty list of matching matrices.
+Tensor ConcatRows(const std::vector<Tensor>& parts);
+
 // Reads element `index` of any dtype as float.
 float ElementAsFloat(const Tensor& tensor, int64_t index);
 

@@ -125,7 +125,7 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
   const size_t per_thread = workspace.size() / pool.size();
   const int group = shape.n_heads / shape.n_kv_heads;
   const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
-  pool.ParallelFor(total, 1, [&](int64_t begin, int64_t end, int thread) {
+  pool.ParallelForDynamic(total, 4, [&](int64_t begin, int64_t end, int thread) {
     float* scores = workspace.data() + thread * per_thread;
     size_t s = 0;
     int64_t first = 0;  // flat index of sequences[s]'s first task
@@ -137,9 +137,10 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
       const AttentionSequence& seq = sequences[s];
       const int query = static_cast<int>((task - first) / shape.n_heads);
       const int head = static_cast<int>((task - first) % shape.n_heads);
-      const int64_t offset = query * row + int64_t{head} * shape.head_dim;
-      AttendOne(shape, seq.kv, head / group, seq.q + offset, seq.start_pos + query + 1, scores,
-                seq.out + offset);
+      const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
+      const int64_t head_offset = int64_t{head} * shape.head_dim;
+      AttendOne(shape, seq.kv, head / group, seq.q + query * q_stride + head_offset,
+                seq.start_pos + query + 1, scores, seq.out + query * row + head_offset);
     }
   });
 }
@@ -148,10 +149,12 @@ void AttentionReference(const AttentionShape& shape, const AttentionSequence& se
   const int d = shape.head_dim;
   const int group = shape.n_heads / shape.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t row = int64_t{shape.n_heads} * d;
+  const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
   for (int i = 0; i < seq.n_queries; ++i) {
     const int n_tokens = seq.start_pos + i + 1;
     for (int h = 0; h < shape.n_heads; ++h) {
-      const float* q = seq.q + (int64_t{i} * shape.n_heads + h) * d;
+      const float* q = seq.q + i * q_stride + int64_t{h} * d;
       float* out = seq.out + (int64_t{i} * shape.n_heads + h) * d;
       std::vector<float> scores(n_tokens);
       float max_score = -INFINITY;

@@ -12,8 +12,11 @@ namespace {
 
 // Activation rows from which SGEMM beats repeated GEMV passes over the weights.
 constexpr int64_t kGemmMinRows = 8;
-// Weight rows widened to fp32 at a time on the SGEMM path.
-constexpr int64_t kWidenBlockRows = 64;
+// Weight rows per SGEMM call (and widened to fp32 at a time for 16-bit weights); threads take
+// such chunks in turn, which balances uneven threads.
+constexpr int64_t kGemmChunkRows = 128;
+// GEMV chunks: about this many per thread, in multiples of 16 rows.
+constexpr int64_t kGemvChunksPerThread = 4;
 
 void EnsureSingleThreadedBlas() {
   static const bool done = [] {
@@ -45,7 +48,8 @@ void Sgemm(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols
               static_cast<int>(cols), 0.0f, y, static_cast<int>(ldy));
 }
 
-void GemmRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end,
+// Rows [begin, end) of y; at most kGemmChunkRows rows.
+void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end,
                float* widened) {
   const int64_t cols = w.cols();
   if (w.dtype == DType::kF32) {
@@ -53,34 +57,33 @@ void GemmRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
     return;
   }
   const auto* bytes = static_cast<const uint8_t*>(w.data);
-  for (int64_t r = begin; r < end; r += kWidenBlockRows) {
-    int64_t count = std::min(kWidenBlockRows, end - r);
-    for (int64_t i = 0; i < count; ++i) {
-      avx2::WidenRow(bytes + (r + i) * cols * DTypeSize(w.dtype), w.dtype, cols,
-                     widened + i * cols);
-    }
-    Sgemm(x, n, widened, count, cols, y + r, w.rows());
+  for (int64_t r = begin; r < end; ++r) {
+    avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols,
+                   widened + (r - begin) * cols);
   }
+  Sgemm(x, n, widened, end - begin, cols, y + begin, w.rows());
 }
 
 }  // namespace
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
-  return static_cast<size_t>(num_threads) * kWidenBlockRows * max_cols;
+  return static_cast<size_t>(num_threads) * kGemmChunkRows * max_cols;
 }
 
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
             std::span<float> workspace) {
   if (n < kGemmMinRows) {
-    pool.ParallelFor(w.rows(), 16, [&](int64_t begin, int64_t end, int) {
+    const int64_t chunk =
+        std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
+    pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int) {
       GemvRange(x, n, w, y, begin, end);
     });
     return;
   }
   EnsureSingleThreadedBlas();
-  const size_t per_thread = kWidenBlockRows * w.cols();
-  pool.ParallelFor(w.rows(), kWidenBlockRows, [&](int64_t begin, int64_t end, int thread) {
-    GemmRange(x, n, w, y, begin, end, workspace.data() + thread * per_thread);
+  const size_t per_thread = kGemmChunkRows * w.cols();
+  pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
+    GemmChunk(x, n, w, y, begin, end, workspace.data() + thread * per_thread);
   });
 }
 

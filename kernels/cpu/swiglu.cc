@@ -4,10 +4,10 @@
 
 namespace pdserve::kernels {
 
-void SwiGlu(float* gate, const float* up, int64_t n) {
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
-    gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
+    out[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
   }
 }
 
