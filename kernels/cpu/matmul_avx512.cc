@@ -23,6 +23,9 @@ inline __m512 Load16(const void* w, int64_t i, __mmask16 mask) {
   }
 }
 
+// Software prefetch distance, as in the AVX2 kernels (measured there; no AVX-512 machine here).
+constexpr int64_t kPrefetchBytes = 4096;
+
 template <DType D, int NB, int RB>
 void RowBlock(const GemvArgs& a, int64_t r) {
   const void* rows[RB];
@@ -36,6 +39,8 @@ void RowBlock(const GemvArgs& a, int64_t r) {
   int64_t c = 0;
   for (; c + 32 <= a.cols; c += 32) {
     for (int j = 0; j < RB; ++j) {
+      _mm_prefetch(static_cast<const char*>(rows[j]) + c * DTypeSize(D) + kPrefetchBytes,
+                   _MM_HINT_T0);
       __m512 w0 = Load16<D>(rows[j], c, kAll);
       __m512 w1 = Load16<D>(rows[j], c + 16, kAll);
       for (int b = 0; b < NB; ++b) {
