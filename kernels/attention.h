@@ -2,9 +2,9 @@
 // queries per sequence) and decode (one query per sequence) alike.
 //
 // Layout: page p of a sequence's keys holds [n_kv_heads, page_size, head_dim] floats starting at
-// kv.k + kv.pages[p] · kv.page_stride; values likewise from kv.v. Token t lives in page t / page_size,
-// slot t % page_size. Query i of a sequence sits at position start_pos + i and attends to tokens
-// [0, start_pos + i] (their K/V must already be in the cache); query head h reads KV head
+// kv.k + kv.pages[p] · kv.page_stride; values likewise from kv.v. Token t lives in page t /
+// page_size, slot t % page_size. Query i of a sequence sits at position start_pos + i and attends
+// to tokens [0, start_pos + i] (their K/V must already be in the cache); query head h reads KV head
 // h / (n_heads / n_kv_heads). Softmax scale 1/√head_dim, fp32 throughout.
 #ifndef PDSERVE_KERNELS_ATTENTION_H_
 #define PDSERVE_KERNELS_ATTENTION_H_

@@ -72,9 +72,9 @@ double PrefillFlops(const ModelConfig& c, int n) {
 
 // Weight bytes one decode step streams: every layer matrix and the classifier.
 double DecodeWeightBytes(const ModelConfig& c, DType dtype) {
-  double elements = c.n_layers * (2.0 * c.dim * c.dim + 2.0 * c.dim * c.kv_dim() +
-                                  3.0 * c.dim * c.hidden_dim) +
-                    static_cast<double>(c.vocab_size) * c.dim;
+  double elements =
+      c.n_layers * (2.0 * c.dim * c.dim + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim) +
+      static_cast<double>(c.vocab_size) * c.dim;
   return elements * DTypeSize(dtype);
 }
 

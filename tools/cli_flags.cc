@@ -21,7 +21,8 @@ ABSL_FLAG(int, ctx, 256, "Evaluation context (tokens per chunk)");
 ABSL_FLAG(int, prompt_tokens, 512, "Benchmark prompt length");
 ABSL_FLAG(int, gen_tokens, 128, "Benchmark generated tokens");
 ABSL_FLAG(int, repetitions, 5, "Benchmark repetitions after one warm-up");
-ABSL_FLAG(std::string, shape, "", "Named model shape (stories260K, stories15M, stories42M, stories110M)");
+ABSL_FLAG(std::string, shape, "",
+          "Named model shape (stories260K, stories15M, stories42M, stories110M)");
 ABSL_FLAG(int, dim, 0, "Model width (make-model without --shape)");
 ABSL_FLAG(int, hidden_dim, 0, "FFN width");
 ABSL_FLAG(int, layers, 0, "Layers");
@@ -53,7 +54,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(absl::GetFlag(FLAGS_weights)));
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = all cores)");
-  options.num_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  options.num_threads =
+      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   options.max_sequences = 1;
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return options;

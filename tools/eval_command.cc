@@ -44,14 +44,14 @@ absl::Status RunEval() {
   PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadFile(absl::GetFlag(FLAGS_text)));
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
   if (ctx < 4 || ctx > model.weights.config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("--ctx ", ctx, " is outside [4, ",
-                                                   model.weights.config.max_seq_len, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ctx ", ctx, " is outside [4, ", model.weights.config.max_seq_len, "]"));
   }
   const std::vector<int> tokens = model.tokenizer->Encode(text, /*add_bos=*/true);
   const int chunks = static_cast<int>(tokens.size() / ctx);
   if (chunks == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the text has ", tokens.size(),
-                                                   " tokens, fewer than one chunk of ", ctx));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the text has ", tokens.size(), " tokens, fewer than one chunk of ", ctx));
   }
   options.max_batch_tokens = ctx;
   options.max_context = ctx;
@@ -77,7 +77,8 @@ absl::Status RunEval() {
       nll += NegativeLogLikelihood(logits->subspan(int64_t{j} * vocab, vocab), chunk[j + 1]);
     }
     if ((c + 1) % 50 == 0 || c + 1 == chunks) {
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       log->info("chunk {}/{}: perplexity so far {:.4f} ({:.0f} tokens/s)", c + 1, chunks,
                 std::exp(nll / scored), (c + 1) * static_cast<double>(ctx) / seconds);
     }

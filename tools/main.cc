@@ -23,7 +23,8 @@ constexpr char kUsage[] =
     "  make-model  --shape NAME | --dim D --hidden-dim H --layers L --heads N [--kv-heads K]\n"
     "              [--vocab V] [--seq-len S] --out PATH --format gguf|safetensors|llama2c\n"
     "              [--seed S] [--dtype f32|f16|bf16]\n"
-    "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards N]\n"
+    "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards "
+    "N]\n"
     "Run `pdserve --helpfull` for every flag.";
 
 }  // namespace

@@ -10,9 +10,9 @@
 #define PDSERVE_CONCAT_(a, b) PDSERVE_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function when not OK.
-#define PDSERVE_RETURN_IF_ERROR(expr)                 \
-  do {                                                \
-    ::absl::Status pdserve_status_ = (expr);          \
+#define PDSERVE_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::absl::Status pdserve_status_ = (expr);           \
     if (!pdserve_status_.ok()) return pdserve_status_; \
   } while (0)
 
@@ -23,7 +23,7 @@
 
 #define PDSERVE_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                   \
-  if (!statusor.ok()) return std::move(statusor).status();  \
+  if (!statusor.ok()) return std::move(statusor).status();   \
   lhs = *std::move(statusor)
 
 #endif  // PDSERVE_CORE_BASE_STATUS_MACROS_H_

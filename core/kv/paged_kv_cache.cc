@@ -9,10 +9,10 @@ namespace pdserve {
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheConfig& config) {
   if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
       config.page_size <= 0 || config.num_pages <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv cache: layers ", config.n_layers, ", kv heads ", config.n_kv_heads, ", head dim ",
-        config.head_dim, ", page size ", config.page_size, ", pages ", config.num_pages,
-        " must all be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv cache: layers ", config.n_layers, ", kv heads ", config.n_kv_heads,
+                     ", head dim ", config.head_dim, ", page size ", config.page_size, ", pages ",
+                     config.num_pages, " must all be positive"));
   }
   const double bytes = 2.0 * config.n_layers * config.num_pages * config.page_size *
                        config.n_kv_heads * config.head_dim * sizeof(float);

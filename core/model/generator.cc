@@ -21,7 +21,8 @@ absl::StatusOr<std::span<const float>> Prefill(LlamaEngine& engine, int sequence
   std::span<const float> logits;
   const size_t chunk_size = engine.options().max_batch_tokens;
   for (size_t begin = 0; begin < tokens.size(); begin += chunk_size) {
-    ForwardChunk chunk{sequence, tokens.subspan(begin, std::min(chunk_size, tokens.size() - begin))};
+    ForwardChunk chunk{sequence,
+                       tokens.subspan(begin, std::min(chunk_size, tokens.size() - begin))};
     PDSERVE_ASSIGN_OR_RETURN(logits, engine.Forward({&chunk, 1}));
   }
   return logits;
@@ -53,8 +54,8 @@ absl::StatusOr<GenerationResult> Generate(LlamaEngine& engine, std::span<const i
     const int32_t token = sampler.Sample(logits);
     result.tokens.push_back(token);
     on_token(token);
-    const bool stop = std::find(params.stop_ids.begin(), params.stop_ids.end(), token) !=
-                      params.stop_ids.end();
+    const bool stop =
+        std::find(params.stop_ids.begin(), params.stop_ids.end(), token) != params.stop_ids.end();
     if (stop || static_cast<int>(result.tokens.size()) >= params.max_tokens) {
       break;
     }

@@ -116,8 +116,10 @@ absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights&
   if (!out) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
   }
-  int32_t header[kHeaderInts] = {c.dim,        c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
-                                 c.tied_embeddings ? c.vocab_size : -c.vocab_size, c.max_seq_len};
+  int32_t header[kHeaderInts] = {c.dim,        c.hidden_dim,
+                                 c.n_layers,   c.n_heads,
+                                 c.n_kv_heads, c.tied_embeddings ? c.vocab_size : -c.vocab_size,
+                                 c.max_seq_len};
   out.write(reinterpret_cast<const char*>(header), sizeof(header));
   auto put = [&out](const Tensor& t) {
     out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.NumBytes()));
@@ -137,7 +139,8 @@ absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights&
     for (int pos = 0; pos < c.max_seq_len; ++pos) {
       for (int i = 0; i < half; ++i) {
         double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.head_dim());
-        table[pos * half + i] = static_cast<float>(sine ? std::sin(pos * freq) : std::cos(pos * freq));
+        table[pos * half + i] =
+            static_cast<float>(sine ? std::sin(pos * freq) : std::cos(pos * freq));
       }
     }
     out.write(reinterpret_cast<const char*>(table.data()),

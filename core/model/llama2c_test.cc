@@ -19,8 +19,8 @@ TEST(Llama2cCheckpointTest, RoundTripsTiedAndUntiedModels) {
     EXPECT_EQ(loaded->config.tied_embeddings, tied);
     EXPECT_EQ(loaded->config.Describe(), c.Describe());
     EXPECT_EQ(0, std::memcmp(loaded->classifier.data, w.classifier.data, w.classifier.NumBytes()));
-    EXPECT_EQ(0, std::memcmp(loaded->layers[4].w2.data, w.layers[4].w2.data,
-                             w.layers[4].w2.NumBytes()));
+    EXPECT_EQ(
+        0, std::memcmp(loaded->layers[4].w2.data, w.layers[4].w2.data, w.layers[4].w2.NumBytes()));
     std::filesystem::remove(path);
   }
 }
@@ -31,7 +31,7 @@ TEST(Llama2cCheckpointTest, LoadsTheSharedModelZeroCopy) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->config.Describe(),
             "dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512, rope adjacent");
-  EXPECT_EQ(w->classifier.data, w->token_embedding.data);  // tied, shared bytes
+  EXPECT_EQ(w->classifier.data, w->token_embedding.data);      // tied, shared bytes
   EXPECT_EQ(w->layers[0].wq.owner, w->token_embedding.owner);  // one mapping
 }
 

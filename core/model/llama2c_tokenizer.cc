@@ -25,8 +25,7 @@ TokenType TypeOf(int id, const std::string& piece) {
 
 }  // namespace
 
-absl::StatusOr<Vocabulary> LoadLlama2cVocabulary(const std::string& path,
-                                                 int expected_vocab_size) {
+absl::StatusOr<Vocabulary> LoadLlama2cVocabulary(const std::string& path, int expected_vocab_size) {
   PDSERVE_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   ByteReader reader(file->bytes(), path);
   PDSERVE_ASSIGN_OR_RETURN(int32_t max_len, reader.Read<int32_t>("max_token_length"));
@@ -51,8 +50,8 @@ absl::StatusOr<Vocabulary> LoadLlama2cVocabulary(const std::string& path,
     vocab.scores.push_back(score);
   }
   if (expected_vocab_size > 0 && vocab.size() != expected_vocab_size) {
-    return reader.Error(absl::StrCat("holds ", vocab.size(), " tokens, the model expects ",
-                                     expected_vocab_size));
+    return reader.Error(
+        absl::StrCat("holds ", vocab.size(), " tokens, the model expects ", expected_vocab_size));
   }
   if (vocab.size() <= kEosId) {
     return reader.Error(absl::StrCat("holds only ", vocab.size(), " tokens"));
@@ -65,7 +64,7 @@ absl::StatusOr<Vocabulary> LoadLlama2cVocabulary(const std::string& path,
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path,
-                                                                 int expected_vocab_size) {
+                                                                int expected_vocab_size) {
   PDSERVE_ASSIGN_OR_RETURN(Vocabulary vocab, LoadLlama2cVocabulary(path, expected_vocab_size));
   PDSERVE_ASSIGN_OR_RETURN(auto tokenizer, MergeTokenizer::Create(std::move(vocab)));
   return std::unique_ptr<Tokenizer>(std::move(tokenizer));
@@ -85,8 +84,7 @@ absl::Status WriteLlama2cTokenizer(const std::string& path, const Vocabulary& vo
     out.write(vocab.pieces[i].data(), len);
   }
   out.close();
-  return out ? absl::OkStatus()
-             : absl::InternalError(absl::StrCat("failed writing '", path, "'"));
+  return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("failed writing '", path, "'"));
 }
 
 }  // namespace pdserve

@@ -19,7 +19,7 @@ absl::StatusOr<Vocabulary> LoadLlama2cVocabulary(const std::string& path,
                                                  int expected_vocab_size = -1);
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path,
-                                                                 int expected_vocab_size = -1);
+                                                                int expected_vocab_size = -1);
 
 // Writes `vocab` in the tokenizer.bin format.
 absl::Status WriteLlama2cTokenizer(const std::string& path, const Vocabulary& vocab);

@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   kv.head_dim = c.head_dim();
   kv.page_size = options.kv_page_size;
   const int pages_per_sequence = (max_context + kv.page_size - 1) / kv.page_size;
-  kv.num_pages = options.kv_pages > 0 ? options.kv_pages : options.max_sequences * pages_per_sequence;
+  kv.num_pages =
+      options.kv_pages > 0 ? options.kv_pages : options.max_sequences * pages_per_sequence;
   PDSERVE_ASSIGN_OR_RETURN(engine->kv_, PagedKvCache::Create(kv));
   return engine;
 }
@@ -77,7 +78,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int
     buffer->resize(n * width);
   }
   for (LayerWeights& layer : weights_.layers) {
-    fused_.push_back({ConcatRows({layer.wq, layer.wk, layer.wv}), ConcatRows({layer.w1, layer.w3})});
+    fused_.push_back(
+        {ConcatRows({layer.wq, layer.wk, layer.wv}), ConcatRows({layer.w1, layer.w3})});
     layer.wq = layer.wk = layer.wv = layer.w1 = layer.w3 = Tensor{};  // now only in fused_
   }
   b.logits.resize(n * c.vocab_size);
@@ -123,7 +125,8 @@ absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) c
   std::vector<bool> seen(sequences_.size(), false);
   for (const ForwardChunk& chunk : chunks) {
     const int length = SequenceLength(chunk.sequence);
-    if (length < 0) return absl::InvalidArgumentError(absl::StrCat("engine: unknown sequence ", chunk.sequence));
+    if (length < 0)
+      return absl::InvalidArgumentError(absl::StrCat("engine: unknown sequence ", chunk.sequence));
     if (seen[chunk.sequence]) {
       return absl::InvalidArgumentError(
           absl::StrCat("engine: sequence ", chunk.sequence, " appears twice in one batch"));
@@ -131,22 +134,21 @@ absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) c
     seen[chunk.sequence] = true;
     if (chunk.tokens.empty()) return absl::InvalidArgumentError("engine: empty chunk");
     if (length + static_cast<int64_t>(chunk.tokens.size()) > max_context_) {
-      return absl::InvalidArgumentError(absl::StrCat("engine: sequence ", chunk.sequence, " would hold ",
-                                                     length + chunk.tokens.size(),
-                                                     " tokens; the context limit is ", max_context_));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine: sequence ", chunk.sequence, " would hold ", length + chunk.tokens.size(),
+          " tokens; the context limit is ", max_context_));
     }
     for (int32_t token : chunk.tokens) {
       if (token < 0 || token >= config().vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("engine: token id ", token,
-                                                       " outside the vocabulary [0, ",
-                                                       config().vocab_size, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine: token id ", token, " outside the vocabulary [0, ", config().vocab_size, ")"));
       }
     }
     total += static_cast<int64_t>(chunk.tokens.size());
   }
   if (total > options_.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("engine: ", total, " tokens in one batch; the limit is ",
-                                                   options_.max_batch_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: ", total, " tokens in one batch; the limit is ", options_.max_batch_tokens));
   }
   return absl::OkStatus();
 }
@@ -267,8 +269,8 @@ void LlamaEngine::Attend(int layer, std::span<const ForwardChunk> chunks) {
     seq.out = b.attn.data() + int64_t{t} * c.dim;
     seq.n_queries = static_cast<int>(chunk.tokens.size());
     seq.start_pos = b.positions[t];
-    seq.kv = {kv_->k_pool(layer), kv_->v_pool(layer), table.pages().data(),
-              kv_->config().page_size, kv_->page_stride()};
+    seq.kv = {kv_->k_pool(layer), kv_->v_pool(layer), table.pages().data(), kv_->config().page_size,
+              kv_->page_stride()};
     b.attention.push_back(seq);
     t += seq.n_queries;
   }

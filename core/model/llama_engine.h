@@ -27,7 +27,7 @@ struct EngineOptions {
   int num_threads = 1;
   int max_batch_tokens = 512;  // tokens per Forward call
   int max_sequences = 8;       // live sequences at once
-  int max_context = 0;  // tokens per sequence; 0 = the model's max_seq_len (may exceed it)
+  int max_context = 0;         // tokens per sequence; 0 = the model's max_seq_len (may exceed it)
   int kv_page_size = 16;
   int kv_pages = 0;  // 0 = enough for max_sequences sequences of max_context tokens
 

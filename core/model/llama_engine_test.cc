@@ -157,9 +157,11 @@ TEST(LlamaEngineTest, BatchedSequencesEqualSeparateRuns) {
   const int vocab = w.config.vocab_size;
   std::vector<float> ref_a = PrefillLogits(*engine, a_plus), ref_b = PrefillLogits(*engine, b_plus);
   EXPECT_LT(RelativeError(std::span(both).subspan(0, vocab),
-                          std::span(ref_a).subspan(ref_a.size() - vocab)), 1e-5);
-  EXPECT_LT(RelativeError(std::span(both).subspan(vocab),
-                          std::span(ref_b).subspan(ref_b.size() - vocab)), 1e-5);
+                          std::span(ref_a).subspan(ref_a.size() - vocab)),
+            1e-5);
+  EXPECT_LT(
+      RelativeError(std::span(both).subspan(vocab), std::span(ref_b).subspan(ref_b.size() - vocab)),
+      1e-5);
 }
 
 TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
@@ -170,7 +172,8 @@ TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
   ASSERT_TRUE(WriteModel((dir / "m.bin").string(), w, vocab, {ModelFormat::kLlama2c}).ok());
   ASSERT_TRUE(WriteModel((dir / "m.gguf").string(), w, vocab, {ModelFormat::kGguf}).ok());
   ASSERT_TRUE(
-      WriteModel((dir / "hf").string(), w, vocab, {ModelFormat::kHuggingFace, DType::kF32, 3}).ok());
+      WriteModel((dir / "hf").string(), w, vocab, {ModelFormat::kHuggingFace, DType::kF32, 3})
+          .ok());
   auto tokens = Tokens(25, w.config.vocab_size);
   auto engine = MakeEngine(w, 2, DType::kF32);
   std::vector<float> expected = PrefillLogits(*engine, tokens);
@@ -197,7 +200,9 @@ TEST(LlamaEngineTest, RejectsBadBatchesWithoutChangingState) {
   std::vector<int32_t> ok_tokens = Tokens(4, w.config.vocab_size);
   std::vector<int32_t> bad_token = {5, w.config.vocab_size};
   std::vector<int32_t> too_many = Tokens(17, w.config.vocab_size);
-  auto code = [&](std::vector<ForwardChunk> chunks) { return engine->Forward(chunks).status().code(); };
+  auto code = [&](std::vector<ForwardChunk> chunks) {
+    return engine->Forward(chunks).status().code();
+  };
   EXPECT_EQ(code({{seq, bad_token}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({{seq, too_many}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({{seq + 1, ok_tokens}}), absl::StatusCode::kInvalidArgument);

@@ -16,10 +16,10 @@ LlamaReference::LlamaReference(const ModelWeights& weights)
   const size_t cache = size_t{1} * c.n_layers * c.kv_dim() * c.max_seq_len;
   key_cache_.resize(cache);
   value_cache_.resize(cache);
-  for (auto [buffer, width] : {std::pair{&x_, c.dim}, std::pair{&xb_, c.dim}, std::pair{&q_, c.dim},
-                               std::pair{&k_, c.kv_dim()}, std::pair{&v_, c.kv_dim()},
-                               std::pair{&attn_, c.dim}, std::pair{&hb_, c.hidden_dim},
-                               std::pair{&hb2_, c.hidden_dim}}) {
+  for (auto [buffer, width] :
+       {std::pair{&x_, c.dim}, std::pair{&xb_, c.dim}, std::pair{&q_, c.dim},
+        std::pair{&k_, c.kv_dim()}, std::pair{&v_, c.kv_dim()}, std::pair{&attn_, c.dim},
+        std::pair{&hb_, c.hidden_dim}, std::pair{&hb2_, c.hidden_dim}}) {
     buffer->resize(width);
   }
 }

@@ -1,7 +1,7 @@
 // MergeTokenizer: SentencePiece-BPE-style tokenization by score-ordered merges over a Vocabulary,
 // bit-compatible with llama2.c's run.c encoder and llama.cpp's SPM tokenizer: start from UTF-8
-// code points (unknown ones fall back to byte tokens), then repeatedly merge the adjacent pair whose
-// concatenation is a piece with the highest score, the leftmost pair on ties. O(n log n).
+// code points (unknown ones fall back to byte tokens), then repeatedly merge the adjacent pair
+// whose concatenation is a piece with the highest score, the leftmost pair on ties. O(n log n).
 // Immutable after construction; thread-safe.
 #ifndef PDSERVE_CORE_MODEL_MERGE_TOKENIZER_H_
 #define PDSERVE_CORE_MODEL_MERGE_TOKENIZER_H_

@@ -28,22 +28,21 @@ int64_t ModelConfig::NumParameters() const {
 }
 
 absl::Status ModelConfig::Validate() const {
-  for (auto [name, value, max] : {std::tuple{"dim", dim, kMaxDim},
-                                  std::tuple{"hidden_dim", hidden_dim, 4 * kMaxDim},
-                                  std::tuple{"n_layers", n_layers, kMaxLayers},
-                                  std::tuple{"n_heads", n_heads, kMaxDim},
-                                  std::tuple{"n_kv_heads", n_kv_heads, kMaxDim},
-                                  std::tuple{"vocab_size", vocab_size, kMaxVocab},
-                                  std::tuple{"max_seq_len", max_seq_len, kMaxContext}}) {
+  for (auto [name, value, max] :
+       {std::tuple{"dim", dim, kMaxDim}, std::tuple{"hidden_dim", hidden_dim, 4 * kMaxDim},
+        std::tuple{"n_layers", n_layers, kMaxLayers}, std::tuple{"n_heads", n_heads, kMaxDim},
+        std::tuple{"n_kv_heads", n_kv_heads, kMaxDim},
+        std::tuple{"vocab_size", vocab_size, kMaxVocab},
+        std::tuple{"max_seq_len", max_seq_len, kMaxContext}}) {
     if (absl::Status s = CheckRange(name, value, max); !s.ok()) return s;
   }
   if (dim % n_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: dim ", dim,
-                                                   " is not divisible by n_heads ", n_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: dim ", dim, " is not divisible by n_heads ", n_heads));
   }
   if (n_heads % n_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model config: n_heads ", n_heads, " is not divisible by n_kv_heads ", n_kv_heads));
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_heads ", n_heads,
+                                                   " is not divisible by n_kv_heads ", n_kv_heads));
   }
   if (head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(
@@ -63,7 +62,8 @@ absl::Status ModelConfig::Validate() const {
 std::string ModelConfig::Describe() const {
   return absl::StrCat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
                       " heads (", n_kv_heads, " kv), vocab ", vocab_size, ", ctx ", max_seq_len,
-                      ", rope ", rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half");
+                      ", rope ",
+                      rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half");
 }
 
 }  // namespace pdserve

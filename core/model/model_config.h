@@ -12,11 +12,11 @@
 namespace pdserve {
 
 struct ModelConfig {
-  int dim = 0;          // model width
-  int hidden_dim = 0;   // SwiGLU inner width
+  int dim = 0;         // model width
+  int hidden_dim = 0;  // SwiGLU inner width
   int n_layers = 0;
-  int n_heads = 0;      // query heads
-  int n_kv_heads = 0;   // key/value heads (GQA when < n_heads)
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
   int vocab_size = 0;
   int max_seq_len = 0;  // longest context the model supports
   float norm_eps = 1e-5f;

@@ -27,9 +27,12 @@ TEST(ModelConfigTest, ValidateRejectsImpossibleShapes) {
   };
   EXPECT_TRUE(good.Validate().ok());
   EXPECT_FALSE(with([](ModelConfig& c) { c.dim = 0; }).ok());
-  EXPECT_FALSE(with([](ModelConfig& c) { c.n_heads = 7; }).ok());       // 64 % 7
-  EXPECT_FALSE(with([](ModelConfig& c) { c.n_kv_heads = 3; }).ok());    // 8 % 3
-  EXPECT_FALSE(with([](ModelConfig& c) { c.n_heads = 64; c.n_kv_heads = 64; }).ok());  // head dim 1
+  EXPECT_FALSE(with([](ModelConfig& c) { c.n_heads = 7; }).ok());     // 64 % 7
+  EXPECT_FALSE(with([](ModelConfig& c) { c.n_kv_heads = 3; }).ok());  // 8 % 3
+  EXPECT_FALSE(with([](ModelConfig& c) {
+                 c.n_heads = 64;
+                 c.n_kv_heads = 64;
+               }).ok());  // head dim 1
   EXPECT_FALSE(with([](ModelConfig& c) { c.norm_eps = -1; }).ok());
   EXPECT_FALSE(with([](ModelConfig& c) { c.vocab_size = 1 << 30; }).ok());
 }
@@ -45,8 +48,10 @@ TEST(ModelWeightsTest, RopePairingPermutationRoundTrips) {
   EXPECT_EQ(b[4 * c.dim], a[1 * c.dim]);
   ModelWeights back = WithRopePairing(split, RopePairing::kAdjacent);
   for (int l = 0; l < c.n_layers; ++l) {
-    EXPECT_EQ(0, std::memcmp(back.layers[l].wk.data, w.layers[l].wk.data, w.layers[l].wk.NumBytes()));
-    EXPECT_EQ(0, std::memcmp(back.layers[l].wq.data, w.layers[l].wq.data, w.layers[l].wq.NumBytes()));
+    EXPECT_EQ(0,
+              std::memcmp(back.layers[l].wk.data, w.layers[l].wk.data, w.layers[l].wk.NumBytes()));
+    EXPECT_EQ(0,
+              std::memcmp(back.layers[l].wq.data, w.layers[l].wq.data, w.layers[l].wq.NumBytes()));
   }
 }
 
@@ -58,7 +63,8 @@ TEST(ModelWeightsTest, ValidateNamesTheMissingOrMisshapenTensor) {
   EXPECT_NE(std::string(ValidateWeights(missing).message()).find("layers.2.w3"), std::string::npos);
   ModelWeights misshapen = w;
   misshapen.layers[1].wk.shape = {8, 64};
-  EXPECT_NE(std::string(ValidateWeights(misshapen).message()).find("layers.1.wk"), std::string::npos);
+  EXPECT_NE(std::string(ValidateWeights(misshapen).message()).find("layers.1.wk"),
+            std::string::npos);
 }
 
 }  // namespace

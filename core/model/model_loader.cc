@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 // The tokenizer.bin that llama2.c keeps beside a checkpoint, if any.
 std::string FindLlama2cTokenizer(const std::string& model_path, int vocab_size) {
   const fs::path dir = fs::path(model_path).parent_path();
-  for (const std::string& name : {std::string("tokenizer.bin"), absl::StrCat("tok", vocab_size, ".bin")}) {
+  for (const std::string& name :
+       {std::string("tokenizer.bin"), absl::StrCat("tok", vocab_size, ".bin")}) {
     std::error_code ec;
     if (fs::is_regular_file(dir / name, ec)) return (dir / name).string();
   }
@@ -32,10 +33,9 @@ std::string FindLlama2cTokenizer(const std::string& model_path, int vocab_size) 
 absl::Status CheckVocabSize(const Tokenizer& tokenizer, const ModelConfig& config,
                             const std::string& source) {
   if (tokenizer.vocab_size() != config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer ", source, " has ",
-                                                   tokenizer.vocab_size(),
-                                                   " tokens but the model's vocabulary has ",
-                                                   config.vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer ", source, " has ", tokenizer.vocab_size(),
+                     " tokens but the model's vocabulary has ", config.vocab_size));
   }
   return absl::OkStatus();
 }
@@ -44,9 +44,12 @@ absl::Status CheckVocabSize(const Tokenizer& tokenizer, const ModelConfig& confi
 
 const char* ModelFormatName(ModelFormat format) {
   switch (format) {
-    case ModelFormat::kLlama2c: return "llama2.c";
-    case ModelFormat::kGguf: return "gguf";
-    case ModelFormat::kHuggingFace: return "huggingface";
+    case ModelFormat::kLlama2c:
+      return "llama2.c";
+    case ModelFormat::kGguf:
+      return "gguf";
+    case ModelFormat::kHuggingFace:
+      return "huggingface";
   }
   return "unknown";
 }
@@ -105,7 +108,8 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const std::string
       }
       if (vocabulary_source.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "'", path, "' is a llama2.c checkpoint, which holds no vocabulary, and no tokenizer.bin",
+            "'", path,
+            "' is a llama2.c checkpoint, which holds no vocabulary, and no tokenizer.bin",
             " or tok", model.weights.config.vocab_size, ".bin lies beside it: pass --tokenizer"));
       }
       break;
@@ -114,7 +118,8 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const std::string
       PDSERVE_ASSIGN_OR_RETURN(GgufModel gguf, LoadGgufModel(path));
       model.weights = std::move(gguf.weights);
       if (vocabulary_source.empty()) {
-        PDSERVE_ASSIGN_OR_RETURN(model.tokenizer, MergeTokenizer::Create(std::move(gguf.vocabulary)));
+        PDSERVE_ASSIGN_OR_RETURN(model.tokenizer,
+                                 MergeTokenizer::Create(std::move(gguf.vocabulary)));
         vocabulary_source = path;
       }
       break;
@@ -134,7 +139,8 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const std::string
     PDSERVE_ASSIGN_OR_RETURN(model.tokenizer,
                              LoadTokenizerFile(vocabulary_source, model.weights.config.vocab_size));
   }
-  PDSERVE_RETURN_IF_ERROR(CheckVocabSize(*model.tokenizer, model.weights.config, vocabulary_source));
+  PDSERVE_RETURN_IF_ERROR(
+      CheckVocabSize(*model.tokenizer, model.weights.config, vocabulary_source));
   return model;
 }
 

@@ -55,8 +55,8 @@ absl::Status ValidateWeights(const ModelWeights& w) {
   if (auto s = CheckShape(w.final_norm, "final_norm", {d}); !s.ok()) return s;
   if (auto s = CheckShape(w.classifier, "classifier", {v, d}); !s.ok()) return s;
   if (static_cast<int>(w.layers.size()) != c.n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("weights: ", w.layers.size(),
-                                                   " layers present, config says ", c.n_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: ", w.layers.size(), " layers present, config says ", c.n_layers));
   }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
@@ -85,8 +85,8 @@ ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype) {
   for (LayerWeights& layer : out.layers) {
     layer.attn_norm = ToF32(layer.attn_norm);
     layer.ffn_norm = ToF32(layer.ffn_norm);
-    for (Tensor* m : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2,
-                      &layer.w3}) {
+    for (Tensor* m :
+         {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
       *m = ConvertTensor(*m, dtype);
     }
   }

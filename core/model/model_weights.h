@@ -44,8 +44,9 @@ absl::Status ValidateWeights(const ModelWeights& weights);
 ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype);
 
 // Permutes the q/k rows of every head between the adjacent and split-half RoPE pairings and sets
-// config.rope_pairing to `target`. Row r' = 2i + j of the adjacent layout holds row j·d/2 + i of the
-// split-half layout (Hugging Face's convert script). Returns `weights` unchanged when already there.
+// config.rope_pairing to `target`. Row r' = 2i + j of the adjacent layout holds row j·d/2 + i of
+// the split-half layout (Hugging Face's convert script). Returns `weights` unchanged when already
+// there.
 ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target);
 
 }  // namespace pdserve

@@ -24,9 +24,8 @@ absl::Status WriteModel(const std::string& path, const ModelWeights& weights,
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
   PDSERVE_RETURN_IF_ERROR(vocab.Validate());
   if (vocab.size() != weights.config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("vocabulary has ", vocab.size(),
-                                                   " tokens, the model ",
-                                                   weights.config.vocab_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocabulary has ", vocab.size(), " tokens, the model ", weights.config.vocab_size));
   }
   switch (options.format) {
     case ModelFormat::kGguf:

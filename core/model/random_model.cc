@@ -64,7 +64,8 @@ absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
     }
     absl::StrAppend(&known, known.empty() ? "" : ", ", s.name);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown shape '", name, "' (known: ", known, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown shape '", name, "' (known: ", known, ")"));
 }
 
 ModelWeights MakeRandomModel(const ModelConfig& config, uint64_t seed) {
@@ -107,7 +108,7 @@ Vocabulary SyntheticVocabulary(int size) {
   for (int b = 0; b < 256; ++b) add(absl::StrFormat("<0x%02X>", b), TokenType::kByte, 0.0f);
   // Pieces: " a".." z", then two-letter words, then numbered words: all distinct.
   for (int i = 0; v.size() < size; ++i) {
-    std::string piece = i < 26 ? std::string(" ") + static_cast<char>('a' + i)
+    std::string piece = i < 26         ? std::string(" ") + static_cast<char>('a' + i)
                         : i < 26 + 676 ? std::string{static_cast<char>('a' + (i - 26) / 26),
                                                      static_cast<char>('a' + (i - 26) % 26)}
                                        : absl::StrCat(" w", i);

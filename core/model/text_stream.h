@@ -1,6 +1,6 @@
-// TextStream: turns a stream of token ids into text deltas that are always whole UTF-8. A code point
-// whose bytes arrive in several byte tokens is held back until complete; bytes that can never form
-// valid UTF-8 are emitted as U+FFFD. Not thread-safe: one per output stream.
+// TextStream: turns a stream of token ids into text deltas that are always whole UTF-8. A code
+// point whose bytes arrive in several byte tokens is held back until complete; bytes that can never
+// form valid UTF-8 are emitted as U+FFFD. Not thread-safe: one per output stream.
 #ifndef PDSERVE_CORE_MODEL_TEXT_STREAM_H_
 #define PDSERVE_CORE_MODEL_TEXT_STREAM_H_
 

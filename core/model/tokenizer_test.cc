@@ -23,13 +23,14 @@ TEST(MergeTokenizerTest, EncodesLikeLlama2c) {
   auto tokenizer = Tok512();
   auto cases = testing::ReadGoldenCases(kShared + "/reference/stories260K-greedy.txt");
   ASSERT_EQ(cases.size(), 5u);
-  for (const auto& c : cases) EXPECT_EQ(tokenizer->Encode(c.prompt, true), c.prompt_ids) << c.prompt;
+  for (const auto& c : cases)
+    EXPECT_EQ(tokenizer->Encode(c.prompt, true), c.prompt_ids) << c.prompt;
 }
 
 TEST(MergeTokenizerTest, RoundTripsTextIncludingBytesOutsideTheVocabulary) {
   auto tokenizer = Tok512();
-  for (std::string text : {"Once upon a time", "Lily said, \"Hi!\"\nBye.", "café ☃ 日本 🚀",
-                           "  two  spaces", "x"}) {
+  for (std::string text :
+       {"Once upon a time", "Lily said, \"Hi!\"\nBye.", "café ☃ 日本 🚀", "  two  spaces", "x"}) {
     std::vector<int> ids = tokenizer->Encode(text, true);
     EXPECT_EQ(ids.front(), 1);
     EXPECT_EQ(tokenizer->Decode(ids), text) << text;
@@ -63,9 +64,7 @@ TEST(MergeTokenizerTest, RejectsInconsistentVocabularies) {
 
 TEST(Llama2cTokenizerTest, MalformedFilesGiveClearErrors) {
   const std::string path = ::testing::TempDir() + "/bad_tokenizer.bin";
-  auto write = [&](const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
-  };
+  auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; };
   std::ifstream in(kShared + "/models/stories260K/tok512.bin", std::ios::binary);
   std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (size_t cut : {size_t{2}, size_t{6}, size_t{13}, good.size() / 2, good.size() - 1}) {
@@ -94,14 +93,19 @@ TEST(TextStreamTest, HoldsBackSplitCodePointsAndReplacesInvalidBytes) {
   EXPECT_EQ(stream.Push(3 + 'a'), "a");
   EXPECT_EQ(stream.Push(3 + 0xFF), "\xEF\xBF\xBD");  // never valid
   EXPECT_EQ(stream.Push(e2), "");
-  EXPECT_EQ(stream.Push(3 + 'b'), "\xEF\xBF\xBD" "b");  // broken sequence
+  EXPECT_EQ(stream.Push(3 + 'b'),
+            "\xEF\xBF\xBD"
+            "b");  // broken sequence
   EXPECT_EQ(stream.Push(e2), "");
   EXPECT_EQ(stream.Flush(), "\xEF\xBF\xBD");
   EXPECT_EQ(stream.Flush(), "");
 }
 
 TEST(TextStreamTest, RejectsOverlongAndSurrogateForms) {
-  std::string out, bytes = "\xC0\xAF" "\xED\xA0\x80" "ok";
+  std::string out, bytes =
+                       "\xC0\xAF"
+                       "\xED\xA0\x80"
+                       "ok";
   TakeCompleteUtf8(bytes, out);
   EXPECT_EQ(bytes, "");
   EXPECT_EQ(out.substr(out.size() - 2), "ok");

@@ -43,8 +43,8 @@ absl::Status Vocabulary::Validate() const {
                                                    scores.size(), " scores and ", types.size(),
                                                    " token types"));
   }
-  for (auto [name, id] : {std::pair{"bos", bos_id}, std::pair{"eos", eos_id},
-                          std::pair{"unk", unk_id}}) {
+  for (auto [name, id] :
+       {std::pair{"bos", bos_id}, std::pair{"eos", eos_id}, std::pair{"unk", unk_id}}) {
     if (id < 0 || id >= size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("vocabulary: ", name, " id ", id, " is outside [0, ", size(), ")"));

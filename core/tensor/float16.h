@@ -38,7 +38,7 @@ inline uint16_t F32ToF16(float f) {
   uint32_t bits = std::bit_cast<uint32_t>(f);
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to ≥ 65520: Inf
   if (abs < 0x38800000u) {
     // Result is subnormal or zero: scale to units of 2^-24 and round to nearest even.

@@ -43,9 +43,9 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
 
 void Sgemm(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y,
            int64_t ldy) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-              static_cast<int>(rows), static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), w,
-              static_cast<int>(cols), 0.0f, y, static_cast<int>(ldy));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+              static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), w, static_cast<int>(cols),
+              0.0f, y, static_cast<int>(ldy));
 }
 
 // Rows [begin, end) of y; at most kGemmChunkRows rows.

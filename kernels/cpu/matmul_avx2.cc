@@ -15,8 +15,8 @@ inline __m256 Load8(const void* w, int64_t i) {
   if constexpr (D == DType::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(w) + i);
   } else {
-    __m128i half = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    __m128i half =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
     if constexpr (D == DType::kF16) {
       return _mm256_cvtph_ps(half);
     } else {
@@ -99,10 +99,14 @@ void Rows(const GemvArgs& a, int64_t begin, int64_t end) {
 template <DType D>
 void RowsForDtype(const GemvArgs& a, int64_t begin, int64_t end) {
   switch (a.nb) {
-    case 1: return Rows<D, 1>(a, begin, end);
-    case 2: return Rows<D, 2>(a, begin, end);
-    case 3: return Rows<D, 3>(a, begin, end);
-    default: return Rows<D, 4>(a, begin, end);
+    case 1:
+      return Rows<D, 1>(a, begin, end);
+    case 2:
+      return Rows<D, 2>(a, begin, end);
+    case 3:
+      return Rows<D, 3>(a, begin, end);
+    default:
+      return Rows<D, 4>(a, begin, end);
   }
 }
 
@@ -111,9 +115,12 @@ void RowsForDtype(const GemvArgs& a, int64_t begin, int64_t end) {
 void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end) {
   static_assert(kGemvMaxBatch == 4);
   switch (args.w_dtype) {
-    case DType::kF32: return RowsForDtype<DType::kF32>(args, row_begin, row_end);
-    case DType::kF16: return RowsForDtype<DType::kF16>(args, row_begin, row_end);
-    case DType::kBF16: return RowsForDtype<DType::kBF16>(args, row_begin, row_end);
+    case DType::kF32:
+      return RowsForDtype<DType::kF32>(args, row_begin, row_end);
+    case DType::kF16:
+      return RowsForDtype<DType::kF16>(args, row_begin, row_end);
+    case DType::kBF16:
+      return RowsForDtype<DType::kBF16>(args, row_begin, row_end);
   }
 }
 

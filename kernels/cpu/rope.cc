@@ -53,7 +53,8 @@ void ApplyRopeReference(float* x, int n_heads, int head_dim, int pos, float thet
     cos[i] = cosf(Angle(pos, i, head_dim, theta));
     sin[i] = sinf(Angle(pos, i, head_dim, theta));
   }
-  for (int h = 0; h < n_heads; ++h) Rotate(x + h * head_dim, head_dim, cos.data(), sin.data(), pairing);
+  for (int h = 0; h < n_heads; ++h)
+    Rotate(x + h * head_dim, head_dim, cos.data(), sin.data(), pairing);
 }
 
 }  // namespace pdserve::kernels

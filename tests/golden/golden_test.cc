@@ -39,7 +39,8 @@ Generated GreedyLikeLlama2c(const LoadedModel& model, const std::vector<int>& pr
   Generated out;
   std::vector<int32_t> prompt(prompt_ids.begin(), prompt_ids.end());
   for (int32_t id : prompt) out.text += stream.Push(id);
-  auto result = Generate(**engine, prompt, params, [&](int32_t id) { out.text += stream.Push(id); });
+  auto result =
+      Generate(**engine, prompt, params, [&](int32_t id) { out.text += stream.Push(id); });
   EXPECT_TRUE(result.ok()) << result.status();
   out.ids = result->tokens;
   out.text += stream.Flush() + "\n";
@@ -66,10 +67,10 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
   // The model under test, with the tokenizer it carries (GGUF, HF) or llama2.c's.
   LoadedModel Load() {
     const std::string& variant = GetParam();
-    absl::StatusOr<LoadedModel> model =
-        variant == "llama2c" ? LoadModel(kModel, kTokenizer)
-        : variant == "gguf"  ? LoadModel((*dir_ / "model.gguf").string())
-                             : LoadModel((*dir_ / "hf").string());
+    absl::StatusOr<LoadedModel> model = variant == "llama2c" ? LoadModel(kModel, kTokenizer)
+                                        : variant == "gguf"
+                                            ? LoadModel((*dir_ / "model.gguf").string())
+                                            : LoadModel((*dir_ / "hf").string());
     EXPECT_TRUE(model.ok()) << model.status();
     return std::move(*model);
   }
