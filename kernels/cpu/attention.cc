@@ -151,8 +151,9 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
         ++s;
       }
       const AttentionSequence& seq = sequences[s];
-      const int query = static_cast<int>((task - first) / shape.n_heads);
-      const int head = static_cast<int>((task - first) % shape.n_heads);
+      // Head-major within a sequence: consecutive tasks reuse one head's K/V from cache.
+      const int head = static_cast<int>((task - first) / seq.n_queries);
+      const int query = static_cast<int>((task - first) % seq.n_queries);
       const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
       const int64_t head_offset = int64_t{head} * shape.head_dim;
       AttendOne(shape, seq.kv, head / group, seq.q + query * q_stride + head_offset,
