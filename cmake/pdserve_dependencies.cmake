@@ -26,3 +26,7 @@ endif()
 # Where the shared models, references and evaluation text live (tests read them).
 get_filename_component(_pdserve_default_shared "${PROJECT_SOURCE_DIR}/../shared" ABSOLUTE)
 set(PDSERVE_SHARED_DIR "${_pdserve_default_shared}" CACHE PATH "The shared/ folder with models and references")
+if(NOT EXISTS "${PDSERVE_SHARED_DIR}/models/stories260K/stories260K.bin")
+  message(WARNING "pdserve: ${PDSERVE_SHARED_DIR} has no models/stories260K; the golden and CLI "
+                  "tests will fail. Set -DPDSERVE_SHARED_DIR=/path/to/shared.")
+endif()
