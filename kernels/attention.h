@@ -40,9 +40,12 @@ struct AttentionSequence {
 };
 
 // Floats of workspace Attention needs for `num_threads` threads and contexts up to `max_context`.
-size_t AttentionWorkspaceFloats(int num_threads, int max_context);
+size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context);
 
-// Splits every (sequence, query, head) triple across the pool. Does not allocate.
+// Splits the work across the pool: sequences with many queries (prefill) by (head, block of 64
+// queries), each block two SGEMMs (scores over the keys it sees, then values); others by
+// (head, query). Requires a workspace of AttentionWorkspaceFloats(shape, pool.size(), C) floats
+// where C bounds every start_pos + n_queries. Does not allocate.
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace);
 

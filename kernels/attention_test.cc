@@ -175,7 +175,7 @@ void CheckAgainstReferences(const PagedFixture& f, const AttentionShape& shape, 
   std::vector<std::vector<float>> fast_out, ref_out;
   std::vector<AttentionSequence> fast = f.Sequences(fast_out);
   std::vector<AttentionSequence> ref = f.Sequences(ref_out);
-  std::vector<float> workspace(AttentionWorkspaceFloats(pool.size(), f.max_context()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context()));
   Attention(pool, shape, fast, workspace);
   for (size_t s = 0; s < f.num_sequences(); ++s) {
     SCOPED_TRACE(absl::StrCat("sequence ", s, " start_pos ", fast[s].start_pos, " n_queries ",
@@ -220,6 +220,7 @@ TEST_P(AttentionTest, MatchesReferenceAndNaive) {
       {0, 33},   // prefill from scratch
       {100, 1},  // decode
       {16, 4},   // chunked prefill starting on a page boundary
+      {3, 150},  // prefill over three query blocks of the GEMM path, the last one partial
   };
   PagedFixture f(shape, c.page_size, specs,
                  static_cast<uint32_t>(c.page_size * 1000 + c.group * 100 + c.head_dim));
@@ -247,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(Paged, AttentionTest, testing::ValuesIn(AllCases()),
 
 TEST(AttentionLongTest, LongContextDecodeAndPrefill) {
   AttentionShape shape{12, 4, 64};
-  PagedFixture f(shape, 16, {{1000, 1}, {900, 7}, {511, 1}}, 99);
+  PagedFixture f(shape, 16, {{1000, 1}, {900, 7}, {511, 1}, {700, 130}}, 99);
   CheckAgainstReferences(f, shape, 2);
 }
 
@@ -282,7 +283,7 @@ TEST(AttentionEdgeTest, SingleTokenReturnsItsValue) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> outs;
   std::vector<AttentionSequence> seqs = f.Sequences(outs);
-  std::vector<float> workspace(AttentionWorkspaceFloats(pool.size(), f.max_context()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context()));
   Attention(pool, shape, seqs, workspace);
   std::vector<double> naive = f.Naive(0);
   for (int h = 0; h < shape.n_heads; ++h) {

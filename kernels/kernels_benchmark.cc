@@ -151,7 +151,7 @@ void BM_Attention(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(3)));
   AttentionSetup setup(n_sequences, context, n_queries);
   const AttentionShape shape{kHeads, kHeads, kHeadDim};
-  std::vector<float> workspace(AttentionWorkspaceFloats(pool.size(), context));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), context));
   for (auto _ : state) {
     Attention(pool, shape, setup.sequences, workspace);
     benchmark::DoNotOptimize(setup.out.data());

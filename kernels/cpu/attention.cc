@@ -6,6 +6,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/softmax.h"
+
 namespace pdserve::kernels {
 namespace {
 
@@ -105,20 +108,79 @@ void AttendOne(const AttentionShape& s, const PagedKvView& kv, int g, const floa
     const float* keys = kv.k + kv.pages[p] * kv.page_stride + head_offset;
     ScoreKeys(q, keys, std::min(page_size, n_tokens - t), d, scale, scores + t);
   }
-  float max_score = -INFINITY;
-  for (int t = 0; t < n_tokens; ++t) max_score = std::max(max_score, scores[t]);
-  float sum = 0.0f;
-  for (int t = 0; t < n_tokens; ++t) {
-    scores[t] = expf(scores[t] - max_score);
-    sum += scores[t];
-  }
-  const float inv = 1.0f / sum;
-  for (int t = 0; t < n_tokens; ++t) scores[t] *= inv;
+  SoftmaxInPlace(scores, n_tokens);
   std::fill(out, out + d, 0.0f);
   for (int t = 0, p = 0; t < n_tokens; t += page_size, ++p) {
     const float* values = kv.v + kv.pages[p] * kv.page_stride + head_offset;
     AccumulateValues(scores + t, values, std::min(page_size, n_tokens - t), d, out);
   }
+}
+
+// Sequences with at least this many queries (prefill) run attention as two SGEMMs per block of
+// kQueryBlock queries and head: S = Q·Kᵀ over the keys the block sees, causal softmax, O = P·V.
+constexpr int kGemmMinQueries = 16;
+constexpr int kQueryBlock = 64;
+
+// Copies KV head g's vectors of tokens [0, n_tokens) out of the pages: dst [n_tokens, head_dim].
+void GatherHead(const float* base, const PagedKvView& kv, int g, int n_tokens, int d, float* dst) {
+  const int64_t head_offset = int64_t{g} * kv.page_size * d;
+  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
+    const int count = std::min(kv.page_size, n_tokens - t);
+    std::copy_n(base + kv.pages[p] * kv.page_stride + head_offset, int64_t{count} * d,
+                dst + int64_t{t} * d);
+  }
+}
+
+// Queries [q_begin, q_end) of one head. `ws` holds 2·max_context·head_dim + kQueryBlock·max_context
+// floats.
+void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int head, int q_begin,
+                     int q_end, int max_context, float* ws) {
+  const int d = s.head_dim;
+  const int g = head / (s.n_heads / s.n_kv_heads);
+  const int n_keys = seq.start_pos + q_end;  // what the block's last query sees
+  const int64_t row = int64_t{s.n_heads} * d;
+  const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
+  float* keys = ws;
+  float* values = keys + int64_t{max_context} * d;
+  float* scores = values + int64_t{max_context} * d;  // [q_end − q_begin, n_keys]
+  GatherHead(seq.kv.k, seq.kv, g, n_keys, d, keys);
+  GatherHead(seq.kv.v, seq.kv, g, n_keys, d, values);
+  const int m = q_end - q_begin;
+  Sgemm({.m = m,
+         .n = n_keys,
+         .k = d,
+         .alpha = 1.0f / std::sqrt(static_cast<float>(d)),
+         .a = seq.q + q_begin * q_stride + int64_t{head} * d,
+         .lda = q_stride,
+         .b = keys,
+         .ldb = d,
+         .b_transposed = true,
+         .c = scores,
+         .ldc = n_keys});
+  for (int i = 0; i < m; ++i) {
+    float* sr = scores + int64_t{i} * n_keys;
+    const int visible = seq.start_pos + q_begin + i + 1;
+    SoftmaxInPlace(sr, visible);
+    std::fill(sr + visible, sr + n_keys, 0.0f);
+  }
+  Sgemm({.m = m,
+         .n = d,
+         .k = n_keys,
+         .a = scores,
+         .lda = n_keys,
+         .b = values,
+         .ldb = d,
+         .b_transposed = false,
+         .c = seq.out + q_begin * row + int64_t{head} * d,
+         .ldc = row});
+}
+
+// Tasks of one sequence: per (head, query block) on the GEMM path, else per (head, query).
+int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq) {
+  if (seq.n_queries >= kGemmMinQueries) {
+    return int64_t{s.n_heads} * ((seq.n_queries + kQueryBlock - 1) / kQueryBlock);
+  }
+  return int64_t{s.n_heads} * seq.n_queries;
 }
 
 // Address of token t's vector for KV head g in a paged buffer (reference path).
@@ -130,34 +192,42 @@ inline const float* TokenRow(const float* base, const PagedKvView& kv, int g, in
 
 }  // namespace
 
-size_t AttentionWorkspaceFloats(int num_threads, int max_context) {
-  return static_cast<size_t>(num_threads) * max_context;
+size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context) {
+  const size_t per_thread = static_cast<size_t>(max_context) * (2 * shape.head_dim + kQueryBlock);
+  return static_cast<size_t>(num_threads) * per_thread;
 }
 
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace) {
   int64_t total = 0;
-  for (const AttentionSequence& seq : sequences) total += int64_t{seq.n_queries} * shape.n_heads;
+  int max_context = 0;
+  for (const AttentionSequence& seq : sequences) total += TaskCount(shape, seq);
   const size_t per_thread = workspace.size() / pool.size();
+  max_context = static_cast<int>(per_thread / (2 * shape.head_dim + kQueryBlock));
   const int group = shape.n_heads / shape.n_kv_heads;
   const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
-  pool.ParallelForDynamic(total, 4, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = workspace.data() + thread * per_thread;
+  pool.ParallelForDynamic(total, 1, [&](int64_t begin, int64_t end, int thread) {
+    float* ws = workspace.data() + thread * per_thread;
     size_t s = 0;
     int64_t first = 0;  // flat index of sequences[s]'s first task
     for (int64_t task = begin; task < end; ++task) {
-      while (task >= first + int64_t{sequences[s].n_queries} * shape.n_heads) {
-        first += int64_t{sequences[s].n_queries} * shape.n_heads;
-        ++s;
-      }
+      while (task >= first + TaskCount(shape, sequences[s]))
+        first += TaskCount(shape, sequences[s++]);
       const AttentionSequence& seq = sequences[s];
       // Head-major within a sequence: consecutive tasks reuse one head's K/V from cache.
-      const int head = static_cast<int>((task - first) / seq.n_queries);
-      const int query = static_cast<int>((task - first) % seq.n_queries);
+      const int64_t per_head = TaskCount(shape, seq) / shape.n_heads;
+      const int head = static_cast<int>((task - first) / per_head);
+      const int index = static_cast<int>((task - first) % per_head);
+      if (seq.n_queries >= kGemmMinQueries) {
+        const int q_begin = index * kQueryBlock;
+        AttendBlockGemm(shape, seq, head, q_begin, std::min(seq.n_queries, q_begin + kQueryBlock),
+                        max_context, ws);
+        continue;
+      }
       const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
       const int64_t head_offset = int64_t{head} * shape.head_dim;
-      AttendOne(shape, seq.kv, head / group, seq.q + query * q_stride + head_offset,
-                seq.start_pos + query + 1, scores, seq.out + query * row + head_offset);
+      AttendOne(shape, seq.kv, head / group, seq.q + index * q_stride + head_offset,
+                seq.start_pos + index + 1, ws, seq.out + index * row + head_offset);
     }
   });
 }

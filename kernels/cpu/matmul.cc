@@ -1,9 +1,8 @@
 #include "kernels/matmul.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/gemv_kernels.h"
 #include "kernels/cpu_features.h"
 
@@ -17,14 +16,6 @@ constexpr int64_t kGemmMinRows = 8;
 constexpr int64_t kGemmChunkRows = 128;
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
-
-void EnsureSingleThreadedBlas() {
-  static const bool done = [] {
-    openblas_set_num_threads(1);  // our pool splits the work; BLAS runs inside each thread
-    return true;
-  }();
-  (void)done;
-}
 
 void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end) {
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
@@ -41,11 +32,19 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
   }
 }
 
-void Sgemm(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y,
-           int64_t ldy) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
-              static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), w, static_cast<int>(cols),
-              0.0f, y, static_cast<int>(ldy));
+// y[:, rows] = x · W[rows]ᵀ for `rows` consecutive fp32 weight rows starting at `w`.
+void SgemmRows(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y,
+               int64_t ldy) {
+  Sgemm({.m = n,
+         .n = rows,
+         .k = cols,
+         .a = x,
+         .lda = cols,
+         .b = w,
+         .ldb = cols,
+         .b_transposed = true,
+         .c = y,
+         .ldc = ldy});
 }
 
 // Rows [begin, end) of y; at most kGemmChunkRows rows.
@@ -53,7 +52,7 @@ void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
                float* widened) {
   const int64_t cols = w.cols();
   if (w.dtype == DType::kF32) {
-    Sgemm(x, n, w.as<float>() + begin * cols, end - begin, cols, y + begin, w.rows());
+    SgemmRows(x, n, w.as<float>() + begin * cols, end - begin, cols, y + begin, w.rows());
     return;
   }
   const auto* bytes = static_cast<const uint8_t*>(w.data);
@@ -61,7 +60,7 @@ void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
     avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols,
                    widened + (r - begin) * cols);
   }
-  Sgemm(x, n, widened, end - begin, cols, y + begin, w.rows());
+  SgemmRows(x, n, widened, end - begin, cols, y + begin, w.rows());
 }
 
 }  // namespace
@@ -80,7 +79,6 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float*
     });
     return;
   }
-  EnsureSingleThreadedBlas();
   const size_t per_thread = kGemmChunkRows * w.cols();
   pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
     GemmChunk(x, n, w, y, begin, end, workspace.data() + thread * per_thread);
