@@ -85,7 +85,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max(c.dim, c.hidden_dim)));
-  b.attention_workspace.resize(kernels::AttentionWorkspaceFloats(pool_.size(), max_context));
+  b.attention_workspace.resize(kernels::AttentionWorkspaceFloats(
+      {c.n_heads, c.n_kv_heads, c.head_dim()}, pool_.size(), max_context));
   b.attention.reserve(options.max_sequences);
 }
 
