@@ -18,6 +18,7 @@
 #include "core/model/gguf_file.h"
 #include "core/model/gguf_model.h"
 #include "core/model/gguf_writer.h"
+#include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -56,15 +57,6 @@ Vocabulary MakeVocabulary() {
   return v;
 }
 
-Tensor RandomTensor(std::mt19937& rng, std::vector<int64_t> shape) {
-  std::normal_distribution<float> dist(0.0f, 0.5f);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<float> values(n);
-  for (float& x : values) x = dist(rng);
-  return MakeF32Tensor(std::move(values), std::move(shape));
-}
-
 ModelWeights MakeModel(bool tied, RopePairing pairing = RopePairing::kAdjacent) {
   ModelConfig c;
   c.dim = 16;
@@ -78,27 +70,7 @@ ModelWeights MakeModel(bool tied, RopePairing pairing = RopePairing::kAdjacent) 
   c.rope_theta = 500000.0f;
   c.rope_pairing = pairing;
   c.tied_embeddings = tied;
-  std::mt19937 rng(tied ? 7 : 11);
-  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
-  ModelWeights w;
-  w.config = c;
-  w.token_embedding = RandomTensor(rng, {v, d});
-  w.final_norm = RandomTensor(rng, {d});
-  w.classifier = tied ? w.token_embedding : RandomTensor(rng, {v, d});
-  for (int l = 0; l < c.n_layers; ++l) {
-    LayerWeights L;
-    L.attn_norm = RandomTensor(rng, {d});
-    L.wq = RandomTensor(rng, {d, d});
-    L.wk = RandomTensor(rng, {kv, d});
-    L.wv = RandomTensor(rng, {kv, d});
-    L.wo = RandomTensor(rng, {d, d});
-    L.ffn_norm = RandomTensor(rng, {d});
-    L.w1 = RandomTensor(rng, {h, d});
-    L.w2 = RandomTensor(rng, {d, h});
-    L.w3 = RandomTensor(rng, {h, d});
-    w.layers.push_back(std::move(L));
-  }
-  return w;
+  return MakeRandomModel(c, tied ? 7 : 11);
 }
 
 void ExpectSameTensor(const Tensor& actual, const Tensor& expected, const std::string& name) {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "core/model/random_model.h"
 #include "core/model/safetensors.h"
 #include "core/model/sentencepiece_tokenizer.h"
 #include "gmock/gmock.h"
@@ -42,57 +43,6 @@ ModelConfig SmallConfig(bool tied) {
   c.rope_pairing = RopePairing::kAdjacent;
   c.tied_embeddings = tied;
   return c;
-}
-
-Tensor RandomTensor(std::mt19937& rng, std::vector<int64_t> shape) {
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<float> values(n);
-  for (float& v : values) v = normal(rng);
-  return MakeF32Tensor(std::move(values), std::move(shape));
-}
-
-ModelWeights RandomWeights(const ModelConfig& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
-  ModelWeights w;
-  w.config = c;
-  w.token_embedding = RandomTensor(rng, {v, d});
-  for (int l = 0; l < c.n_layers; ++l) {
-    LayerWeights L;
-    L.attn_norm = RandomTensor(rng, {d});
-    L.wq = RandomTensor(rng, {d, d});
-    L.wk = RandomTensor(rng, {kv, d});
-    L.wv = RandomTensor(rng, {kv, d});
-    L.wo = RandomTensor(rng, {d, d});
-    L.ffn_norm = RandomTensor(rng, {d});
-    L.w1 = RandomTensor(rng, {h, d});
-    L.w2 = RandomTensor(rng, {d, h});
-    L.w3 = RandomTensor(rng, {h, d});
-    w.layers.push_back(L);
-  }
-  w.final_norm = RandomTensor(rng, {d});
-  w.classifier = c.tied_embeddings ? w.token_embedding : RandomTensor(rng, {v, d});
-  return w;
-}
-
-// unk, bos, eos, 256 byte tokens, then distinct normal pieces up to `size`.
-Vocabulary SyntheticVocabulary(int size) {
-  Vocabulary v;
-  auto add = [&v](std::string piece, float score, TokenType type) {
-    v.pieces.push_back(std::move(piece));
-    v.scores.push_back(score);
-    v.types.push_back(type);
-  };
-  add("<unk>", 0, TokenType::kUnknown);
-  add("<s>", 0, TokenType::kControl);
-  add("</s>", 0, TokenType::kControl);
-  for (int b = 0; b < 256; ++b) add(absl::StrFormat("<0x%02X>", b), 0, TokenType::kByte);
-  for (int i = 0; v.size() < size; ++i) {
-    add(absl::StrFormat(" w%d", i), -static_cast<float>(i), TokenType::kNormal);
-  }
-  return v;
 }
 
 bool SameTensor(const Tensor& a, const Tensor& b) {
@@ -132,8 +82,8 @@ void WriteText(const std::string& path, const std::string& text) {
 // Writes the small model to a fresh directory and returns it.
 std::string WriteSmallModel(bool tied, int shards = 1) {
   const std::string dir = TestDir() + "/model";
-  absl::Status s = WriteHfModel(dir, RandomWeights(SmallConfig(tied), 7), SyntheticVocabulary(300),
-                                {DType::kF32, shards});
+  absl::Status s = WriteHfModel(dir, MakeRandomModel(SmallConfig(tied), 7),
+                                SyntheticVocabulary(300), {DType::kF32, shards});
   EXPECT_TRUE(s.ok()) << s;
   return dir;
 }
@@ -148,7 +98,7 @@ class HfRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
 TEST_P(HfRoundTripTest, LoadsExactlyWhatWasWritten) {
   const RoundTripCase p = GetParam();
   const std::string dir = TestDir() + "/model";
-  const ModelWeights source = RandomWeights(SmallConfig(p.tied), 42);
+  const ModelWeights source = MakeRandomModel(SmallConfig(p.tied), 42);
   ASSERT_TRUE(WriteHfModel(dir, source, SyntheticVocabulary(300), {DType::kF32, p.shards}).ok());
   if (p.shards == 1) {
     EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
@@ -215,7 +165,7 @@ TEST(HfModelTest, WritesTransformersConfig) {
 
 TEST(HfModelTest, WritesBf16MatricesAndF32Norms) {
   const std::string dir = TestDir() + "/model";
-  const ModelWeights source = RandomWeights(SmallConfig(false), 3);
+  const ModelWeights source = MakeRandomModel(SmallConfig(false), 3);
   ASSERT_TRUE(WriteHfModel(dir, source, SyntheticVocabulary(300), {DType::kBF16, 2}).ok());
   EXPECT_EQ(ReadJson(dir + "/config.json")["torch_dtype"], "bfloat16");
   absl::StatusOr<HfModel> model = LoadHfModel(dir);
@@ -228,7 +178,7 @@ TEST(HfModelTest, WritesBf16MatricesAndF32Norms) {
 
 TEST(HfModelTest, RejectsBadWriteArguments) {
   const std::string dir = TestDir();
-  const ModelWeights w = RandomWeights(SmallConfig(true), 1);
+  const ModelWeights w = MakeRandomModel(SmallConfig(true), 1);
   EXPECT_FALSE(WriteHfModel(dir + "/a", w, SyntheticVocabulary(299), {}).ok());
   EXPECT_FALSE(WriteHfModel(dir + "/b", w, SyntheticVocabulary(300), {DType::kF32, 0}).ok());
   EXPECT_FALSE(WriteHfModel(dir + "/c", w, SyntheticVocabulary(300), {DType::kF32, 100}).ok());
@@ -376,7 +326,7 @@ TEST(HfModelTest, ChecksTensorSet) {
 
 TEST(HfModelTest, ChecksShardIndex) {
   const std::string dir = TestDir() + "/model";
-  ASSERT_TRUE(WriteHfModel(dir, RandomWeights(SmallConfig(false), 5), SyntheticVocabulary(300),
+  ASSERT_TRUE(WriteHfModel(dir, MakeRandomModel(SmallConfig(false), 5), SyntheticVocabulary(300),
                            {DType::kF32, 3})
                   .ok());
   const std::string index_path = dir + "/model.safetensors.index.json";
@@ -415,7 +365,7 @@ TEST(HfModelTest, RequiresSafetensors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("model.safetensors"));
   ASSERT_TRUE(
-      WriteHfModel(dir, RandomWeights(SmallConfig(true), 7), SyntheticVocabulary(300), {}).ok());
+      WriteHfModel(dir, MakeRandomModel(SmallConfig(true), 7), SyntheticVocabulary(300), {}).ok());
   std::filesystem::remove(dir + "/tokenizer.model");
   absl::StatusOr<HfModel> model = LoadHfModel(dir);
   ASSERT_TRUE(model.ok()) << model.status();
