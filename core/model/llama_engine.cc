@@ -24,6 +24,26 @@ struct LlamaEngine::Buffers {
   std::vector<kernels::AttentionSequence> attention;
 };
 
+namespace {
+
+// The weights Forward streams, in `dtype` and in memory of the engine's own (huge pages, see
+// CopyTensor): matrices that conversion left shared with `source` (often a file mapping) are
+// copied. q/k/v and gate/up are copied anyway when stacked.
+ModelWeights OwnedWeights(const ModelWeights& source, DType dtype) {
+  ModelWeights run = ConvertWeights(source, dtype);
+  auto own = [](const Tensor& t, const Tensor& from) {
+    return t.data == from.data ? CopyTensor(t) : t;
+  };
+  for (size_t l = 0; l < run.layers.size(); ++l) {
+    run.layers[l].wo = own(run.layers[l].wo, source.layers[l].wo);
+    run.layers[l].w2 = own(run.layers[l].w2, source.layers[l].w2);
+  }
+  run.classifier = own(run.classifier, source.classifier);
+  return run;
+}
+
+}  // namespace
+
 absl::Status EngineOptions::Validate() const {
   if (num_threads < 1 || num_threads > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("threads ", num_threads, " not in [1, 1024]"));
@@ -45,7 +65,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   const ModelConfig& c = weights.config;
   const int max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
   auto engine = std::unique_ptr<LlamaEngine>(
-      new LlamaEngine(ConvertWeights(weights, options.weight_dtype), options, max_context));
+      new LlamaEngine(OwnedWeights(weights, options.weight_dtype), options, max_context));
   KvCacheConfig kv;
   kv.n_layers = c.n_layers;
   kv.n_kv_heads = c.n_kv_heads;

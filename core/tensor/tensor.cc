@@ -1,6 +1,11 @@
 #include "core/tensor/tensor.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -8,6 +13,34 @@
 
 namespace pdserve {
 namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Uninitialized storage for `bytes` bytes. Buffers of a huge page or more are 2 MiB aligned and
+// advised into transparent huge pages: the decode weight stream then misses the TLB 512× less.
+std::shared_ptr<uint8_t> AllocateStorage(size_t bytes) {
+  if (bytes < kHugePage) {
+    return std::shared_ptr<uint8_t>(new uint8_t[std::max<size_t>(bytes, 1)],
+                                    std::default_delete<uint8_t[]>());
+  }
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves normal pages
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// A tensor of `dtype` and `shape` whose storage the caller fills through the returned pointer.
+std::pair<Tensor, uint8_t*> NewTensor(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  std::shared_ptr<uint8_t> storage = AllocateStorage(t.NumBytes());
+  uint8_t* data = storage.get();
+  t.data = data;
+  t.owner = std::move(storage);
+  return {std::move(t), data};
+}
 
 template <typename T>
 Tensor OwnedTensor(std::vector<T> values, DType dtype, std::vector<int64_t> shape) {
@@ -45,17 +78,24 @@ Tensor ConvertTensor(const Tensor& tensor, DType dtype) {
     return tensor;
   }
   const int64_t n = tensor.NumElements();
+  auto [out, bytes] = NewTensor(dtype, tensor.shape);
   if (dtype == DType::kF32) {
-    std::vector<float> out(n);
-    for (int64_t i = 0; i < n; ++i) out[i] = ElementAsFloat(tensor, i);
-    return OwnedTensor(std::move(out), dtype, tensor.shape);
+    auto* values = reinterpret_cast<float*>(bytes);
+    for (int64_t i = 0; i < n; ++i) values[i] = ElementAsFloat(tensor, i);
+    return out;
   }
-  std::vector<uint16_t> out(n);
+  auto* values = reinterpret_cast<uint16_t*>(bytes);
   for (int64_t i = 0; i < n; ++i) {
     float v = ElementAsFloat(tensor, i);
-    out[i] = dtype == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
+    values[i] = dtype == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
   }
-  return OwnedTensor(std::move(out), dtype, tensor.shape);
+  return out;
+}
+
+Tensor CopyTensor(const Tensor& tensor) {
+  auto [out, data] = NewTensor(tensor.dtype, tensor.shape);
+  std::memcpy(data, tensor.data, tensor.NumBytes());
+  return out;
 }
 
 Tensor ConcatRows(const std::vector<Tensor>& parts) {
@@ -65,17 +105,12 @@ Tensor ConcatRows(const std::vector<Tensor>& parts) {
     bytes += part.NumBytes();
     rows += part.rows();
   }
-  auto storage = std::make_shared<std::vector<uint8_t>>(bytes);
+  auto [out, data] = NewTensor(parts.front().dtype, {rows, parts.front().cols()});
   size_t offset = 0;
   for (const Tensor& part : parts) {
-    std::memcpy(storage->data() + offset, part.data, part.NumBytes());
+    std::memcpy(data + offset, part.data, part.NumBytes());
     offset += part.NumBytes();
   }
-  Tensor out;
-  out.dtype = parts.front().dtype;
-  out.shape = {rows, parts.front().cols()};
-  out.data = storage->data();
-  out.owner = std::move(storage);
   return out;
 }
 

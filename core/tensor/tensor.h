@@ -41,10 +41,16 @@ Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape);
 // Converts any tensor to an owned f32 tensor of the same shape.
 Tensor ToF32(const Tensor& tensor);
 
-// Converts `tensor` to `dtype` (round to nearest even); returns it unchanged when already `dtype`.
+// Converts `tensor` to `dtype` (round to nearest even) into memory like CopyTensor's; returns it
+// unchanged when already `dtype`.
 Tensor ConvertTensor(const Tensor& tensor, DType dtype);
 
-// Stacks matrices of one dtype and column count row-wise into one owned [Σ rows, cols] tensor.
+// An owned copy of `tensor` in memory of its own: 2 MiB aligned and advised into transparent huge
+// pages when large (streaming it then costs fewer TLB misses than a file mapping would).
+Tensor CopyTensor(const Tensor& tensor);
+
+// Stacks matrices of one dtype and column count row-wise into one owned [Σ rows, cols] tensor
+// (memory like CopyTensor's).
 // Requires a non-empty list of matching matrices.
 Tensor ConcatRows(const std::vector<Tensor>& parts);
 
