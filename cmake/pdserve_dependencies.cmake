@@ -24,7 +24,12 @@ if(PDSERVE_BUILD_BENCHMARKS)
 endif()
 
 # Where the shared models, references and evaluation text live (tests read them).
-get_filename_component(_pdserve_default_shared "${PROJECT_SOURCE_DIR}/../shared" ABSOLUTE)
+# Default: $PDSERVE_SHARED_DIR from the environment, else the shared/ folder beside the checkout.
+if(DEFINED ENV{PDSERVE_SHARED_DIR})
+  set(_pdserve_default_shared "$ENV{PDSERVE_SHARED_DIR}")
+else()
+  get_filename_component(_pdserve_default_shared "${PROJECT_SOURCE_DIR}/../shared" ABSOLUTE)
+endif()
 set(PDSERVE_SHARED_DIR "${_pdserve_default_shared}" CACHE PATH "The shared/ folder with models and references")
 if(NOT EXISTS "${PDSERVE_SHARED_DIR}/models/stories260K/stories260K.bin")
   message(WARNING "pdserve: ${PDSERVE_SHARED_DIR} has no models/stories260K; the golden and CLI "
