@@ -67,33 +67,12 @@ void AccumulateValues(const float* w, const float* values, int n, int d, float* 
     }
     return;
   }
+  using Chunk = void (*)(const float*, const float*, int, int, float*);
+  static constexpr Chunk kChunks[] = {&AccumulateChunk<1>, &AccumulateChunk<2>, &AccumulateChunk<3>,
+                                      &AccumulateChunk<4>, &AccumulateChunk<5>, &AccumulateChunk<6>,
+                                      &AccumulateChunk<7>, &AccumulateChunk<8>};
   for (int c = 0; c < d; c += 64) {
-    switch (std::min(8, (d - c) / 8)) {
-      case 1:
-        AccumulateChunk<1>(w, values + c, n, d, out + c);
-        break;
-      case 2:
-        AccumulateChunk<2>(w, values + c, n, d, out + c);
-        break;
-      case 3:
-        AccumulateChunk<3>(w, values + c, n, d, out + c);
-        break;
-      case 4:
-        AccumulateChunk<4>(w, values + c, n, d, out + c);
-        break;
-      case 5:
-        AccumulateChunk<5>(w, values + c, n, d, out + c);
-        break;
-      case 6:
-        AccumulateChunk<6>(w, values + c, n, d, out + c);
-        break;
-      case 7:
-        AccumulateChunk<7>(w, values + c, n, d, out + c);
-        break;
-      default:
-        AccumulateChunk<8>(w, values + c, n, d, out + c);
-        break;
-    }
+    kChunks[std::min(8, (d - c) / 8) - 1](w, values + c, n, d, out + c);
   }
 }
 
