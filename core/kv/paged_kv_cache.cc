@@ -1,5 +1,7 @@
 #include "core/kv/paged_kv_cache.h"
 
+#include <unistd.h>
+
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -16,9 +18,11 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
   }
   const double bytes = 2.0 * config.n_layers * config.num_pages * config.page_size *
                        config.n_kv_heads * config.head_dim * sizeof(float);
-  if (bytes > 1e12) {
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (bytes > 0.8 * memory) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("kv cache: ", bytes / 1e9, " GB requested; reduce pages or context"));
+        absl::StrCat("kv cache: ", bytes / 1e9, " GB requested but the machine has ", memory / 1e9,
+                     " GB; reduce the context, the sequences or the pages"));
   }
   return std::unique_ptr<PagedKvCache>(new PagedKvCache(config));
 }
