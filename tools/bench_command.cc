@@ -97,7 +97,7 @@ absl::Status RunBench() {
   options.max_context = std::max(prompt_tokens, gen_tokens + 1);
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(weights, options));
   auto log = GetLogger("bench");
-  log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), options.num_threads,
+  log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), engine->options().num_threads,
             DTypeName(options.weight_dtype), kernels::SimdLevelName(kernels::ActiveSimdLevel()));
 
   std::vector<int32_t> prompt(prompt_tokens);
@@ -115,7 +115,7 @@ absl::Status RunBench() {
   const double pp = Median(prefill), tg = Median(decode);
   nlohmann::json report = {
       {"model", path},
-      {"threads", options.num_threads},
+      {"threads", engine->options().num_threads},
       {"weights", DTypeName(options.weight_dtype)},
       {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
       {"prompt_tokens", prompt_tokens},

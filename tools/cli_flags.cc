@@ -1,7 +1,5 @@
 #include "tools/cli_flags.h"
 
-#include <thread>
-
 #include "absl/flags/flag.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -14,7 +12,7 @@ ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 is greedy");
 ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]");
 ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = all");
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
-ABSL_FLAG(int, threads, 0, "Worker threads; 0 = all cores");
+ABSL_FLAG(int, threads, 0, "Worker threads; 0 = all cores, or 1 for models too small to split");
 ABSL_FLAG(std::string, weights, "f32", "Weight dtype the engine runs: f32, f16 or bf16");
 ABSL_FLAG(std::string, text, "", "Text file to evaluate");
 ABSL_FLAG(int, ctx, 256, "Evaluation context (tokens per chunk)");
@@ -53,9 +51,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions options;
   PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(absl::GetFlag(FLAGS_weights)));
   const int threads = absl::GetFlag(FLAGS_threads);
-  if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = all cores)");
-  options.num_threads =
-      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = automatic)");
+  options.num_threads = threads;
   options.max_sequences = 1;
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return options;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
@@ -42,11 +43,19 @@ ModelWeights OwnedWeights(const ModelWeights& source, DType dtype) {
   return run;
 }
 
+// Threads for num_threads = 0. Below ~2M layer parameters a matmul is a few microseconds of work
+// and waking a second thread costs more than it saves (stories260K: 1 thread ~5x faster than 2).
+int AutoThreads(const ModelConfig& c) {
+  const int64_t layer_parameters = c.NumParameters() - int64_t{c.vocab_size} * c.dim;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return layer_parameters < 2'000'000 ? 1 : cores;
+}
+
 }  // namespace
 
 absl::Status EngineOptions::Validate() const {
-  if (num_threads < 1 || num_threads > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("threads ", num_threads, " not in [1, 1024]"));
+  if (num_threads < 0 || num_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("threads ", num_threads, " not in [0, 1024]"));
   }
   if (max_batch_tokens < 1 || max_sequences < 1 || kv_page_size < 1 || max_context < 0 ||
       kv_pages < 0) {
@@ -64,8 +73,10 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   const ModelConfig& c = weights.config;
   const int max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
+  EngineOptions resolved = options;
+  if (resolved.num_threads == 0) resolved.num_threads = AutoThreads(c);
   auto engine = std::unique_ptr<LlamaEngine>(
-      new LlamaEngine(OwnedWeights(weights, options.weight_dtype), options, max_context));
+      new LlamaEngine(OwnedWeights(weights, options.weight_dtype), resolved, max_context));
   KvCacheConfig kv;
   kv.n_layers = c.n_layers;
   kv.n_kv_heads = c.n_kv_heads;

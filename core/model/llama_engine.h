@@ -24,7 +24,7 @@ namespace pdserve {
 
 struct EngineOptions {
   DType weight_dtype = DType::kF32;
-  int num_threads = 1;
+  int num_threads = 1;  // 0 = automatic: every core, or one for models too small to split
   int max_batch_tokens = 512;  // tokens per Forward call
   int max_sequences = 8;       // live sequences at once
   int max_context = 0;         // tokens per sequence; 0 = the model's max_seq_len (may exceed it)

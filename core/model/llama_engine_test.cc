@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "core/model/llama_reference.h"
 #include "core/model/model_loader.h"
@@ -214,6 +215,25 @@ TEST(LlamaEngineTest, RejectsBadBatchesWithoutChangingState) {
   EXPECT_EQ(engine->AddSequence().status().code(), absl::StatusCode::kOk);
   EXPECT_EQ(engine->AddSequence().status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(engine->RemoveSequence(7).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(LlamaEngineTest, AutomaticThreadsUseOneThreadForTinyModels) {
+  EngineOptions o;
+  o.num_threads = 0;
+  auto tiny = LlamaEngine::Create(Stories260K(), o);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ((*tiny)->options().num_threads, 1);
+  ModelConfig wide = SmallGqaConfig();
+  wide.dim = 512;
+  wide.n_heads = 8;
+  wide.n_kv_heads = 8;
+  wide.hidden_dim = 1376;
+  auto large = LlamaEngine::Create(MakeRandomModel(wide, 1), o);
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_EQ((*large)->options().num_threads, static_cast<int>(std::thread::hardware_concurrency()));
+  o.num_threads = -1;
+  EXPECT_EQ(LlamaEngine::Create(Stories260K(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LlamaEngineTest, ContextLimitAndKvExhaustion) {
