@@ -39,11 +39,18 @@ absl::Status RunGenerate() {
   options.max_batch_tokens = std::min(512, options.max_context);
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
 
+  // The prompt is echoed with the first generated token, so that a request that fails
+  // validation prints nothing on stdout.
   TextStream stream(tokenizer, -1);
-  for (int32_t id : prompt) Print(stream.Push(id));
-  PDSERVE_ASSIGN_OR_RETURN(
-      GenerationResult result,
-      Generate(*engine, prompt, params, [&](int32_t id) { Print(stream.Push(id)); }));
+  bool echoed = false;
+  auto on_token = [&](int32_t id) {
+    if (!echoed) {
+      for (int32_t prompt_id : prompt) Print(stream.Push(prompt_id));
+      echoed = true;
+    }
+    Print(stream.Push(id));
+  };
+  PDSERVE_ASSIGN_OR_RETURN(GenerationResult result, Generate(*engine, prompt, params, on_token));
   Print(stream.Flush() + "\n");
   GetLogger("cli")->info(
       "prompt {} tokens in {:.1f} ms ({:.1f} tok/s); generated {} tokens in {:.1f} ms "

@@ -4,7 +4,8 @@
 #      llama2.c checkpoint and from GGUF and Hugging Face copies made by `convert`;
 #   2. `eval` at --ctx 256 gives llama.cpp's perplexity (3.6423) within 0.5%;
 #   3. `make-model` writes every format and `generate` runs on each;
-#   4. every malformed model file gives exit code 1, nothing on stdout and one clear error line.
+#   4. every malformed model file gives exit code 1, nothing on stdout and one clear error line;
+#   5. bad generation requests give exit code 1 and nothing on stdout.
 # Env: PDSERVE (the binary), PDSERVE_SHARED_DIR.
 set -euo pipefail
 
@@ -72,6 +73,18 @@ for path in "$WORK"/bad/*; do expect_clean_error "$(basename "$path")" "$path"; 
 expect_clean_error missing-file "$WORK/does-not-exist.bin"
 expect_clean_error bad-weights-flag "$MODEL" --weights int4
 expect_clean_error negative-threads "$MODEL" --threads -3
+
+# --- 5. bad requests: exit 1, nothing on stdout, the error last on stderr ---------------------
+for flags in "--max-tokens 600" "--max-tokens 0" "--temperature -1" "--top-p 1.5"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$PDSERVE" generate --model "$MODEL" --prompt "The cat" $flags > "$WORK/out" 2> "$WORK/err" || rc=$?
+  if [ "$rc" -ne 1 ] || [ -s "$WORK/out" ] || ! tail -1 "$WORK/err" | grep -q '^error: '; then
+    fail "generate $flags: rc=$rc, stdout $(wc -c < "$WORK/out") bytes"; cat "$WORK/err" >&2
+  else
+    echo "ok generate $flags: $(tail -1 "$WORK/err")"
+  fi
+done
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
