@@ -56,7 +56,7 @@ GgmlType GgmlTypeOf(DType dtype);
 
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
 inline constexpr size_t kGgufMaxKeyBytes = 65535;  // the GGUF specification's limit
-inline constexpr size_t kGgufMaxTensorNameBytes = 64;
+inline constexpr size_t kGgufMaxTensorNameBytes = 63;  // llama.cpp: GGML_MAX_NAME − 1
 inline constexpr int kGgufMaxDims = 4;
 
 // The GGUF type of a C++ scalar; undefined (a compile error) for other types.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 #include "core/model/gguf_file.h"
@@ -64,6 +65,26 @@ absl::StatusOr<int> ReadVocabSize(const GgufFile& file, const std::string& key) 
   return static_cast<int>(std::min<int64_t>(embedding->tensor.rows(), INT32_MAX));
 }
 
+// llama.cpp scales RoPE when rope.scaling.factor or rope.scale_linear is set (other than 0 or 1)
+// or rope.scaling.type names another method. Unsupported here: refuse rather than run unscaled.
+absl::Status CheckNoRopeScaling(const GgufFile& file, const std::string& p) {
+  for (const std::string& key : {p + "rope.scaling.factor", p + "rope.scale_linear"}) {
+    if (file.FindValue(key) == nullptr) continue;
+    PDSERVE_ASSIGN_OR_RETURN(float factor, GetFloatOr(file, key, 1.0f));
+    if (factor != 0.0f && factor != 1.0f) {
+      return file.Error(absl::StrCat(key, " is ", factor, "; RoPE scaling is not supported yet"));
+    }
+  }
+  if (file.FindValue(p + "rope.scaling.type") != nullptr) {
+    PDSERVE_ASSIGN_OR_RETURN(std::string type, file.GetString(p + "rope.scaling.type"));
+    if (type != "none" && type != "linear") {
+      return file.Error(absl::StrCat(p, "rope.scaling.type is '", type,
+                                     "'; RoPE scaling is not supported yet"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
   PDSERVE_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
   if (arch != kArchitecture) {
@@ -81,6 +102,7 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
   PDSERVE_ASSIGN_OR_RETURN(c.norm_eps,
                            GetFloatOr(file, p + "attention.layer_norm_rms_epsilon", 1e-5f));
   PDSERVE_ASSIGN_OR_RETURN(c.rope_theta, GetFloatOr(file, p + "rope.freq_base", 10000.0f));
+  PDSERVE_RETURN_IF_ERROR(CheckNoRopeScaling(file, p));
   c.rope_pairing = RopePairing::kAdjacent;
   PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, p + "vocab_size"));
   c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
@@ -263,7 +285,10 @@ absl::Status AddVocabularyMetadata(GgufWriter& out, const Vocabulary& vocab) {
   std::vector<std::string> pieces;
   std::vector<int32_t> types;
   for (int i = 0; i < vocab.size(); ++i) {
-    pieces.push_back(SpaceToMetaspace(vocab.pieces[i]));
+    // Byte tokens in llama.cpp's spelling ("<0x0A>", upper case): it looks them up by that name.
+    pieces.push_back(vocab.types[i] == TokenType::kByte
+                         ? absl::StrFormat("<0x%02X>", ParseBytePiece(vocab.pieces[i]))
+                         : SpaceToMetaspace(vocab.pieces[i]));
     types.push_back(static_cast<int32_t>(vocab.types[i]));
   }
   auto u32 = [](int v) { return GgufValue::Of(static_cast<uint32_t>(v)); };

@@ -319,7 +319,7 @@ TEST_F(GgufTest, WriterRejectsBadTensors) {
   EXPECT_TRUE(writer.AddTensor("a", t).ok());
   EXPECT_FALSE(writer.AddTensor("a", t).ok());
   EXPECT_FALSE(writer.AddTensor("", t).ok());
-  EXPECT_FALSE(writer.AddTensor(std::string(65, 'x'), t).ok());
+  EXPECT_FALSE(writer.AddTensor(std::string(64, 'x'), t).ok());
   EXPECT_FALSE(writer.AddTensor("b", Tensor{}).ok());
   EXPECT_FALSE(
       writer.AddTensor("c", MakeF32Tensor(std::vector<float>(32, 0.0f), {2, 2, 2, 2, 2})).ok());
@@ -501,8 +501,8 @@ TEST_F(GgufRawTest, RejectsBadTensorInfos) {
   ExpectOpenError(one_tensor({~uint64_t{0}}, 0, 0).bytes(), "invalid dimensions");
   ExpectOpenError(one_tensor({1, 1, 1, 1, 1}, 0, 0).bytes(), "has 5 dimensions");
   ExpectOpenError(one_tensor({}, 0, 0).bytes(), "has 0 dimensions");
-  ExpectOpenError(RawGguf(1, 0).TensorInfo(std::string(65, 'x'), {1}, 0, 0).bytes(),
-                  "over the limit of 64");
+  ExpectOpenError(RawGguf(1, 0).TensorInfo(std::string(64, 'x'), {1}, 0, 0).bytes(),
+                  "over the limit of 63");
   ExpectOpenError(RawGguf(2, 0)
                       .TensorInfo("t", {8}, 0, 0)
                       .TensorInfo("t", {8}, 0, 32)
@@ -605,6 +605,25 @@ TEST_F(GgufTest, MissingRequiredKeysAreNamed) {
     w.RemoveMetadata("tokenizer.ggml.tokens");
   });
   ExpectLoadError(dst, "tokenizer.ggml.tokens");
+}
+
+TEST_F(GgufTest, RopeScalingIsRefusedNotIgnored) {
+  const std::string src = WriteValidModel("src.gguf");
+  const std::string dst = Path("scaled.gguf");
+  Rewrite(src, dst, [](GgufWriter& w, std::vector<GgufTensor>&) {
+    ASSERT_TRUE(w.SetMetadata("llama.rope.scaling.factor", GgufValue::Of(4.0f)).ok());
+  });
+  ExpectLoadError(dst, "llama.rope.scaling.factor is 4");
+  Rewrite(src, dst, [](GgufWriter& w, std::vector<GgufTensor>&) {
+    ASSERT_TRUE(w.SetMetadata("llama.rope.scaling.type", GgufValue::Of(std::string("yarn"))).ok());
+  });
+  ExpectLoadError(dst, "rope.scaling.type is 'yarn'");
+  // Factor 1 and type "none" mean no scaling.
+  Rewrite(src, dst, [](GgufWriter& w, std::vector<GgufTensor>&) {
+    ASSERT_TRUE(w.SetMetadata("llama.rope.scaling.factor", GgufValue::Of(1.0f)).ok());
+    ASSERT_TRUE(w.SetMetadata("llama.rope.scaling.type", GgufValue::Of(std::string("none"))).ok());
+  });
+  EXPECT_TRUE(LoadGgufModel(dst).ok());
 }
 
 TEST_F(GgufTest, OptionalKeysTakeDefaults) {

@@ -179,6 +179,25 @@ absl::StatusOr<std::string> StringField(const Json& json, const std::string& pat
 // ---------------------------------------------------------------------------------------------
 // config.json
 
+// RoPE parameters: transformers < 5 writes "rope_theta" at the top level and "rope_scaling" (null
+// or a dict); transformers 5 writes {"rope_parameters": {"rope_type": ..., "rope_theta": ...}}.
+// Only plain RoPE (no type, or "default") is supported; anything else is an error, never ignored.
+absl::Status CheckDefaultRope(const Json& json, const std::string& path, const char* key) {
+  const Json* rope = Member(json, key);
+  if (rope == nullptr) return absl::OkStatus();
+  if (!rope->is_object()) return FieldError(path, key, "is not an object");
+  for (const char* type_key : {"rope_type", "type"}) {
+    const Json* type = Member(*rope, type_key);
+    if (type == nullptr) continue;
+    if (!type->is_string() || type->get<std::string>() != "default") {
+      return FieldError(path, key,
+                        absl::StrCat("has ", type_key, " ", type->dump(),
+                                     "; only plain RoPE (\"default\") is supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Rejects the LlamaConfig variants whose math the engine does not implement.
 absl::Status CheckSupportedArchitecture(const Json& json, const std::string& path) {
   PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
@@ -194,14 +213,24 @@ absl::Status CheckSupportedArchitecture(const Json& json, const std::string& pat
   if (act != "silu") {
     return FieldError(path, "hidden_act", absl::StrCat("is \"", act, "\"; only silu is supported"));
   }
-  if (Member(json, "rope_scaling") != nullptr) {
-    return FieldError(path, "rope_scaling", "is set; RoPE scaling is not supported yet");
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    PDSERVE_RETURN_IF_ERROR(CheckDefaultRope(json, path, key));
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     PDSERVE_ASSIGN_OR_RETURN(bool bias, BoolField(json, path, key, false));
     if (bias) return FieldError(path, key, "is true; biases are not supported");
   }
   return absl::OkStatus();
+}
+
+// rope_theta from "rope_parameters" (transformers 5), else the top level, else 10000.
+absl::StatusOr<double> RopeTheta(const Json& json, const std::string& path) {
+  if (const Json* rope = Member(json, "rope_parameters"); rope != nullptr) {
+    if (Member(*rope, "rope_theta") != nullptr) {
+      return NumberField(*rope, path + " rope_parameters", "rope_theta", 10000.0);
+    }
+  }
+  return NumberField(json, path, "rope_theta", 10000.0);
 }
 
 absl::StatusOr<ModelConfig> ParseLlamaConfig(const Json& json, const std::string& path) {
@@ -215,7 +244,7 @@ absl::StatusOr<ModelConfig> ParseLlamaConfig(const Json& json, const std::string
   PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, IntField(json, path, "vocab_size"));
   PDSERVE_ASSIGN_OR_RETURN(c.max_seq_len, IntField(json, path, "max_position_embeddings", 2048));
   PDSERVE_ASSIGN_OR_RETURN(double eps, NumberField(json, path, "rms_norm_eps", 1e-6));
-  PDSERVE_ASSIGN_OR_RETURN(double theta, NumberField(json, path, "rope_theta", 10000.0));
+  PDSERVE_ASSIGN_OR_RETURN(double theta, RopeTheta(json, path));
   PDSERVE_ASSIGN_OR_RETURN(c.tied_embeddings, BoolField(json, path, "tie_word_embeddings", false));
   c.norm_eps = static_cast<float>(eps);
   c.rope_theta = static_cast<float>(theta);

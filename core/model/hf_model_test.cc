@@ -185,12 +185,16 @@ TEST(HfModelTest, RejectsBadWriteArguments) {
 }
 
 // Rewrites config.json of a freshly written model with `edit` and returns the load status.
-absl::Status LoadWithConfig(const std::function<void(Json&)>& edit) {
+absl::StatusOr<HfModel> LoadModelWithConfig(const std::function<void(Json&)>& edit) {
   const std::string dir = WriteSmallModel(/*tied=*/false);
   Json config = ReadJson(dir + "/config.json");
   edit(config);
   WriteText(dir + "/config.json", config.dump());
-  return LoadHfModel(dir).status();
+  return LoadHfModel(dir);
+}
+
+absl::Status LoadWithConfig(const std::function<void(Json&)>& edit) {
+  return LoadModelWithConfig(edit).status();
 }
 
 TEST(HfModelTest, RejectsUnsupportedConfigs) {
@@ -209,6 +213,12 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
          j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
        },
        "rope_scaling"},
+      {"rope_parameters_llama3",
+       [](Json& j) {
+         j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}};
+       },
+       "rope_parameters"},
+      {"rope_parameters_number", [](Json& j) { j["rope_parameters"] = 5; }, "rope_parameters"},
       {"attention_bias", [](Json& j) { j["attention_bias"] = true; }, "attention_bias"},
       {"mlp_bias", [](Json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
       {"string_size", [](Json& j) { j["hidden_size"] = "64"; }, "hidden_size\" is not an integer"},
@@ -238,6 +248,19 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
     EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
   }
   EXPECT_TRUE(LoadWithConfig([](Json& j) { j["rope_scaling"] = nullptr; }).ok());
+}
+
+TEST(HfModelTest, ReadsRopeThetaFromEitherConfigLayout) {
+  // transformers < 5: top-level rope_theta; transformers 5: inside rope_parameters.
+  auto top = LoadModelWithConfig([](Json& j) { j["rope_theta"] = 250000.0; });
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->weights.config.rope_theta, 250000.0f);
+  auto nested = LoadModelWithConfig([](Json& j) {
+    j.erase("rope_theta");
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  });
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(nested->weights.config.rope_theta, 500000.0f);
 }
 
 TEST(HfModelTest, RejectsMalformedConfigFiles) {

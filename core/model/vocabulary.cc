@@ -1,5 +1,6 @@
 #include "core/model/vocabulary.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
@@ -50,7 +51,12 @@ absl::Status Vocabulary::Validate() const {
           absl::StrCat("vocabulary: ", name, " id ", id, " is outside [0, ", size(), ")"));
     }
   }
+  absl::flat_hash_map<std::string, int> seen;
   for (int i = 0; i < size(); ++i) {
+    if (auto [it, inserted] = seen.emplace(pieces[i], i); !inserted) {
+      return absl::InvalidArgumentError(absl::StrCat("vocabulary: tokens ", it->second, " and ", i,
+                                                     " are both '", pieces[i], "'"));
+    }
     if (types[i] == TokenType::kByte && ParseBytePiece(pieces[i]) < 0) {
       return absl::InvalidArgumentError(absl::StrCat("vocabulary: byte token ", i, " has piece '",
                                                      pieces[i], "', expected <0xNN>"));

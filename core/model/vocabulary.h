@@ -35,7 +35,7 @@ struct Vocabulary {
   int size() const { return static_cast<int>(pieces.size()); }
 
   // InvalidArgument when the three arrays disagree in length, the vocabulary is empty, a special id
-  // is out of range, or a "<0xNN>" byte piece is malformed.
+  // is out of range, two tokens share a piece, or a "<0xNN>" byte piece is malformed.
   absl::Status Validate() const;
 };
 
