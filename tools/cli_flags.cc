@@ -1,5 +1,8 @@
 #include "tools/cli_flags.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "absl/flags/flag.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -59,12 +62,24 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
 }
 
 void NormalizeFlagNames(int argc, char** argv) {
+  // Flags that take no separate value; every other `--flag` without `=` consumes the next
+  // argument, which is left untouched (a prompt may well start with "--").
+  static constexpr std::string_view kBoolFlags[] = {
+      "untied", "nountied", "help", "helpfull", "helpshort", "version", "only_check_args"};
+  bool next_is_value = false;
   for (int i = 1; i < argc; ++i) {
     char* arg = argv[i];
-    if (arg[0] != '-' || arg[1] != '-') continue;
-    for (char* c = arg + 2; *c != '\0' && *c != '='; ++c) {
+    if (next_is_value || arg[0] != '-' || arg[1] != '-' || arg[2] == '\0') {
+      next_is_value = false;
+      continue;
+    }
+    char* c = arg + 2;
+    for (; *c != '\0' && *c != '='; ++c) {
       if (*c == '-') *c = '_';
     }
+    const std::string_view name(arg + 2, c - (arg + 2));
+    next_is_value = *c != '=' && std::find(std::begin(kBoolFlags), std::end(kBoolFlags), name) ==
+                                     std::end(kBoolFlags);
   }
 }
 

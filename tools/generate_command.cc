@@ -35,7 +35,10 @@ absl::Status RunGenerate() {
   const std::vector<int32_t> prompt(ids.begin(), ids.end());
 
   params.stop_ids = {tokenizer.eos_id(), tokenizer.bos_id()};
-  options.max_context = model.weights.config.max_seq_len;
+  // Context for this request only (Generate reports a request beyond the model's own limit).
+  const int64_t wanted = static_cast<int64_t>(prompt.size()) + std::max(params.max_tokens, 1);
+  options.max_context =
+      static_cast<int>(std::min<int64_t>(model.weights.config.max_seq_len, wanted));
   options.max_batch_tokens = std::min(512, options.max_context);
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
 

@@ -1,10 +1,9 @@
 #include "core/kv/paged_kv_cache.h"
 
-#include <unistd.h>
-
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/system_memory.h"
 
 namespace pdserve {
 
@@ -18,8 +17,8 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
   }
   const double bytes = 2.0 * config.n_layers * config.num_pages * config.page_size *
                        config.n_kv_heads * config.head_dim * sizeof(float);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  if (bytes > 0.8 * memory) {
+  const double memory = static_cast<double>(PhysicalMemoryBytes());
+  if (bytes > kMaxMemoryShare * memory) {
     return absl::ResourceExhaustedError(
         absl::StrCat("kv cache: ", bytes / 1e9, " GB requested but the machine has ", memory / 1e9,
                      " GB; reduce the context, the sequences or the pages"));
@@ -55,15 +54,19 @@ absl::Status BlockTable::Reserve(PagedKvCache& cache, int total_tokens) {
   while (pages_.size() < needed) {
     absl::StatusOr<int32_t> page = cache.AllocatePage();
     if (!page.ok()) {
-      while (pages_.size() > before) {
-        cache.FreePage(pages_.back());
-        pages_.pop_back();
-      }
+      ShrinkTo(cache, before);
       return page.status();
     }
     pages_.push_back(*page);
   }
   return absl::OkStatus();
+}
+
+void BlockTable::ShrinkTo(PagedKvCache& cache, size_t pages) {
+  while (pages_.size() > pages) {
+    cache.FreePage(pages_.back());
+    pages_.pop_back();
+  }
 }
 
 void BlockTable::Release(PagedKvCache& cache) {

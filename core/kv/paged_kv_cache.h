@@ -73,6 +73,9 @@ class BlockTable {
   // table keeps what it had.
   absl::Status Reserve(PagedKvCache& cache, int total_tokens);
   void set_num_tokens(int n) { num_tokens_ = n; }
+  // Frees pages beyond the first `pages` (those Reserve added for tokens not yet written).
+  // Requires pages ≥ the pages holding num_tokens().
+  void ShrinkTo(PagedKvCache& cache, size_t pages);
   // Frees every page and empties the table.
   void Release(PagedKvCache& cache);
 

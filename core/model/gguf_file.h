@@ -55,7 +55,7 @@ const char* GgmlTypeName(uint32_t type);
 GgmlType GgmlTypeOf(DType dtype);
 
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
-inline constexpr size_t kGgufMaxKeyBytes = 65535;  // the GGUF specification's limit
+inline constexpr size_t kGgufMaxKeyBytes = 65535;      // the GGUF specification's limit
 inline constexpr size_t kGgufMaxTensorNameBytes = 63;  // llama.cpp: GGML_MAX_NAME − 1
 inline constexpr int kGgufMaxDims = 4;
 

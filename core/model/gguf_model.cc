@@ -78,8 +78,8 @@ absl::Status CheckNoRopeScaling(const GgufFile& file, const std::string& p) {
   if (file.FindValue(p + "rope.scaling.type") != nullptr) {
     PDSERVE_ASSIGN_OR_RETURN(std::string type, file.GetString(p + "rope.scaling.type"));
     if (type != "none" && type != "linear") {
-      return file.Error(absl::StrCat(p, "rope.scaling.type is '", type,
-                                     "'; RoPE scaling is not supported yet"));
+      return file.Error(
+          absl::StrCat(p, "rope.scaling.type is '", type, "'; RoPE scaling is not supported yet"));
     }
   }
   return absl::OkStatus();

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/base/system_memory.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
@@ -23,6 +25,8 @@ struct LlamaEngine::Buffers {
   std::vector<float> matmul_workspace;
   std::vector<float> attention_workspace;
   std::vector<kernels::AttentionSequence> attention;
+  std::vector<size_t> pages_before;  // per chunk, while reserving KV
+  std::vector<char> seen;            // per sequence slot, while validating a batch
 };
 
 namespace {
@@ -51,6 +55,19 @@ int AutoThreads(const ModelConfig& c) {
   return layer_parameters < 2'000'000 ? 1 : cores;
 }
 
+// Bytes Create allocates for buffers, workspaces, the RoPE table and the KV pool (weights aside).
+double PlannedBytes(const ModelConfig& c, const EngineOptions& o, int max_context, int kv_pages) {
+  const double n = o.max_batch_tokens, threads = o.num_threads;
+  const double activations =
+      n * (3.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size);
+  const double workspaces =
+      kernels::MatmulWorkspaceFloats(o.num_threads, std::max(c.dim, c.hidden_dim)) +
+      threads * max_context * (2.0 * c.head_dim() + 64) +
+      static_cast<double>(max_context) * c.head_dim();
+  const double kv = 2.0 * c.n_layers * kv_pages * o.kv_page_size * c.kv_dim();
+  return (activations + workspaces + kv) * sizeof(float);
+}
+
 }  // namespace
 
 absl::Status EngineOptions::Validate() const {
@@ -75,6 +92,22 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   const int max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
   EngineOptions resolved = options;
   if (resolved.num_threads == 0) resolved.num_threads = AutoThreads(c);
+  const int64_t pages_per_sequence =
+      (int64_t{max_context} + options.kv_page_size - 1) / options.kv_page_size;
+  const int64_t pages =
+      options.kv_pages > 0 ? options.kv_pages : options.max_sequences * pages_per_sequence;
+  if (pages > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: ", pages, " KV pages is too many"));
+  }
+  resolved.kv_pages = static_cast<int>(pages);
+  const double planned = PlannedBytes(c, resolved, max_context, resolved.kv_pages);
+  if (planned > kMaxMemoryShare * static_cast<double>(PhysicalMemoryBytes())) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("engine: buffers and KV cache for a context of ", max_context, " tokens, ",
+                     options.max_sequences, " sequences and batches of ", options.max_batch_tokens,
+                     " tokens need ", planned / 1e9, " GB; the machine has ",
+                     PhysicalMemoryBytes() / 1e9, " GB. Reduce the context or the sequences."));
+  }
   auto engine = std::unique_ptr<LlamaEngine>(
       new LlamaEngine(OwnedWeights(weights, options.weight_dtype), resolved, max_context));
   KvCacheConfig kv;
@@ -82,9 +115,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   kv.n_kv_heads = c.n_kv_heads;
   kv.head_dim = c.head_dim();
   kv.page_size = options.kv_page_size;
-  const int pages_per_sequence = (max_context + kv.page_size - 1) / kv.page_size;
-  kv.num_pages =
-      options.kv_pages > 0 ? options.kv_pages : options.max_sequences * pages_per_sequence;
+  kv.num_pages = resolved.kv_pages;
   PDSERVE_ASSIGN_OR_RETURN(engine->kv_, PagedKvCache::Create(kv));
   return engine;
 }
@@ -119,6 +150,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int
   b.attention_workspace.resize(kernels::AttentionWorkspaceFloats(
       {c.n_heads, c.n_kv_heads, c.head_dim()}, pool_.size(), max_context));
   b.attention.reserve(options.max_sequences);
+  b.pages_before.resize(options.max_sequences);
+  b.seen.resize(options.max_sequences);
 }
 
 LlamaEngine::~LlamaEngine() = default;
@@ -153,8 +186,14 @@ int LlamaEngine::SequenceLength(int sequence) const {
 
 absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) const {
   if (chunks.empty()) return absl::InvalidArgumentError("engine: no chunks to run");
+  if (chunks.size() > sequences_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: ", chunks.size(), " chunks in one batch; at most one per sequence (",
+                     sequences_.size(), ")"));
+  }
   int64_t total = 0;
-  std::vector<bool> seen(sequences_.size(), false);
+  std::vector<char>& seen = buffers_->seen;
+  std::fill(seen.begin(), seen.end(), 0);
   for (const ForwardChunk& chunk : chunks) {
     const int length = SequenceLength(chunk.sequence);
     if (length < 0)
@@ -163,7 +202,7 @@ absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) c
       return absl::InvalidArgumentError(
           absl::StrCat("engine: sequence ", chunk.sequence, " appears twice in one batch"));
     }
-    seen[chunk.sequence] = true;
+    seen[chunk.sequence] = 1;
     if (chunk.tokens.empty()) return absl::InvalidArgumentError("engine: empty chunk");
     if (length + static_cast<int64_t>(chunk.tokens.size()) > max_context_) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -188,11 +227,13 @@ absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) c
 absl::Status LlamaEngine::ReserveKv(std::span<const ForwardChunk> chunks) {
   for (size_t i = 0; i < chunks.size(); ++i) {
     BlockTable& table = sequences_[chunks[i].sequence].table;
+    buffers_->pages_before[i] = table.pages().size();
     absl::Status status =
         table.Reserve(*kv_, table.num_tokens() + static_cast<int>(chunks[i].tokens.size()));
     if (!status.ok()) {
-      // Pages reserved for earlier chunks stay with their sequences; they are reused by the next
-      // Forward of those sequences or freed with them. Token counts are unchanged.
+      for (size_t j = 0; j < i; ++j) {  // give back what earlier chunks took: nothing changes
+        sequences_[chunks[j].sequence].table.ShrinkTo(*kv_, buffers_->pages_before[j]);
+      }
       return status;
     }
   }

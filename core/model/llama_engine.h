@@ -3,10 +3,11 @@
 // decode steps (one token), runs every matmul over all their tokens at once (SGEMM for prefill
 // sized batches, GEMV for decode sized ones) and attention per sequence.
 //
-// Weights are converted once at Create to EngineOptions::weight_dtype (shared, not copied, when
-// they already are); q/k/v and gate/up projections are stacked into one matrix each, so a layer
-// runs four matmuls. All buffers, the KV pool and the thread pool are allocated at Create; Forward
-// allocates nothing. Not thread-safe: one caller drives an engine.
+// Weights are converted once at Create to EngineOptions::weight_dtype and held in memory of the
+// engine's own; q/k/v and gate/up projections are stacked into one matrix each, so a layer runs
+// four matmuls. Buffers, workspaces, the KV pool and the thread pool are allocated at Create
+// (ResourceExhausted up front when they would not fit in memory); Forward allocates only small
+// bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
 #ifndef PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 #define PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 
@@ -24,7 +25,7 @@ namespace pdserve {
 
 struct EngineOptions {
   DType weight_dtype = DType::kF32;
-  int num_threads = 1;  // 0 = automatic: every core, or one for models too small to split
+  int num_threads = 1;         // 0 = automatic: every core, or one for models too small to split
   int max_batch_tokens = 512;  // tokens per Forward call
   int max_sequences = 8;       // live sequences at once
   int max_context = 0;         // tokens per sequence; 0 = the model's max_seq_len (may exceed it)

@@ -217,6 +217,32 @@ TEST(LlamaEngineTest, RejectsBadBatchesWithoutChangingState) {
   EXPECT_EQ(engine->RemoveSequence(7).code(), absl::StatusCode::kNotFound);
 }
 
+// Regression: a batch whose second chunk found no pages kept the pages reserved for the first.
+TEST(LlamaEngineTest, FailedReservationGivesBackEveryPage) {
+  ModelWeights w = MakeRandomModel(SmallGqaConfig(), 1);
+  EngineOptions o;
+  o.max_sequences = 2;
+  o.kv_page_size = 16;
+  o.kv_pages = 2;
+  auto engine = *LlamaEngine::Create(w, o);
+  int a = *engine->AddSequence(), b = *engine->AddSequence();
+  auto t17 = Tokens(17, w.config.vocab_size);
+  int32_t one = 5;
+  std::vector<ForwardChunk> both = {{a, t17}, {b, {&one, 1}}};
+  EXPECT_EQ(engine->Forward(both).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine->SequenceLength(a), 0);
+  EXPECT_TRUE(engine->Forward(std::vector<ForwardChunk>{{b, {&one, 1}}}).ok());
+  EXPECT_TRUE(engine->Forward(std::vector<ForwardChunk>{{a, {&one, 1}}}).ok());
+}
+
+TEST(LlamaEngineTest, RefusesBuffersLargerThanMemoryUpFront) {
+  EngineOptions o;
+  o.max_context = 1 << 28;  // workspaces and KV far beyond any machine here
+  auto engine = LlamaEngine::Create(MakeRandomModel(SmallGqaConfig(), 1), o);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(engine.status().message()).find("GB"), std::string::npos);
+}
+
 TEST(LlamaEngineTest, AutomaticThreadsUseOneThreadForTinyModels) {
   EngineOptions o;
   o.num_threads = 0;

@@ -36,25 +36,30 @@ float Sampler::NextUniform() {
 }
 
 int Sampler::Sample(std::span<const float> logits) {
-  if (params_.temperature == 0.0f) {
-    return ArgMax(logits);
+  const int greedy = ArgMax(logits);
+  const float max_logit = logits[greedy];
+  if (params_.temperature == 0.0f || !std::isfinite(max_logit)) {
+    return greedy;
   }
-  const float max_logit = logits[ArgMax(logits)];
   float sum = 0.0f;
   for (float logit : logits) sum += std::exp((logit - max_logit) / params_.temperature);
-  // Tokens below this probability mass can never enter the top-p set (llama2.c's cut): at most
+  // Without top-k, tokens below this mass can never enter the top-p set (llama2.c's cut): at most
   // vocab − 1 of them together hold less than 1 − top_p.
-  const float cutoff =
-      params_.top_p < 1.0f ? (1.0f - params_.top_p) / (logits.size() - 1) * sum : 0.0f;
+  const bool cut = params_.top_k == 0 && params_.top_p < 1.0f && logits.size() > 1;
+  const float cutoff = cut ? (1.0f - params_.top_p) / (logits.size() - 1) * sum : 0.0f;
   candidates_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     float p = std::exp((logits[i] - max_logit) / params_.temperature);
     if (p >= cutoff) candidates_.emplace_back(p, static_cast<int>(i));
   }
+  if (candidates_.empty() || !std::isfinite(sum)) {
+    return greedy;  // NaN logits: nothing sensible to sample
+  }
   if (params_.top_k == 0 && params_.top_p >= 1.0f) {
     return SampleInOrder(sum);
   }
-  // Most likely first; ties to the lower id.
+  // Most likely first; ties to the lower id. Top-k first, then top-p within the k kept (as
+  // llama.cpp and transformers do).
   auto more_likely = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -65,12 +70,17 @@ int Sampler::Sample(std::span<const float> logits) {
   std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
                     more_likely);
   candidates_.resize(keep);
+  float kept_total = sum;
+  if (params_.top_k > 0) {
+    kept_total = 0.0f;
+    for (const auto& candidate : candidates_) kept_total += candidate.first;
+  }
   float kept_mass = 0.0f;
   size_t n = 0;
   while (n < keep) {
     kept_mass += candidates_[n].first;
     ++n;
-    if (kept_mass >= params_.top_p * sum) break;
+    if (kept_mass >= params_.top_p * kept_total) break;
   }
   candidates_.resize(n);
   return SampleInOrder(kept_mass);

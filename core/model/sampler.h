@@ -1,7 +1,8 @@
 // Sampler: picks the next token from logits. Temperature 0 is greedy (the lowest id among equal
 // maxima); otherwise softmax(logits / temperature), restricted to the top_k most likely tokens
-// (0 = all) and then to the smallest set whose probability reaches top_p, sampled with a seeded
-// xorshift RNG, so equal seeds give equal outputs. One Sampler per sequence; not thread-safe.
+// (0 = all) and then to the smallest set of those whose probability, renormalized over them,
+// reaches top_p, sampled with a seeded xorshift RNG, so equal seeds give equal outputs. Logits
+// that are NaN or infinite fall back to greedy. One Sampler per sequence; not thread-safe.
 #ifndef PDSERVE_CORE_MODEL_SAMPLER_H_
 #define PDSERVE_CORE_MODEL_SAMPLER_H_
 

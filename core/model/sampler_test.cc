@@ -64,6 +64,28 @@ TEST(SamplerTest, TopKAndTopPRestrictTheSupport) {
   }
 }
 
+// Regression: NaN logits, or one token with top_p < 1, emptied the candidate list and crashed.
+TEST(SamplerTest, NonFiniteLogitsAndTinyVocabulariesNeverCrash) {
+  for (SamplingParams p : {SamplingParams{1.0f, 1.0f, 0, 1}, SamplingParams{1.0f, 0.9f, 0, 1},
+                           SamplingParams{0.7f, 0.9f, 3, 1}}) {
+    Sampler sampler(p);
+    for (std::vector<float> logits :
+         {std::vector<float>{NAN, NAN, 2.0f}, std::vector<float>{1.0f, NAN, 2.0f},
+          std::vector<float>{1.0f}, std::vector<float>{INFINITY, 0.0f, -INFINITY},
+          std::vector<float>{-INFINITY, 0.0f}}) {
+      int id = sampler.Sample(logits);
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, static_cast<int>(logits.size()));
+    }
+  }
+}
+
+TEST(SamplerTest, TopPIsRenormalizedOverTheTopK) {
+  // Top 2 of {2, 2, 1, ...}: ids 1 and 3 hold equal mass; top_p 0.5 within them keeps one: id 1.
+  Sampler sampler({1.0f, 0.5f, 2, 9});
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(sampler.Sample(Logits()), 1);
+}
+
 TEST(SamplerTest, ValidateNamesTheBadField) {
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
   for (SamplingParams p : {SamplingParams{-1.0f, 1.0f, 0, 0}, SamplingParams{NAN, 1.0f, 0, 0},

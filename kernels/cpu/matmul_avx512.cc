@@ -1,9 +1,10 @@
 // AVX-512 (F/BW/VL/DQ) GEMV row kernels (see gemv_kernels.h). Compiled with -march=x86-64-v4 and
-// only called when the CPU reports AVX-512 (kernels/cpu_features.h).
+// only called when the CPU reports AVX-512 (kernels/cpu_features.h). Everything here stays in this
+// file's anonymous namespace or is evaluated at compile time: an inline function from a shared
+// header compiled with these flags could be picked by the linker for the whole program.
 #include <immintrin.h>
 
 #include "kernels/cpu/gemv_kernels.h"
-#include "kernels/matmul.h"
 
 namespace pdserve::kernels::avx512 {
 namespace {
@@ -23,6 +24,9 @@ inline __m512 Load16(const void* w, int64_t i, __mmask16 mask) {
   }
 }
 
+template <DType D>
+constexpr int64_t kBytes = D == DType::kF32 ? 4 : 2;
+
 // Software prefetch distance, as in the AVX2 kernels (measured there; no AVX-512 machine here).
 constexpr int64_t kPrefetchBytes = 4096;
 
@@ -30,7 +34,7 @@ template <DType D, int NB, int RB>
 void RowBlock(const GemvArgs& a, int64_t r) {
   const void* rows[RB];
   for (int j = 0; j < RB; ++j) {
-    rows[j] = static_cast<const uint8_t*>(a.w) + (r + j) * a.cols * DTypeSize(D);
+    rows[j] = static_cast<const uint8_t*>(a.w) + (r + j) * a.cols * kBytes<D>;
   }
   __m512 acc[RB][NB][2];
   for (int j = 0; j < RB; ++j)
@@ -39,8 +43,7 @@ void RowBlock(const GemvArgs& a, int64_t r) {
   int64_t c = 0;
   for (; c + 32 <= a.cols; c += 32) {
     for (int j = 0; j < RB; ++j) {
-      _mm_prefetch(static_cast<const char*>(rows[j]) + c * DTypeSize(D) + kPrefetchBytes,
-                   _MM_HINT_T0);
+      _mm_prefetch(static_cast<const char*>(rows[j]) + c * kBytes<D> + kPrefetchBytes, _MM_HINT_T0);
       __m512 w0 = Load16<D>(rows[j], c, kAll);
       __m512 w1 = Load16<D>(rows[j], c + 16, kAll);
       for (int b = 0; b < NB; ++b) {

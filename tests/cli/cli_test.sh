@@ -74,6 +74,10 @@ expect_clean_error missing-file "$WORK/does-not-exist.bin"
 expect_clean_error bad-weights-flag "$MODEL" --weights int4
 expect_clean_error negative-threads "$MODEL" --threads -3
 
+# A prompt that looks like a flag is passed through untouched (regression: dashes were rewritten).
+out=$("$PDSERVE" generate --model "$MODEL" --prompt "--a-b" --max-tokens 2 --log-level warn)
+case "$out" in --a-b*) echo "ok dashed prompt: $out" ;; *) fail "dashed prompt came out as '$out'" ;; esac
+
 # --- 5. bad requests: exit 1, nothing on stdout, the error last on stderr ---------------------
 for flags in "--max-tokens 600" "--max-tokens 0" "--temperature -1" "--top-p 1.5"; do
   rc=0
