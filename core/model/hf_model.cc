@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "core/base/mapped_file.h"
 #include "core/base/status_macros.h"
+#include "core/model/hf_config.h"
+#include "core/model/json_fields.h"
 #include "core/model/safetensors.h"
 #include "core/model/sentencepiece_model_writer.h"
 #include "core/model/sentencepiece_tokenizer.h"
@@ -23,9 +25,6 @@
 namespace pdserve {
 namespace {
 
-using Json = nlohmann::json;
-
-constexpr int kMaxJsonDepth = 64;
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
@@ -96,173 +95,6 @@ std::vector<int64_t> ShapeOf(const ModelConfig& c, Dim rows, Dim cols) {
 bool FileExists(const std::string& path) {
   std::error_code ec;
   return std::filesystem::is_regular_file(path, ec);
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON files
-
-absl::StatusOr<Json> ReadJsonFile(const std::string& path) {
-  PDSERVE_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
-  const auto* text = reinterpret_cast<const char*>(file->data());
-  bool too_deep = false;
-  // Values nested too deeply are dropped as they are parsed, bounding memory; then rejected.
-  Json::parser_callback_t limit_depth = [&too_deep](int depth, Json::parse_event_t, Json&) {
-    if (depth <= kMaxJsonDepth) return true;
-    too_deep = true;
-    return false;
-  };
-  Json json = Json::parse(text, text + file->size(), limit_depth, /*allow_exceptions=*/false);
-  if (json.is_discarded() || too_deep) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  }
-  if (!json.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  }
-  return json;
-}
-
-// The member `key` of `json`, or nullptr when it is absent or null.
-const Json* Member(const Json& json, const char* key) {
-  auto it = json.find(key);
-  return it == json.end() || it->is_null() ? nullptr : &*it;
-}
-
-absl::Status FieldError(const std::string& path, const char* key, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": \"", key, "\" ", problem));
-}
-
-absl::StatusOr<int> IntField(const Json& json, const std::string& path, const char* key,
-                             std::optional<int> fallback = std::nullopt) {
-  const Json* value = Member(json, key);
-  if (value == nullptr) {
-    if (fallback) return *fallback;
-    return FieldError(path, key, "is missing");
-  }
-  if (!value->is_number_integer()) return FieldError(path, key, "is not an integer");
-  constexpr int64_t kMin = std::numeric_limits<int>::min(), kMax = std::numeric_limits<int>::max();
-  const bool in_range = value->is_number_unsigned()
-                            ? value->get<uint64_t>() <= static_cast<uint64_t>(kMax)
-                            : value->get<int64_t>() >= kMin && value->get<int64_t>() <= kMax;
-  if (!in_range) {
-    return FieldError(path, key, "is out of range");
-  }
-  return static_cast<int>(value->get<int64_t>());
-}
-
-absl::StatusOr<double> NumberField(const Json& json, const std::string& path, const char* key,
-                                   double fallback) {
-  const Json* value = Member(json, key);
-  if (value == nullptr) return fallback;
-  if (!value->is_number()) return FieldError(path, key, "is not a number");
-  return value->get<double>();
-}
-
-absl::StatusOr<bool> BoolField(const Json& json, const std::string& path, const char* key,
-                               bool fallback) {
-  const Json* value = Member(json, key);
-  if (value == nullptr) return fallback;
-  if (!value->is_boolean()) return FieldError(path, key, "is not a boolean");
-  return value->get<bool>();
-}
-
-absl::StatusOr<std::string> StringField(const Json& json, const std::string& path, const char* key,
-                                        const char* fallback) {
-  const Json* value = Member(json, key);
-  if (value == nullptr) {
-    if (fallback != nullptr) return std::string(fallback);
-    return FieldError(path, key, "is missing");
-  }
-  if (!value->is_string()) return FieldError(path, key, "is not a string");
-  return value->get<std::string>();
-}
-
-// ---------------------------------------------------------------------------------------------
-// config.json
-
-// RoPE parameters: transformers < 5 writes "rope_theta" at the top level and "rope_scaling" (null
-// or a dict); transformers 5 writes {"rope_parameters": {"rope_type": ..., "rope_theta": ...}}.
-// Only plain RoPE (no type, or "default") is supported; anything else is an error, never ignored.
-absl::Status CheckDefaultRope(const Json& json, const std::string& path, const char* key) {
-  const Json* rope = Member(json, key);
-  if (rope == nullptr) return absl::OkStatus();
-  if (!rope->is_object()) return FieldError(path, key, "is not an object");
-  for (const char* type_key : {"rope_type", "type"}) {
-    const Json* type = Member(*rope, type_key);
-    if (type == nullptr) continue;
-    if (!type->is_string() || type->get<std::string>() != "default") {
-      return FieldError(path, key,
-                        absl::StrCat("has ", type_key, " ", type->dump(),
-                                     "; only plain RoPE (\"default\") is supported"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Rejects the LlamaConfig variants whose math the engine does not implement.
-absl::Status CheckSupportedArchitecture(const Json& json, const std::string& path) {
-  PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
-  if (model_type == "llama_swiftkv") {
-    return FieldError(path, "model_type",
-                      "is \"llama_swiftkv\": SwiftKV checkpoints are not supported yet");
-  }
-  if (model_type != "llama") {
-    return FieldError(path, "model_type",
-                      absl::StrCat("is \"", model_type, "\"; only \"llama\" is supported"));
-  }
-  PDSERVE_ASSIGN_OR_RETURN(std::string act, StringField(json, path, "hidden_act", "silu"));
-  if (act != "silu") {
-    return FieldError(path, "hidden_act", absl::StrCat("is \"", act, "\"; only silu is supported"));
-  }
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    PDSERVE_RETURN_IF_ERROR(CheckDefaultRope(json, path, key));
-  }
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
-    PDSERVE_ASSIGN_OR_RETURN(bool bias, BoolField(json, path, key, false));
-    if (bias) return FieldError(path, key, "is true; biases are not supported");
-  }
-  return absl::OkStatus();
-}
-
-// rope_theta from "rope_parameters" (transformers 5), else the top level, else 10000.
-absl::StatusOr<double> RopeTheta(const Json& json, const std::string& path) {
-  if (const Json* rope = Member(json, "rope_parameters"); rope != nullptr) {
-    if (Member(*rope, "rope_theta") != nullptr) {
-      return NumberField(*rope, path + " rope_parameters", "rope_theta", 10000.0);
-    }
-  }
-  return NumberField(json, path, "rope_theta", 10000.0);
-}
-
-absl::StatusOr<ModelConfig> ParseLlamaConfig(const Json& json, const std::string& path) {
-  PDSERVE_RETURN_IF_ERROR(CheckSupportedArchitecture(json, path));
-  ModelConfig c;
-  PDSERVE_ASSIGN_OR_RETURN(c.dim, IntField(json, path, "hidden_size"));
-  PDSERVE_ASSIGN_OR_RETURN(c.hidden_dim, IntField(json, path, "intermediate_size"));
-  PDSERVE_ASSIGN_OR_RETURN(c.n_layers, IntField(json, path, "num_hidden_layers"));
-  PDSERVE_ASSIGN_OR_RETURN(c.n_heads, IntField(json, path, "num_attention_heads"));
-  PDSERVE_ASSIGN_OR_RETURN(c.n_kv_heads, IntField(json, path, "num_key_value_heads", c.n_heads));
-  PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, IntField(json, path, "vocab_size"));
-  PDSERVE_ASSIGN_OR_RETURN(c.max_seq_len, IntField(json, path, "max_position_embeddings", 2048));
-  PDSERVE_ASSIGN_OR_RETURN(double eps, NumberField(json, path, "rms_norm_eps", 1e-6));
-  PDSERVE_ASSIGN_OR_RETURN(double theta, RopeTheta(json, path));
-  PDSERVE_ASSIGN_OR_RETURN(c.tied_embeddings, BoolField(json, path, "tie_word_embeddings", false));
-  c.norm_eps = static_cast<float>(eps);
-  c.rope_theta = static_cast<float>(theta);
-  c.rope_pairing = RopePairing::kSplitHalf;
-  if (absl::Status s = c.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
-  }
-  if (!(eps > 0 && eps < 1) || !(theta > 0 && theta < 1e12)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": rms_norm_eps ", eps, " or rope_theta ", theta, " is out of range"));
-  }
-  PDSERVE_ASSIGN_OR_RETURN(int head_dim, IntField(json, path, "head_dim", c.head_dim()));
-  if (head_dim != c.head_dim()) {
-    return FieldError(path, "head_dim",
-                      absl::StrCat("is ", head_dim, ", not hidden_size / num_attention_heads = ",
-                                   c.head_dim(), "; not supported"));
-  }
-  return c;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,81 +241,6 @@ absl::StatusOr<TensorMap> LoadTensors(const std::string& dir) {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("failed writing '", path, "'"));
-  return absl::OkStatus();
-}
-
-absl::Status WriteJson(const std::string& path, const nlohmann::ordered_json& json) {
-  return WriteFile(path, json.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
-}
-
-// The shortest decimal that reads back as `value` (1e-05, not 9.99999974737875e-06).
-double ShortestDouble(float value) {
-  char text[64];
-  auto [end, ec] = std::to_chars(text, text + sizeof(text), value);
-  double out = value;
-  if (ec == std::errc()) std::from_chars(text, end, out);
-  return out;
-}
-
-const char* TorchDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kBF16:
-      return "bfloat16";
-  }
-  return "float32";
-}
-
-nlohmann::ordered_json ConfigJson(const ModelConfig& c, const Vocabulary& vocab, DType dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"hidden_size", c.dim},
-          {"intermediate_size", c.hidden_dim},
-          {"num_hidden_layers", c.n_layers},
-          {"num_attention_heads", c.n_heads},
-          {"num_key_value_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim()},
-          {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.max_seq_len},
-          {"rms_norm_eps", ShortestDouble(c.norm_eps)},
-          {"rope_theta", ShortestDouble(c.rope_theta)},
-          {"rope_scaling", nullptr},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", c.tied_embeddings},
-          {"torch_dtype", TorchDTypeName(dtype)},
-          {"bos_token_id", vocab.bos_id},
-          {"eos_token_id", vocab.eos_id},
-          {"initializer_range", 0.02},
-          {"pretraining_tp", 1},
-          {"use_cache", true}};
-}
-
-nlohmann::ordered_json TokenizerConfigJson(const ModelConfig& c, const Vocabulary& vocab) {
-  auto token = [&vocab](int id) { return SpaceToMetaspace(vocab.pieces[id]); };
-  return {{"tokenizer_class", "LlamaTokenizer"},
-          {"add_bos_token", true},
-          {"add_eos_token", false},
-          {"bos_token", token(vocab.bos_id)},
-          {"eos_token", token(vocab.eos_id)},
-          {"unk_token", token(vocab.unk_id)},
-          {"pad_token", nullptr},
-          {"clean_up_tokenization_spaces", false},
-          {"legacy", true},
-          {"model_max_length", c.max_seq_len},
-          {"sp_model_kwargs", nlohmann::ordered_json::object()}};
-}
-
 // The tensors in Hugging Face's order and names; lm_head only when untied.
 std::vector<NamedTensor> HfTensors(const ModelWeights& w) {
   std::vector<NamedTensor> out;
@@ -517,7 +274,16 @@ absl::Status WriteShards(const std::string& dir, const std::vector<NamedTensor>&
   }
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total_size}}},
                                   {"weight_map", weight_map}};
-  return WriteJson(JoinPath(dir, kIndexFile), index);
+  return WriteJsonFile(JoinPath(dir, kIndexFile), index);
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("failed writing '", path, "'"));
+  return absl::OkStatus();
 }
 
 absl::Status WriteTokenizerFiles(const std::string& dir, const ModelConfig& c,
@@ -529,7 +295,7 @@ absl::Status WriteTokenizerFiles(const std::string& dir, const ModelConfig& c,
     return absl::InvalidArgumentError(absl::StrCat(
         "the vocabulary cannot be written as a SentencePiece model: ", check.status().message()));
   }
-  return WriteJson(JoinPath(dir, "tokenizer_config.json"), TokenizerConfigJson(c, vocab));
+  return WriteJsonFile(JoinPath(dir, "tokenizer_config.json"), HfTokenizerConfigJson(c, vocab));
 }
 
 }  // namespace
@@ -541,7 +307,7 @@ absl::StatusOr<HfModel> LoadHfModel(const std::string& dir) {
         absl::StrCat(dir, ": no ", kConfigFile, " (not a Hugging Face model directory)"));
   }
   PDSERVE_ASSIGN_OR_RETURN(Json config_json, ReadJsonFile(config_path));
-  PDSERVE_ASSIGN_OR_RETURN(ModelConfig config, ParseLlamaConfig(config_json, config_path));
+  PDSERVE_ASSIGN_OR_RETURN(ModelConfig config, ParseHfConfig(config_json, config_path));
   PDSERVE_ASSIGN_OR_RETURN(TensorMap tensors, LoadTensors(dir));
   TensorTable table(std::move(tensors), dir);
   HfModel model;
@@ -576,10 +342,10 @@ absl::Status WriteHfModel(const std::string& dir, const ModelWeights& weights,
       WithRopePairing(ConvertWeights(weights, options.dtype), RopePairing::kSplitHalf);
   PDSERVE_RETURN_IF_ERROR(WriteShards(dir, HfTensors(w), options.num_shards));
   PDSERVE_RETURN_IF_ERROR(
-      WriteJson(JoinPath(dir, kConfigFile), ConfigJson(c, vocab, options.dtype)));
+      WriteJsonFile(JoinPath(dir, kConfigFile), HfConfigJson(c, vocab, options.dtype)));
   nlohmann::ordered_json generation = {
       {"_from_model_config", true}, {"bos_token_id", vocab.bos_id}, {"eos_token_id", vocab.eos_id}};
-  return WriteJson(JoinPath(dir, "generation_config.json"), generation);
+  return WriteJsonFile(JoinPath(dir, "generation_config.json"), generation);
 }
 
 }  // namespace pdserve

@@ -1,0 +1,165 @@
+#include "core/model/hf_config.h"
+
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+
+namespace pdserve {
+namespace {
+
+// RoPE parameters: transformers < 5 writes "rope_theta" at the top level and "rope_scaling" (null
+// or a dict); transformers 5 writes {"rope_parameters": {"rope_type": ..., "rope_theta": ...}}.
+// Only plain RoPE (no type, or "default") is supported; anything else is an error, never ignored.
+absl::Status CheckDefaultRope(const Json& json, const std::string& path, const char* key) {
+  const Json* rope = Member(json, key);
+  if (rope == nullptr) return absl::OkStatus();
+  if (!rope->is_object()) return FieldError(path, key, "is not an object");
+  for (const char* type_key : {"rope_type", "type"}) {
+    const Json* type = Member(*rope, type_key);
+    if (type == nullptr) continue;
+    if (!type->is_string() || type->get<std::string>() != "default") {
+      return FieldError(path, key,
+                        absl::StrCat("has ", type_key, " ", type->dump(),
+                                     "; only plain RoPE (\"default\") is supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rejects the LlamaConfig variants whose math the engine does not implement.
+absl::Status CheckSupportedArchitecture(const Json& json, const std::string& path) {
+  PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
+  if (model_type == "llama_swiftkv") {
+    return FieldError(path, "model_type",
+                      "is \"llama_swiftkv\": SwiftKV checkpoints are not supported yet");
+  }
+  if (model_type != "llama") {
+    return FieldError(path, "model_type",
+                      absl::StrCat("is \"", model_type, "\"; only \"llama\" is supported"));
+  }
+  PDSERVE_ASSIGN_OR_RETURN(std::string act, StringField(json, path, "hidden_act", "silu"));
+  if (act != "silu") {
+    return FieldError(path, "hidden_act", absl::StrCat("is \"", act, "\"; only silu is supported"));
+  }
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    PDSERVE_RETURN_IF_ERROR(CheckDefaultRope(json, path, key));
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    PDSERVE_ASSIGN_OR_RETURN(bool bias, BoolField(json, path, key, false));
+    if (bias) return FieldError(path, key, "is true; biases are not supported");
+  }
+  return absl::OkStatus();
+}
+
+// rope_theta from "rope_parameters" (transformers 5), else the top level, else 10000.
+absl::StatusOr<double> RopeTheta(const Json& json, const std::string& path) {
+  if (const Json* rope = Member(json, "rope_parameters"); rope != nullptr) {
+    if (Member(*rope, "rope_theta") != nullptr) {
+      return NumberField(*rope, path + " rope_parameters", "rope_theta", 10000.0);
+    }
+  }
+  return NumberField(json, path, "rope_theta", 10000.0);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseHfConfig(const Json& json, const std::string& path) {
+  PDSERVE_RETURN_IF_ERROR(CheckSupportedArchitecture(json, path));
+  ModelConfig c;
+  PDSERVE_ASSIGN_OR_RETURN(c.dim, IntField(json, path, "hidden_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.hidden_dim, IntField(json, path, "intermediate_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.n_layers, IntField(json, path, "num_hidden_layers"));
+  PDSERVE_ASSIGN_OR_RETURN(c.n_heads, IntField(json, path, "num_attention_heads"));
+  PDSERVE_ASSIGN_OR_RETURN(c.n_kv_heads, IntField(json, path, "num_key_value_heads", c.n_heads));
+  PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, IntField(json, path, "vocab_size"));
+  PDSERVE_ASSIGN_OR_RETURN(c.max_seq_len, IntField(json, path, "max_position_embeddings", 2048));
+  PDSERVE_ASSIGN_OR_RETURN(double eps, NumberField(json, path, "rms_norm_eps", 1e-6));
+  PDSERVE_ASSIGN_OR_RETURN(double theta, RopeTheta(json, path));
+  PDSERVE_ASSIGN_OR_RETURN(c.tied_embeddings, BoolField(json, path, "tie_word_embeddings", false));
+  c.norm_eps = static_cast<float>(eps);
+  c.rope_theta = static_cast<float>(theta);
+  c.rope_pairing = RopePairing::kSplitHalf;
+  if (absl::Status s = c.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  if (!(eps > 0 && eps < 1) || !(theta > 0 && theta < 1e12)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": rms_norm_eps ", eps, " or rope_theta ", theta, " is out of range"));
+  }
+  PDSERVE_ASSIGN_OR_RETURN(int head_dim, IntField(json, path, "head_dim", c.head_dim()));
+  if (head_dim != c.head_dim()) {
+    return FieldError(path, "head_dim",
+                      absl::StrCat("is ", head_dim, ", not hidden_size / num_attention_heads = ",
+                                   c.head_dim(), "; not supported"));
+  }
+  return c;
+}
+
+namespace {
+
+// The shortest decimal that reads back as `value` (1e-05, not 9.99999974737875e-06).
+double ShortestDouble(float value) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof(text), value);
+  double out = value;
+  if (ec == std::errc()) std::from_chars(text, end, out);
+  return out;
+}
+
+const char* TorchDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+  }
+  return "float32";
+}
+
+}  // namespace
+
+nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const Vocabulary& vocab, DType dtype) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", c.dim},
+          {"intermediate_size", c.hidden_dim},
+          {"num_hidden_layers", c.n_layers},
+          {"num_attention_heads", c.n_heads},
+          {"num_key_value_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim()},
+          {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.max_seq_len},
+          {"rms_norm_eps", ShortestDouble(c.norm_eps)},
+          {"rope_theta", ShortestDouble(c.rope_theta)},
+          {"rope_scaling", nullptr},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"tie_word_embeddings", c.tied_embeddings},
+          {"torch_dtype", TorchDTypeName(dtype)},
+          {"bos_token_id", vocab.bos_id},
+          {"eos_token_id", vocab.eos_id},
+          {"initializer_range", 0.02},
+          {"pretraining_tp", 1},
+          {"use_cache", true}};
+}
+
+nlohmann::ordered_json HfTokenizerConfigJson(const ModelConfig& c, const Vocabulary& vocab) {
+  auto token = [&vocab](int id) { return SpaceToMetaspace(vocab.pieces[id]); };
+  return {{"tokenizer_class", "LlamaTokenizer"},
+          {"add_bos_token", true},
+          {"add_eos_token", false},
+          {"bos_token", token(vocab.bos_id)},
+          {"eos_token", token(vocab.eos_id)},
+          {"unk_token", token(vocab.unk_id)},
+          {"pad_token", nullptr},
+          {"clean_up_tokenization_spaces", false},
+          {"legacy", true},
+          {"model_max_length", c.max_seq_len},
+          {"sp_model_kwargs", nlohmann::ordered_json::object()}};
+}
+
+}  // namespace pdserve
