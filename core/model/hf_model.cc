@@ -1,9 +1,7 @@
 #include "core/model/hf_model.h"
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
