@@ -9,6 +9,8 @@
 namespace pdserve::kernels {
 namespace {
 
+static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
+
 // Activation rows from which SGEMM beats repeated GEMV passes over the weights.
 constexpr int64_t kGemmMinRows = 8;
 // Weight rows per SGEMM call (and widened to fp32 at a time for 16-bit weights); threads take

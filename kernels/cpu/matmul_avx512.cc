@@ -71,39 +71,12 @@ void RowBlock(const GemvArgs& a, int64_t r) {
   }
 }
 
-template <DType D, int NB>
-void Rows(const GemvArgs& a, int64_t begin, int64_t end) {
-  constexpr int kRows = NB <= 2 ? 2 : 1;
-  int64_t r = begin;
-  for (; r + kRows <= end; r += kRows) RowBlock<D, NB, kRows>(a, r);
-  for (; r < end; ++r) RowBlock<D, NB, 1>(a, r);
-}
-
-template <DType D>
-void RowsForDtype(const GemvArgs& a, int64_t begin, int64_t end) {
-  switch (a.nb) {
-    case 1:
-      return Rows<D, 1>(a, begin, end);
-    case 2:
-      return Rows<D, 2>(a, begin, end);
-    case 3:
-      return Rows<D, 3>(a, begin, end);
-    default:
-      return Rows<D, 4>(a, begin, end);
-  }
-}
+#include "kernels/cpu/gemv_dispatch.inc"
 
 }  // namespace
 
 void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end) {
-  switch (args.w_dtype) {
-    case DType::kF32:
-      return RowsForDtype<DType::kF32>(args, row_begin, row_end);
-    case DType::kF16:
-      return RowsForDtype<DType::kF16>(args, row_begin, row_end);
-    case DType::kBF16:
-      return RowsForDtype<DType::kBF16>(args, row_begin, row_end);
-  }
+  DispatchRows(args, row_begin, row_end);
 }
 
 }  // namespace pdserve::kernels::avx512
