@@ -7,6 +7,7 @@
 #include "kernels/matmul.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/swiglu.h"
 
 namespace pdserve {
 
@@ -71,10 +72,7 @@ void LlamaReference::Layer(int layer) {
   kernels::RmsNormReference(x_.data(), w.ffn_norm.as<float>(), 1, c.dim, c.norm_eps, xb_.data());
   kernels::MatmulReference(xb_.data(), 1, w.w1, hb_.data());
   kernels::MatmulReference(xb_.data(), 1, w.w3, hb2_.data());
-  for (int i = 0; i < c.hidden_dim; ++i) {
-    float g = hb_[i];
-    hb_[i] = g * (1.0f / (1.0f + expf(-g))) * hb2_[i];
-  }
+  kernels::SwiGlu(hb_.data(), hb2_.data(), c.hidden_dim, hb_.data());
   kernels::MatmulReference(hb_.data(), 1, w.w2, xb_.data());
   for (int i = 0; i < c.dim; ++i) x_[i] += xb_[i];
 }

@@ -21,12 +21,7 @@ absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name) {
 
 absl::Status WriteModel(const std::string& path, const ModelWeights& weights,
                         const Vocabulary& vocab, const WriteOptions& options) {
-  PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
-  PDSERVE_RETURN_IF_ERROR(vocab.Validate());
-  if (vocab.size() != weights.config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocabulary has ", vocab.size(), " tokens, the model ", weights.config.vocab_size));
-  }
+  // The GGUF and Hugging Face writers validate weights and vocabulary themselves.
   switch (options.format) {
     case ModelFormat::kGguf:
       return WriteGgufModel(path, weights, vocab, options.dtype);
@@ -39,6 +34,12 @@ absl::Status WriteModel(const std::string& path, const ModelWeights& weights,
     case ModelFormat::kLlama2c: {
       if (options.dtype != DType::kF32) {
         return absl::InvalidArgumentError("llama2.c checkpoints are f32 only");
+      }
+      PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
+      PDSERVE_RETURN_IF_ERROR(vocab.Validate());
+      if (vocab.size() != weights.config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "vocabulary has ", vocab.size(), " tokens, the model ", weights.config.vocab_size));
       }
       PDSERVE_RETURN_IF_ERROR(WriteLlama2cCheckpoint(path, weights));
       const std::filesystem::path tokenizer =

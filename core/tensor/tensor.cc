@@ -42,21 +42,15 @@ std::pair<Tensor, uint8_t*> NewTensor(DType dtype, std::vector<int64_t> shape) {
   return {std::move(t), data};
 }
 
-template <typename T>
-Tensor OwnedTensor(std::vector<T> values, DType dtype, std::vector<int64_t> shape) {
-  auto storage = std::make_shared<std::vector<T>>(std::move(values));
+}  // namespace
+
+Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape) {
+  auto storage = std::make_shared<std::vector<float>>(std::move(values));
   Tensor t;
-  t.dtype = dtype;
   t.shape = std::move(shape);
   t.data = storage->data();
   t.owner = std::move(storage);
   return t;
-}
-
-}  // namespace
-
-Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape) {
-  return OwnedTensor(std::move(values), DType::kF32, std::move(shape));
 }
 
 float ElementAsFloat(const Tensor& tensor, int64_t index) {
