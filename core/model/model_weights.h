@@ -8,10 +8,12 @@
 #ifndef PDSERVE_CORE_MODEL_MODEL_WEIGHTS_H_
 #define PDSERVE_CORE_MODEL_MODEL_WEIGHTS_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "core/model/model_config.h"
+#include "core/model/swiftkv_weights.h"
 #include "core/tensor/tensor.h"
 
 namespace pdserve {
@@ -34,6 +36,7 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   Tensor final_norm;  // [dim]
   Tensor classifier;  // [vocab, dim]; shares token_embedding's bytes when tied
+  std::optional<SwiftKvWeights> swiftkv;  // SwiftKV checkpoints (or rewired models) only
 };
 
 // InvalidArgument naming the first tensor whose shape disagrees with `weights.config`, or that is
