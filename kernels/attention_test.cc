@@ -94,6 +94,9 @@ class PagedFixture {
   }
 
   int max_context() const { return max_context_; }
+  int page_size() const { return page_size_; }
+  // Channel c of the value of token 0, KV head 0, of the first sequence.
+  float FirstValue(int c) const { return v_[pages_[0][0] * page_stride_ + c]; }
   size_t num_sequences() const { return specs_.size(); }
   size_t out_floats(size_t s) const { return q_[s].size(); }
 
@@ -112,7 +115,8 @@ class PagedFixture {
       seq.out = outs[s].data();
       seq.n_queries = specs_[s].n_queries;
       seq.start_pos = specs_[s].start_pos;
-      seq.kv = PagedKvView{k_.data(), v_.data(), pages_[s].data(), page_size_, page_stride_};
+      seq.kv = PlainPagedKv(k_.data(), v_.data(), pages_[s].data(), page_size_, page_stride_,
+                            shape_.head_dim);
       seqs.push_back(seq);
     }
     return seqs;
@@ -175,7 +179,7 @@ void CheckAgainstReferences(const PagedFixture& f, const AttentionShape& shape, 
   std::vector<std::vector<float>> fast_out, ref_out;
   std::vector<AttentionSequence> fast = f.Sequences(fast_out);
   std::vector<AttentionSequence> ref = f.Sequences(ref_out);
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
   Attention(pool, shape, fast, workspace);
   for (size_t s = 0; s < f.num_sequences(); ++s) {
     SCOPED_TRACE(absl::StrCat("sequence ", s, " start_pos ", fast[s].start_pos, " n_queries ",
@@ -283,13 +287,13 @@ TEST(AttentionEdgeTest, SingleTokenReturnsItsValue) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> outs;
   std::vector<AttentionSequence> seqs = f.Sequences(outs);
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
   Attention(pool, shape, seqs, workspace);
   std::vector<double> naive = f.Naive(0);
   for (int h = 0; h < shape.n_heads; ++h) {
     for (int c = 0; c < shape.head_dim; ++c) {
       // With one token the softmax weight is exactly 1.
-      const float v = seqs[0].kv.v[seqs[0].kv.pages[0] * seqs[0].kv.page_stride + c];
+      const float v = f.FirstValue(c);
       EXPECT_EQ(outs[0][h * shape.head_dim + c], v) << "head " << h << " c " << c;
       EXPECT_EQ(naive[h * shape.head_dim + c], double{v});
     }

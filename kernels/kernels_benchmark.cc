@@ -134,7 +134,8 @@ struct AttentionSetup {
       seq.n_queries = n_queries;
       seq.start_pos = context - n_queries;
       seq.kv =
-          PagedKvView{k.data(), v.data(), pages.data() + s * pages_per_seq, kPageSize, page_stride};
+          PlainPagedKv(k.data(), v.data(), pages.data() + s * pages_per_seq, kPageSize, page_stride,
+                       kHeadDim);
       sequences.push_back(seq);
     }
   }
@@ -153,7 +154,7 @@ void BM_Attention(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(3)));
   AttentionSetup setup(n_sequences, context, n_queries);
   const AttentionShape shape{kHeads, kHeads, kHeadDim};
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), context));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), context, kPageSize));
   for (auto _ : state) {
     Attention(pool, shape, setup.sequences, workspace);
     benchmark::DoNotOptimize(setup.out.data());

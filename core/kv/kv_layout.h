@@ -49,6 +49,7 @@ class KvSectionLayout {
 
   // Byte offset of head g's first element; of its first scale (scales are floats).
   int64_t head_offset(int head) const { return head_offsets_[head]; }
+  const std::vector<int64_t>& head_offsets() const { return head_offsets_; }
   int64_t scale_offset(int head) const { return int64_t{head} * scales_per_head() * 4; }
   // Offset of the row of token `slot` of head g.
   int64_t row_offset(int head, int slot) const {

@@ -1,36 +1,61 @@
 #include "core/kv/paged_kv_cache.h"
 
-#include <new>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/system_memory.h"
 
 namespace pdserve {
 
+namespace {
+
+int64_t StrideOf(const KvSectionLayout& layout) { return (layout.bytes() + 63) / 64 * 64; }
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheConfig& config) {
-  if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
-      config.page_size <= 0 || config.num_pages <= 0) {
+  if (config.page_size <= 0 || config.num_pages <= 0 || config.sections.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kv cache: layers ", config.n_layers, ", kv heads ", config.n_kv_heads,
-                     ", head dim ", config.head_dim, ", page size ", config.page_size, ", pages ",
-                     config.num_pages, " must all be positive"));
+        absl::StrCat("kv cache: page size ", config.page_size, ", pages ", config.num_pages,
+                     " and sections ", config.sections.size(), " must all be positive"));
   }
-  const double bytes = 2.0 * config.n_layers * config.num_pages * config.page_size *
-                       config.n_kv_heads * config.head_dim * sizeof(float);
+  double bytes = 0.0;
+  for (size_t s = 0; s < config.sections.size(); ++s) {
+    if (config.sections[s].page_size() != config.page_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv cache: section ", s, " has pages of ", config.sections[s].page_size(),
+                       " tokens; the cache's are ", config.page_size));
+    }
+    bytes += static_cast<double>(StrideOf(config.sections[s])) * config.num_pages;
+  }
   const double memory = static_cast<double>(PhysicalMemoryBytes());
   if (bytes > kMaxMemoryShare * memory) {
     return absl::ResourceExhaustedError(
         absl::StrCat("kv cache: ", bytes / 1e9, " GB requested but the machine has ", memory / 1e9,
                      " GB; reduce the context, the sequences or the pages"));
   }
-  return std::unique_ptr<PagedKvCache>(new PagedKvCache(config));
+  auto cache = std::unique_ptr<PagedKvCache>(new PagedKvCache(config));
+  if (cache->total_bytes_ > 0 && cache->storage_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv cache: could not allocate ", bytes / 1e9, " GB"));
+  }
+  return cache;
 }
 
-PagedKvCache::PagedKvCache(const KvCacheConfig& config)
-    : config_(config),
-      page_stride_(int64_t{config.n_kv_heads} * config.page_size * config.head_dim),
-      pool_floats_(page_stride_ * config.num_pages),
-      storage_(static_cast<size_t>(2 * config.n_layers * pool_floats_)) {
+PagedKvCache::PagedKvCache(const KvCacheConfig& config) : config_(config) {
+  for (const KvSectionLayout& layout : config.sections) {
+    strides_.push_back(StrideOf(layout));
+    total_bytes_ += strides_.back() * config.num_pages;
+  }
+  if (total_bytes_ > 0) {
+    storage_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, total_bytes_)));
+    if (storage_ != nullptr) std::memset(storage_.get(), 0, total_bytes_);
+  }
+  int64_t offset = 0;
+  for (int64_t stride : strides_) {
+    pools_.push_back(storage_.get() + offset);
+    offset += stride * config.num_pages;
+  }
   free_list_.reserve(config.num_pages);
   for (int32_t p = config.num_pages - 1; p >= 0; --p) free_list_.push_back(p);
 }

@@ -1,7 +1,9 @@
-// PagedKvCache: one fixed pool of fp32 KV pages for all layers of a model, allocated once. A page
-// index names the same slot in every layer (one allocation covers a block of P tokens through the
-// whole model). Per layer the K pool is [num_pages, n_kv_heads, page_size, head_dim] floats; V has
-// the same shape in its own pool. BlockTable lists the pages of one sequence in token order.
+// PagedKvCache: one fixed pool of KV pages, allocated once. The cache holds a list of sections —
+// typically the K and the V section of every cache layer, each with its own byte layout
+// (core/kv/kv_layout.h: per-head widths, f32 or FP8 with scales) — and a page index names the same
+// slot in every section (one allocation covers a block of page_size tokens through the whole
+// model). Section s of page p occupies section_stride(s) bytes at section_pool(s) + p ·
+// section_stride(s). BlockTable lists the pages of one sequence in token order.
 //
 // Not thread-safe: the engine that owns the cache serializes allocation; kernels read and write
 // disjoint rows concurrently through the raw pointers.
@@ -9,57 +11,55 @@
 #define PDSERVE_CORE_KV_PAGED_KV_CACHE_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/kv/kv_layout.h"
 
 namespace pdserve {
 
 struct KvCacheConfig {
-  int n_layers = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int page_size = 16;  // tokens per page
+  int page_size = 16;  // tokens per page; every section's layout must agree
   int num_pages = 0;
+  std::vector<KvSectionLayout> sections;
 };
 
 class PagedKvCache {
  public:
-  // InvalidArgument for non-positive sizes; ResourceExhausted when the pool cannot be allocated.
+  // InvalidArgument for non-positive sizes, no sections or a section whose page size differs;
+  // ResourceExhausted when the pool would not fit in memory.
   static absl::StatusOr<std::unique_ptr<PagedKvCache>> Create(const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
-  int64_t page_stride() const { return page_stride_; }  // floats per page, per layer, K or V
-  float* k_pool(int layer) { return storage_.data() + (2 * int64_t{layer}) * pool_floats_; }
-  float* v_pool(int layer) { return storage_.data() + (2 * int64_t{layer} + 1) * pool_floats_; }
-
-  // The K (or V) vector of KV head `head` for the token in `slot` of `page`.
-  float* KRow(int layer, int32_t page, int slot, int head) {
-    return k_pool(layer) + RowOffset(page, slot, head);
+  int num_sections() const { return static_cast<int>(config_.sections.size()); }
+  const KvSectionLayout& layout(int section) const { return config_.sections[section]; }
+  // Bytes between consecutive pages of a section (its layout's bytes rounded up to 64).
+  int64_t section_stride(int section) const { return strides_[section]; }
+  uint8_t* section_pool(int section) { return pools_[section]; }
+  uint8_t* Page(int section, int32_t page) {
+    return pools_[section] + page * strides_[section];
   }
-  float* VRow(int layer, int32_t page, int slot, int head) {
-    return v_pool(layer) + RowOffset(page, slot, head);
-  }
+  int64_t total_bytes() const { return total_bytes_; }
 
   int free_pages() const { return static_cast<int>(free_list_.size()); }
 
-  // Takes a free page; ResourceExhausted when none is left.
+  // Takes a free page; ResourceExhausted when none is left. Its bytes hold whatever the previous
+  // owner left.
   absl::StatusOr<int32_t> AllocatePage();
   // Returns `page` to the pool. Requires a page this cache handed out and not yet freed.
   void FreePage(int32_t page);
 
  private:
   explicit PagedKvCache(const KvCacheConfig& config);
-  int64_t RowOffset(int32_t page, int slot, int head) const {
-    return page * page_stride_ + (int64_t{head} * config_.page_size + slot) * config_.head_dim;
-  }
 
   KvCacheConfig config_;
-  int64_t page_stride_;
-  int64_t pool_floats_;
-  std::vector<float> storage_;
+  std::vector<int64_t> strides_;
+  std::vector<uint8_t*> pools_;
+  int64_t total_bytes_ = 0;
+  std::unique_ptr<uint8_t, decltype(&std::free)> storage_{nullptr, &std::free};
   std::vector<int32_t> free_list_;
 };
 

@@ -1,6 +1,6 @@
 // PagedKvCache and BlockTable: config validation, allocation until exhausted, free and reuse,
-// Reserve's page arithmetic and rollback on failure, and a row layout in which every (layer, K/V,
-// page, slot, head) row is disjoint and matches the attention kernel's addressing.
+// Reserve's page arithmetic and rollback on failure, and sections whose pages are disjoint, cover
+// the storage and follow their layouts' sizes.
 #include "core/kv/paged_kv_cache.h"
 
 #include <algorithm>
@@ -18,13 +18,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Three layers' K and V sections: f32 [2 heads, 4 slots, 8], and an FP8 V section with ragged
+// widths in the last layer.
 KvCacheConfig SmallConfig(int num_pages = 6) {
   KvCacheConfig config;
-  config.n_layers = 3;
-  config.n_kv_heads = 2;
-  config.head_dim = 8;
   config.page_size = 4;
   config.num_pages = num_pages;
+  for (int layer = 0; layer < 3; ++layer) {
+    config.sections.emplace_back(4, std::vector<int>{8, 8}, KvElement::kF32, KvScaleMode::kNone);
+    config.sections.emplace_back(4, std::vector<int>{8, 8}, KvElement::kF32, KvScaleMode::kNone);
+  }
+  config.sections.back() =
+      KvSectionLayout(4, std::vector<int>{5, 3}, KvElement::kE4M3, KvScaleMode::kPerTokenHead);
   return config;
 }
 
@@ -35,11 +40,10 @@ std::unique_ptr<PagedKvCache> MakeCache(const KvCacheConfig& config) {
 }
 
 TEST(PagedKvCacheTest, RejectsNonPositiveSizes) {
-  for (int field = 0; field < 5; ++field) {
+  for (int field = 0; field < 2; ++field) {
     for (int bad : {0, -1}) {
       KvCacheConfig config = SmallConfig();
-      int* fields[] = {&config.n_layers, &config.n_kv_heads, &config.head_dim, &config.page_size,
-                       &config.num_pages};
+      int* fields[] = {&config.page_size, &config.num_pages};
       *fields[field] = bad;
       absl::StatusOr<std::unique_ptr<PagedKvCache>> cache = PagedKvCache::Create(config);
       ASSERT_FALSE(cache.ok()) << "field " << field << " = " << bad;
@@ -47,15 +51,27 @@ TEST(PagedKvCacheTest, RejectsNonPositiveSizes) {
       EXPECT_THAT(std::string(cache.status().message()), HasSubstr("positive"));
     }
   }
+  KvCacheConfig none = SmallConfig();
+  none.sections.clear();
+  EXPECT_EQ(PagedKvCache::Create(none).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PagedKvCacheTest, RejectsSectionOfAnotherPageSize) {
+  KvCacheConfig config = SmallConfig();
+  config.sections[1] = KvSectionLayout(8, {8, 8}, KvElement::kF32, KvScaleMode::kNone);
+  absl::StatusOr<std::unique_ptr<PagedKvCache>> cache = PagedKvCache::Create(config);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_THAT(std::string(cache.status().message()), HasSubstr("section 1"));
 }
 
 TEST(PagedKvCacheTest, RejectsAbsurdSize) {
   KvCacheConfig config;
-  config.n_layers = 100;
-  config.n_kv_heads = 32;
-  config.head_dim = 128;
   config.page_size = 16;
   config.num_pages = 1000000;
+  for (int s = 0; s < 200; ++s) {
+    config.sections.emplace_back(16, std::vector<int>(32, 128), KvElement::kF32,
+                                 KvScaleMode::kNone);
+  }
   absl::StatusOr<std::unique_ptr<PagedKvCache>> cache = PagedKvCache::Create(config);
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.status().code(), absl::StatusCode::kResourceExhausted);
@@ -64,7 +80,12 @@ TEST(PagedKvCacheTest, RejectsAbsurdSize) {
 TEST(PagedKvCacheTest, Geometry) {
   std::unique_ptr<PagedKvCache> cache = MakeCache(SmallConfig());
   ASSERT_NE(cache, nullptr);
-  EXPECT_EQ(cache->page_stride(), 2 * 4 * 8);
+  EXPECT_EQ(cache->num_sections(), 6);
+  EXPECT_EQ(cache->section_stride(0), 2 * 4 * 8 * 4);  // 256 bytes, already 64-aligned
+  // 2 heads · 4 slots of scales (32 bytes) + 4·5 + 4·3 codes = 64 bytes.
+  EXPECT_EQ(cache->layout(5).bytes(), 64);
+  EXPECT_EQ(cache->section_stride(5), 64);
+  EXPECT_EQ(cache->total_bytes(), 6 * (5 * 256 + 64));
   EXPECT_EQ(cache->free_pages(), 6);
   EXPECT_EQ(cache->config().page_size, 4);
 }
@@ -161,69 +182,31 @@ TEST(BlockTableTest, ReserveRollsBackOnFailure) {
   EXPECT_EQ(b.pages().size(), 4u);
 }
 
-TEST(PagedKvCacheTest, RowsAreDisjointAndCoverThePools) {
+TEST(PagedKvCacheTest, PagesAreDisjointAndCoverTheStorage) {
   const KvCacheConfig config = SmallConfig(5);
   std::unique_ptr<PagedKvCache> cache = MakeCache(config);
   ASSERT_NE(cache, nullptr);
-  const int d = config.head_dim;
-  const float* base = cache->k_pool(0);
+  const uint8_t* base = cache->Page(0, 0);
   std::set<int64_t> offsets;
-  // Write a distinct marker into every element of every row.
-  float marker = 1.0f;
-  for (int layer = 0; layer < config.n_layers; ++layer) {
+  uint8_t marker = 1;
+  for (int s = 0; s < cache->num_sections(); ++s) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(cache->section_pool(s)) % 64, 0u);
     for (int32_t page = 0; page < config.num_pages; ++page) {
-      for (int slot = 0; slot < config.page_size; ++slot) {
-        for (int head = 0; head < config.n_kv_heads; ++head) {
-          for (float* row :
-               {cache->KRow(layer, page, slot, head), cache->VRow(layer, page, slot, head)}) {
-            for (int c = 0; c < d; ++c) {
-              ASSERT_TRUE(offsets.insert(row + c - base).second) << "overlapping rows";
-              row[c] = marker++;
-            }
-          }
-        }
+      uint8_t* bytes = cache->Page(s, page);
+      for (int64_t i = 0; i < cache->section_stride(s); ++i) {
+        ASSERT_TRUE(offsets.insert(bytes + i - base).second) << "overlapping pages";
+        bytes[i] = marker++;
       }
     }
   }
-  // Every float of the 2·layers pools is covered exactly once, starting at k_pool(0).
-  const int64_t total = 2LL * config.n_layers * config.num_pages * cache->page_stride();
-  ASSERT_EQ(static_cast<int64_t>(offsets.size()), total);
+  ASSERT_EQ(static_cast<int64_t>(offsets.size()), cache->total_bytes());
   EXPECT_EQ(*offsets.begin(), 0);
-  EXPECT_EQ(*offsets.rbegin(), total - 1);
-  // Nothing was overwritten by a later row.
-  marker = 1.0f;
-  for (int layer = 0; layer < config.n_layers; ++layer) {
+  EXPECT_EQ(*offsets.rbegin(), cache->total_bytes() - 1);
+  marker = 1;
+  for (int s = 0; s < cache->num_sections(); ++s) {
     for (int32_t page = 0; page < config.num_pages; ++page) {
-      for (int slot = 0; slot < config.page_size; ++slot) {
-        for (int head = 0; head < config.n_kv_heads; ++head) {
-          for (float* row :
-               {cache->KRow(layer, page, slot, head), cache->VRow(layer, page, slot, head)}) {
-            for (int c = 0; c < d; ++c) ASSERT_EQ(row[c], marker++);
-          }
-        }
-      }
-    }
-  }
-}
-
-// The layout the attention kernel assumes (kernels/attention.h): page p of a layer's keys holds
-// [n_kv_heads, page_size, head_dim] floats from k_pool + p · page_stride.
-TEST(PagedKvCacheTest, LayoutMatchesAttentionAddressing) {
-  const KvCacheConfig config = SmallConfig(5);
-  std::unique_ptr<PagedKvCache> cache = MakeCache(config);
-  ASSERT_NE(cache, nullptr);
-  for (int layer = 0; layer < config.n_layers; ++layer) {
-    EXPECT_EQ(cache->v_pool(layer) - cache->k_pool(layer),
-              int64_t{config.num_pages} * cache->page_stride());
-    for (int32_t page = 0; page < config.num_pages; ++page) {
-      for (int slot = 0; slot < config.page_size; ++slot) {
-        for (int head = 0; head < config.n_kv_heads; ++head) {
-          const int64_t want = page * cache->page_stride() +
-                               (int64_t{head} * config.page_size + slot) * config.head_dim;
-          EXPECT_EQ(cache->KRow(layer, page, slot, head) - cache->k_pool(layer), want);
-          EXPECT_EQ(cache->VRow(layer, page, slot, head) - cache->v_pool(layer), want);
-        }
-      }
+      const uint8_t* bytes = cache->Page(s, page);
+      for (int64_t i = 0; i < cache->section_stride(s); ++i) ASSERT_EQ(bytes[i], marker++);
     }
   }
 }

@@ -8,8 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/base/system_memory.h"
+#include "core/kv/kv_row_codec.h"
 #include "kernels/attention.h"
+#include "kernels/basis_projection.h"
 #include "kernels/embedding.h"
+#include "kernels/kcache_attention.h"
 #include "kernels/matmul.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
@@ -21,26 +24,33 @@ struct LlamaEngine::Buffers {
   std::vector<int32_t> tokens;  // [n]
   std::vector<int32_t> positions;
   std::vector<float> x, xb, qkv, attn, gate_up, hb;  // [n, width]
+  std::vector<float> q_packed;                       // [n, n_heads·head_dim]: ZACK-projected q
+  std::vector<float> swiftkv;                        // [n, swiftkv_kv rows]
   std::vector<float> logits;                         // [n, vocab]
   std::vector<float> matmul_workspace;
   std::vector<float> attention_workspace;
-  std::vector<kernels::AttentionSequence> attention;
+  std::vector<kernels::AttentionSequence> attention, kcache;
   std::vector<size_t> pages_before;  // per chunk, while reserving KV
   std::vector<char> seen;            // per sequence slot, while validating a batch
 };
 
 namespace {
 
-// The weights Forward streams, in `dtype` and in memory of the engine's own (huge pages, see
-// CopyTensor): matrices that conversion left shared with `source` (often a file mapping) are
-// copied. q/k/v and gate/up are copied anyway when stacked.
+// The weights Forward streams outside attention (the plan holds those), in `dtype` and in memory
+// of the engine's own (huge pages, see CopyTensor): matrices that conversion left shared with
+// `source` (often a file mapping) are copied. gate/up are copied anyway when stacked; the
+// attention projections and SwiftKV tensors are dropped.
 ModelWeights OwnedWeights(const ModelWeights& source, DType dtype) {
-  ModelWeights run = ConvertWeights(source, dtype);
+  ModelWeights run = source;
+  run.swiftkv.reset();
+  Tensor dropped;
+  dropped.dtype = dtype;  // so that conversion passes it through
+  for (LayerWeights& layer : run.layers) layer.wq = layer.wk = layer.wv = layer.wo = dropped;
+  run = ConvertWeights(run, dtype);
   auto own = [](const Tensor& t, const Tensor& from) {
     return t.data == from.data ? CopyTensor(t) : t;
   };
   for (size_t l = 0; l < run.layers.size(); ++l) {
-    run.layers[l].wo = own(run.layers[l].wo, source.layers[l].wo);
     run.layers[l].w2 = own(run.layers[l].w2, source.layers[l].w2);
   }
   run.classifier = own(run.classifier, source.classifier);
@@ -56,16 +66,18 @@ int AutoThreads(const ModelConfig& c) {
 }
 
 // Bytes Create allocates for buffers, workspaces, the RoPE table and the KV pool (weights aside).
-double PlannedBytes(const ModelConfig& c, const EngineOptions& o, int max_context, int kv_pages) {
+double PlannedBytes(const ModelConfig& c, const EngineOptions& o, const KvPlan& plan,
+                    int max_context, int kv_pages) {
   const double n = o.max_batch_tokens, threads = o.num_threads;
   const double activations =
-      n * (3.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size);
+      n * (4.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
+           (plan.swiftkv() ? static_cast<double>(plan.swiftkv_kv.shape[0]) : 0.0));
   const double workspaces =
       kernels::MatmulWorkspaceFloats(o.num_threads, std::max(c.dim, c.hidden_dim)) +
-      threads * max_context * (2.0 * c.head_dim() + 64) +
+      threads * max_context * (2.0 * c.head_dim() + 64 + c.n_heads / c.n_kv_heads + 3) +
       static_cast<double>(max_context) * c.head_dim();
-  const double kv = 2.0 * c.n_layers * kv_pages * o.kv_page_size * c.kv_dim();
-  return (activations + workspaces + kv) * sizeof(float);
+  const double kv = plan.kv_bytes_per_token() * kv_pages * o.kv_page_size;
+  return (activations + workspaces) * sizeof(float) + kv;
 }
 
 }  // namespace
@@ -81,7 +93,7 @@ absl::Status EngineOptions::Validate() const {
         ", kv_page_size ", kv_page_size, " must be positive; max_context ", max_context,
         " and kv_pages ", kv_pages, " non-negative"));
   }
-  return absl::OkStatus();
+  return compression.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeights& weights,
@@ -100,7 +112,10 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
     return absl::InvalidArgumentError(absl::StrCat("engine: ", pages, " KV pages is too many"));
   }
   resolved.kv_pages = static_cast<int>(pages);
-  const double planned = PlannedBytes(c, resolved, max_context, resolved.kv_pages);
+  PDSERVE_ASSIGN_OR_RETURN(
+      KvPlan plan,
+      BuildKvPlan(weights, options.compression, options.kv_page_size, options.weight_dtype));
+  const double planned = PlannedBytes(c, resolved, plan, max_context, resolved.kv_pages);
   if (planned > kMaxMemoryShare * static_cast<double>(PhysicalMemoryBytes())) {
     return absl::ResourceExhaustedError(
         absl::StrCat("engine: buffers and KV cache for a context of ", max_context, " tokens, ",
@@ -108,20 +123,37 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
                      " tokens need ", planned / 1e9, " GB; the machine has ",
                      PhysicalMemoryBytes() / 1e9, " GB. Reduce the context or the sequences."));
   }
-  auto engine = std::unique_ptr<LlamaEngine>(
-      new LlamaEngine(OwnedWeights(weights, options.weight_dtype), resolved, max_context));
-  KvCacheConfig kv;
-  kv.n_layers = c.n_layers;
-  kv.n_kv_heads = c.n_kv_heads;
-  kv.head_dim = c.head_dim();
-  kv.page_size = options.kv_page_size;
-  kv.num_pages = resolved.kv_pages;
-  PDSERVE_ASSIGN_OR_RETURN(engine->kv_, PagedKvCache::Create(kv));
+  auto engine = std::unique_ptr<LlamaEngine>(new LlamaEngine(
+      OwnedWeights(weights, options.weight_dtype), std::move(plan), resolved, max_context));
+  PDSERVE_RETURN_IF_ERROR(engine->CreateCaches());
   return engine;
 }
 
-LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int max_context)
+// K sections in the cache; V sections in the cache, or in the value tier for KCache layers.
+absl::Status LlamaEngine::CreateCaches() {
+  KvCacheConfig resident;
+  resident.page_size = options_.kv_page_size;
+  resident.num_pages = options_.kv_pages;
+  std::vector<KvSectionLayout> tiered;
+  for (const CachePlan& cache : plan_.caches) {
+    k_section_.push_back(static_cast<int>(resident.sections.size()));
+    resident.sections.push_back(cache.layout.k);
+    std::vector<KvSectionLayout>& v_home = cache.kcache ? tiered : resident.sections;
+    v_section_.push_back(static_cast<int>(v_home.size()));
+    v_home.push_back(cache.layout.v);
+  }
+  PDSERVE_ASSIGN_OR_RETURN(kv_, PagedKvCache::Create(resident));
+  if (!tiered.empty()) {
+    PDSERVE_ASSIGN_OR_RETURN(tier_, InProcessValueTier::Create(options_.kv_page_size,
+                                                               options_.kv_pages, tiered));
+  }
+  return absl::OkStatus();
+}
+
+LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions& options,
+                         int max_context)
     : weights_(std::move(weights)),
+      plan_(std::move(plan)),
       options_(options),
       max_context_(max_context),
       pool_(options.num_threads),
@@ -133,25 +165,32 @@ LlamaEngine::LlamaEngine(ModelWeights weights, const EngineOptions& options, int
   Buffers& b = *buffers_;
   b.tokens.resize(n);
   b.positions.resize(n);
+  int64_t qkv_width = 0;
+  for (const LayerPlan& layer : plan_.layers) qkv_width = std::max(qkv_width, layer.w_in.shape[0]);
+  const int64_t swiftkv_width = plan_.swiftkv() ? plan_.swiftkv_kv.shape[0] : 0;
   for (auto [buffer, width] :
-       {std::pair{&b.x, c.dim}, std::pair{&b.xb, c.dim}, std::pair{&b.qkv, c.dim + 2 * c.kv_dim()},
-        std::pair{&b.attn, c.dim}, std::pair{&b.gate_up, 2 * c.hidden_dim},
-        std::pair{&b.hb, c.hidden_dim}}) {
+       {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
+        std::pair{&b.qkv, qkv_width}, std::pair{&b.attn, int64_t{c.dim}},
+        std::pair{&b.q_packed, int64_t{c.dim}}, std::pair{&b.swiftkv, swiftkv_width},
+        std::pair{&b.gate_up, int64_t{2} * c.hidden_dim}, std::pair{&b.hb, int64_t{c.hidden_dim}}}) {
     buffer->resize(n * width);
   }
   for (LayerWeights& layer : weights_.layers) {
-    fused_.push_back(
-        {ConcatRows({layer.wq, layer.wk, layer.wv}), ConcatRows({layer.w1, layer.w3})});
-    layer.wq = layer.wk = layer.wv = layer.w1 = layer.w3 = Tensor{};  // now only in fused_
+    w13_.push_back(ConcatRows({layer.w1, layer.w3}));
+    layer.w1 = layer.w3 = Tensor{};  // now only in w13_
   }
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max(c.dim, c.hidden_dim)));
-  b.attention_workspace.resize(kernels::AttentionWorkspaceFloats(
-      {c.n_heads, c.n_kv_heads, c.head_dim()}, pool_.size(), max_context));
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  b.attention_workspace.resize(std::max(
+      kernels::AttentionWorkspaceFloats(shape, pool_.size(), max_context, options.kv_page_size),
+      kernels::KCacheWorkspaceFloats(shape, pool_.size(), max_context, options.kv_page_size)));
   b.attention.reserve(options.max_sequences);
+  b.kcache.reserve(options.max_sequences);
   b.pages_before.resize(options.max_sequences);
   b.seen.resize(options.max_sequences);
+  segments_.reserve(options.max_sequences);
 }
 
 LlamaEngine::~LlamaEngine() = default;
@@ -245,16 +284,25 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
   PDSERVE_RETURN_IF_ERROR(ReserveKv(chunks));
   Buffers& b = *buffers_;
   int n = 0;
+  segments_.clear();
   for (const ForwardChunk& chunk : chunks) {
     const int start = sequences_[chunk.sequence].table.num_tokens();
-    for (size_t i = 0; i < chunk.tokens.size(); ++i, ++n) {
+    const int count = static_cast<int>(chunk.tokens.size());
+    segments_.push_back({chunk.sequence, n, count, start, chunk.all_logits});
+    for (int i = 0; i < count; ++i, ++n) {
       b.tokens[n] = chunk.tokens[i];
-      b.positions[n] = start + static_cast<int>(i);
+      b.positions[n] = start + i;
     }
   }
   kernels::EmbeddingLookup(weights_.token_embedding, b.tokens.data(), n, b.x.data());
-  for (int layer = 0; layer < config().n_layers; ++layer) Layer(layer, chunks, n);
-  const int rows = ComputeLogits(chunks);
+  for (int layer = 0; layer < config().n_layers; ++layer) {
+    if (layer == plan_.swiftkv_layer) {
+      SwiftKvProjectAndStore(n);
+      n = CompactToLogitRows();
+    }
+    Layer(layer, n);
+  }
+  const int rows = ComputeLogits(CompactToLogitRows());
   for (const ForwardChunk& chunk : chunks) {
     BlockTable& table = sequences_[chunk.sequence].table;
     table.set_num_tokens(table.num_tokens() + static_cast<int>(chunk.tokens.size()));
@@ -271,26 +319,43 @@ void LlamaEngine::ForTokens(int n, const ThreadPool::RangeFn& fn) {
   }
 }
 
-void LlamaEngine::Layer(int layer, std::span<const ForwardChunk> chunks, int n) {
+void LlamaEngine::Layer(int layer, int n) {
   const ModelConfig& c = config();
   const LayerWeights& w = weights_.layers[layer];
+  const LayerPlan& plan = plan_.layers[layer];
   Buffers& b = *buffers_;
   std::span<float> ws(b.matmul_workspace);
+  if (observer_ != nullptr) observer_->LayerInput(layer, b.x.data(), n);
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
     kernels::RmsNorm(b.x.data() + begin * c.dim, w.attn_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, fused_[layer].wqkv, b.qkv.data(), ws);
-  RotateAndStoreKv(layer, chunks, n);
-  Attend(layer, chunks);
-  kernels::Matmul(pool_, b.attn.data(), n, w.wo, b.xb.data(), ws);
+  kernels::Matmul(pool_, b.xb.data(), n, plan.w_in, b.qkv.data(), ws);
+  const int64_t width = plan.w_in.shape[0];
+  if (plan.writes_kv) {
+    float* k = b.qkv.data() + c.dim;
+    ForTokens(n, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        kernels::ApplyRope(k + t * width, c.n_kv_heads, rope_, b.positions[t], c.rope_pairing);
+      }
+    });
+    StoreKv(plan.cache, k, k + c.kv_dim(), width, n);
+  }
+  RotateQueries(layer, b.qkv.data(), width, n);
+  const CachePlan& cache = plan_.caches[plan.cache];
+  if (cache.zack()) {
+    Attend(layer, b.q_packed.data(), cache.q_width);
+  } else {
+    Attend(layer, b.qkv.data(), width);
+  }
+  kernels::Matmul(pool_, b.attn.data(), n, plan.wo, b.xb.data(), ws);
   const int64_t hidden = c.hidden_dim;
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin * c.dim; i < end * c.dim; ++i) b.x[i] += b.xb[i];
     kernels::RmsNorm(b.x.data() + begin * c.dim, w.ffn_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, fused_[layer].w13, b.gate_up.data(), ws);
+  kernels::Matmul(pool_, b.xb.data(), n, w13_[layer], b.gate_up.data(), ws);
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* gate = b.gate_up.data() + t * 2 * hidden;
@@ -303,69 +368,178 @@ void LlamaEngine::Layer(int layer, std::span<const ForwardChunk> chunks, int n) 
   });
 }
 
-void LlamaEngine::RotateAndStoreKv(int layer, std::span<const ForwardChunk> chunks, int n) {
+void LlamaEngine::SwiftKvProjectAndStore(int n) {
   const ModelConfig& c = config();
-  const int d = c.head_dim(), page_size = kv_->config().page_size;
-  const int64_t width = c.dim + 2 * c.kv_dim();
   Buffers& b = *buffers_;
-  // The sequence of each token, found by walking the chunks (tokens are in chunk order).
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    size_t chunk = 0;
-    int64_t chunk_end = static_cast<int64_t>(chunks[0].tokens.size());
+    kernels::RmsNorm(b.x.data() + begin * c.dim, plan_.swiftkv_norm.as<float>(), end - begin,
+                     c.dim, c.norm_eps, b.xb.data() + begin * c.dim);
+  });
+  kernels::Matmul(pool_, b.xb.data(), n, plan_.swiftkv_kv, b.swiftkv.data(), b.matmul_workspace);
+  const int64_t width = plan_.swiftkv_kv.shape[0];
+  const int leaders = static_cast<int>(plan_.swiftkv_v_offsets.size());
+  // One RoPE call per token over every leader's K heads: they sit side by side.
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
-      while (t >= chunk_end) chunk_end += static_cast<int64_t>(chunks[++chunk].tokens.size());
-      float* q = b.qkv.data() + t * width;
-      float* k = q + c.dim;
-      const float* v = k + c.kv_dim();
-      const int pos = b.positions[t];
-      kernels::ApplyRope(q, c.n_heads, rope_, pos, c.rope_pairing);
-      kernels::ApplyRope(k, c.n_kv_heads, rope_, pos, c.rope_pairing);
-      const int32_t page = sequences_[chunks[chunk].sequence].table.pages()[pos / page_size];
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        std::memcpy(kv_->KRow(layer, page, pos % page_size, g), k + g * d, d * sizeof(float));
-        std::memcpy(kv_->VRow(layer, page, pos % page_size, g), v + g * d, d * sizeof(float));
+      kernels::ApplyRope(b.swiftkv.data() + t * width, leaders * c.n_kv_heads, rope_,
+                         b.positions[t], c.rope_pairing);
+    }
+  });
+  const float* v_base = b.swiftkv.data() + int64_t{leaders} * c.kv_dim();
+  for (int i = 0; i < leaders; ++i) {
+    StoreKv(plan_.swiftkv_layer + i, b.swiftkv.data() + int64_t{i} * c.kv_dim(),
+            v_base + plan_.swiftkv_v_offsets[i], width, n);
+  }
+}
+
+int LlamaEngine::CompactToLogitRows() {
+  const int dim = config().dim;
+  Buffers& b = *buffers_;
+  int rows = 0;
+  for (Segment& segment : segments_) {
+    const int keep = segment.all_logits ? segment.n : 1;
+    const int first = segment.row + segment.n - keep;
+    if (first != rows) {
+      std::memmove(b.x.data() + int64_t{rows} * dim, b.x.data() + int64_t{first} * dim,
+                   sizeof(float) * keep * dim);
+      std::memmove(b.positions.data() + rows, b.positions.data() + first, sizeof(int32_t) * keep);
+    }
+    segment.start_pos += segment.n - keep;
+    segment.row = rows;
+    segment.n = keep;
+    rows += keep;
+  }
+  return rows;
+}
+
+void LlamaEngine::RotateQueries(int layer, float* q, int64_t stride, int n) {
+  const ModelConfig& c = config();
+  const CachePlan& cache = plan_.caches[plan_.layers[layer].cache];
+  const int d = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+  Buffers& b = *buffers_;
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      kernels::ApplyRope(q + t * stride, c.n_heads, rope_, b.positions[t], c.rope_pairing);
+    }
+  });
+  if (observer_ != nullptr) observer_->Queries(layer, q, stride, n);
+  if (!cache.zack()) return;
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int g = h / group;
+        kernels::ProjectRows(cache.k_basis.data() + cache.k_basis_offsets[g],
+                             cache.layout.k.dim(g), d, q + t * stride + int64_t{h} * d,
+                             b.q_packed.data() + t * cache.q_width + cache.q_offsets[h]);
       }
     }
   });
 }
 
-void LlamaEngine::Attend(int layer, std::span<const ForwardChunk> chunks) {
+void LlamaEngine::StoreKv(int cache_index, float* k, const float* v, int64_t stride, int n) {
   const ModelConfig& c = config();
-  Buffers& b = *buffers_;
-  b.attention.clear();
-  int t = 0;
-  for (const ForwardChunk& chunk : chunks) {
-    const BlockTable& table = sequences_[chunk.sequence].table;
-    kernels::AttentionSequence seq;
-    seq.q = b.qkv.data() + int64_t{t} * (c.dim + 2 * c.kv_dim());
-    seq.q_row_stride = c.dim + 2 * c.kv_dim();
-    seq.out = b.attn.data() + int64_t{t} * c.dim;
-    seq.n_queries = static_cast<int>(chunk.tokens.size());
-    seq.start_pos = b.positions[t];
-    seq.kv = {kv_->k_pool(layer), kv_->v_pool(layer), table.pages().data(), kv_->config().page_size,
-              kv_->page_stride()};
-    b.attention.push_back(seq);
-    t += seq.n_queries;
-  }
-  kernels::Attention(pool_, {c.n_heads, c.n_kv_heads, c.head_dim()}, b.attention,
-                     b.attention_workspace);
+  const CachePlan& cache = plan_.caches[cache_index];
+  const int d = c.head_dim(), page_size = options_.kv_page_size;
+  if (observer_ != nullptr) observer_->CachedKv(cache_index, k, v, stride, n);
+  // Per segment and page, so that the rows of one page are written by one thread in order.
+  const int v_section = v_section_[cache_index], k_section = k_section_[cache_index];
+  auto store = [&](const Segment& segment, int first, int last) {
+    const std::vector<int32_t>& pages = sequences_[segment.sequence].table.pages();
+    std::vector<float> projected(d);
+    for (int i = first; i < last; ++i) {
+      const int64_t t = segment.row + i;
+      const int pos = segment.start_pos + i;
+      const int32_t page = pages[pos / page_size];
+      uint8_t* k_page = kv_->Page(k_section, page);
+      uint8_t* v_page =
+          cache.kcache ? tier_->WritablePage(v_section, page) : kv_->Page(v_section, page);
+      int v_offset = 0;
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const float* k_row = k + t * stride + int64_t{g} * d;
+        if (cache.zack()) {
+          kernels::ProjectRows(cache.k_basis.data() + cache.k_basis_offsets[g],
+                               cache.layout.k.dim(g), d, k_row, projected.data());
+          k_row = projected.data();
+        }
+        WriteKvRow(cache.layout.k, k_page, g, pos % page_size, k_row);
+        WriteKvRow(cache.layout.v, v_page, g, pos % page_size, v + t * stride + v_offset);
+        v_offset += cache.layout.v.dim(g);
+      }
+    }
+  };
+  pool_.ParallelForDynamic(static_cast<int64_t>(segments_.size()), 1,
+                           [&](int64_t begin, int64_t end, int) {
+                             for (int64_t s = begin; s < end; ++s) {
+                               store(segments_[s], 0, segments_[s].n);
+                             }
+                           });
 }
 
-int LlamaEngine::ComputeLogits(std::span<const ForwardChunk> chunks) {
+kernels::PagedKvView LlamaEngine::CacheView(int cache_index, const BlockTable& table) const {
+  const CachePlan& cache = plan_.caches[cache_index];
+  auto section_view = [](const KvSectionLayout& layout, const uint8_t* pool, int64_t stride) {
+    kernels::KvSectionView view;
+    view.pool = pool;
+    view.page_stride = stride;
+    view.dims = layout.dims().data();
+    view.head_offsets = layout.head_offsets().data();
+    view.e4m3 = layout.element() == KvElement::kE4M3;
+    view.scales_per_head = layout.scales_per_head();
+    return view;
+  };
+  const int ks = k_section_[cache_index], vs = v_section_[cache_index];
+  kernels::PagedKvView view;
+  view.k = section_view(cache.layout.k, kv_->section_pool(ks), kv_->section_stride(ks));
+  view.v = cache.kcache
+               ? section_view(cache.layout.v, tier_->section_pool(vs), tier_->section_stride(vs))
+               : section_view(cache.layout.v, kv_->section_pool(vs), kv_->section_stride(vs));
+  view.pages = table.pages().data();
+  view.page_size = options_.kv_page_size;
+  return view;
+}
+
+void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
+  const ModelConfig& c = config();
+  const int cache_index = plan_.layers[layer].cache;
+  const CachePlan& cache = plan_.caches[cache_index];
+  Buffers& b = *buffers_;
+  b.attention.clear();
+  b.kcache.clear();
+  for (const Segment& segment : segments_) {
+    kernels::AttentionSequence seq;
+    seq.q = q + int64_t{segment.row} * q_stride;
+    seq.q_row_stride = q_stride;
+    seq.out = b.attn.data() + int64_t{segment.row} * cache.out_width;
+    seq.out_row_stride = cache.out_width;
+    seq.n_queries = segment.n;
+    seq.start_pos = segment.start_pos;
+    seq.kv = CacheView(cache_index, sequences_[segment.sequence].table);
+    // KCache selects for decode steps; prompts attend densely.
+    (cache.kcache && segment.n == 1 ? b.kcache : b.attention).push_back(seq);
+  }
+  kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  shape.q_offsets = cache.q_offsets.data();
+  shape.out_offsets = cache.out_offsets.data();
+  if (!b.attention.empty()) {
+    kernels::Attention(pool_, shape, b.attention, b.attention_workspace);
+  }
+  if (!b.kcache.empty()) {
+    const KCacheOptions& o = options_.compression.kcache;
+    const int v_section = v_section_[cache_index];
+    auto fetch = [&](int sequence, int page_index, int head) {
+      return tier_->FetchHead(v_section, b.kcache[sequence].kv.pages[page_index], head);
+    };
+    kernels::KCacheAttention(pool_, shape, b.kcache,
+                             {.top_n = o.top_n, .sink = o.sink, .recent = o.recent,
+                              .renormalize = o.renormalize},
+                             fetch, b.attention_workspace);
+  }
+}
+
+int LlamaEngine::ComputeLogits(int rows) {
   const ModelConfig& c = config();
   Buffers& b = *buffers_;
-  // Gather the rows that need logits into xb, normalize, project.
-  int rows = 0, t = 0;
-  for (const ForwardChunk& chunk : chunks) {
-    const int count = static_cast<int>(chunk.tokens.size());
-    const int first = chunk.all_logits ? t : t + count - 1;
-    for (int r = first; r < t + count; ++r, ++rows) {
-      std::memmove(b.xb.data() + int64_t{rows} * c.dim, b.x.data() + int64_t{r} * c.dim,
-                   c.dim * sizeof(float));
-    }
-    t += count;
-  }
-  kernels::RmsNorm(b.xb.data(), weights_.final_norm.as<float>(), rows, c.dim, c.norm_eps,
+  kernels::RmsNorm(b.x.data(), weights_.final_norm.as<float>(), rows, c.dim, c.norm_eps,
                    b.xb.data());
   kernels::Matmul(pool_, b.xb.data(), rows, weights_.classifier, b.logits.data(),
                   b.matmul_workspace);

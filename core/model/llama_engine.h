@@ -5,7 +5,10 @@
 //
 // Weights are converted once at Create to EngineOptions::weight_dtype and held in memory of the
 // engine's own; q/k/v and gate/up projections are stacked into one matrix each, so a layer runs
-// four matmuls. Buffers, workspaces, the KV pool and the thread pool are allocated at Create
+// four matmuls. SwiftKV models (ModelWeights::swiftkv) run prompt tokens through the first l
+// layers only, computing every later layer's KV from h_l in one fused matmul; ZACK, FP8 and
+// KCache (EngineOptions::compression) change what the cache stores and how it is read
+// (core/model/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are allocated at Create
 // (ResourceExhausted up front when they would not fit in memory); Forward allocates only small
 // bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
 #ifndef PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
@@ -18,7 +21,11 @@
 #include "absl/status/statusor.h"
 #include "core/base/thread_pool.h"
 #include "core/kv/paged_kv_cache.h"
+#include "core/kv/value_tier.h"
+#include "core/model/kv_compression.h"
+#include "core/model/kv_plan.h"
 #include "core/model/model_weights.h"
+#include "kernels/kv_view.h"
 #include "kernels/rope.h"
 
 namespace pdserve {
@@ -31,6 +38,7 @@ struct EngineOptions {
   int max_context = 0;         // tokens per sequence; 0 = the model's max_seq_len (may exceed it)
   int kv_page_size = 16;
   int kv_pages = 0;  // 0 = enough for max_sequences sequences of max_context tokens
+  KvCompression compression;
 
   absl::Status Validate() const;
 };
@@ -40,6 +48,21 @@ struct ForwardChunk {
   int sequence = -1;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token, not only the last
+};
+
+// Sees intermediate values of a Forward, for calibration. Called on the Forward caller's thread
+// between steps; pointers are valid during the call only. Rows are the tokens the step ran on.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  // h_j, the residual stream entering layer j: [n, dim].
+  virtual void LayerInput(int layer, const float* x, int n) = 0;
+  // Post-RoPE queries of layer j before any ZACK projection: [n, n_heads·head_dim], rows `stride`
+  // floats apart.
+  virtual void Queries(int layer, const float* q, int64_t stride, int n) = 0;
+  // What cache layer c is given to store, before ZACK and FP8: post-RoPE k [n, kv_dim] and v
+  // [n, kv_dim] (v as projected: V/O-folded under ZACK), rows `stride` floats apart.
+  virtual void CachedKv(int cache_layer, const float* k, const float* v, int64_t stride, int n) = 0;
 };
 
 class LlamaEngine {
@@ -59,6 +82,12 @@ class LlamaEngine {
   // Tokens in the sequence's cache, or -1 for an unknown id.
   int SequenceLength(int sequence) const;
 
+  const KvPlan& plan() const { return plan_; }
+  // V bytes decode steps fetched from the value tier (KCache), since creation.
+  int64_t kv_bytes_fetched() const { return tier_ ? tier_->bytes_fetched() : 0; }
+  // Not owned; null to stop observing.
+  void set_observer(ForwardObserver* observer) { observer_ = observer; }
+
   // Appends every chunk's tokens to its sequence and returns logits [rows, vocab]: per chunk in
   // order, one row per token when all_logits, else one row for its last token. InvalidArgument for
   // unknown or repeated sequences, empty chunks, token ids outside the vocabulary, more than
@@ -68,35 +97,52 @@ class LlamaEngine {
 
  private:
   struct Buffers;
-  // Projections that read the same input, stacked so one matmul computes them.
-  struct FusedLayer {
-    Tensor wqkv;  // [dim + 2·kv_dim, dim] = [wq; wk; wv]
-    Tensor w13;   // [2·hidden, dim] = [w1; w3]
-  };
   struct Sequence {
     bool live = false;
     BlockTable table;
   };
-  LlamaEngine(ModelWeights weights, const EngineOptions& options, int max_context);
+  // Rows [row, row + n) of the batch belong to `sequence` at positions [start_pos, start_pos + n).
+  struct Segment {
+    int sequence = -1;
+    int row = 0;
+    int n = 0;
+    int start_pos = 0;
+    bool all_logits = false;
+  };
+  LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions& options, int max_context);
+  absl::Status CreateCaches();
 
   absl::Status ValidateChunks(std::span<const ForwardChunk> chunks) const;
   absl::Status ReserveKv(std::span<const ForwardChunk> chunks);
-  void Layer(int layer, std::span<const ForwardChunk> chunks, int n_tokens);
-  void RotateAndStoreKv(int layer, std::span<const ForwardChunk> chunks, int n_tokens);
+  void Layer(int layer, int n);
+  // SwiftKV: every leader's K/V from x = RMSNorm(h_l) for all n rows, stored in its cache.
+  void SwiftKvProjectAndStore(int n);
+  // Keeps only the rows that need logits (a segment's last, or all when all_logits), moved to the
+  // front; returns their count. Idempotent.
+  int CompactToLogitRows();
+  // RoPE on q and (when k) on k of every row; ZACK-projects q into the packed query buffer.
+  void RotateQueries(int layer, float* q, int64_t stride, int n);
+  void StoreKv(int cache, float* k, const float* v, int64_t stride, int n);
   // Runs fn over tokens [0, n) on the pool when n is large enough to pay for it, else inline.
   void ForTokens(int n, const ThreadPool::RangeFn& fn);
-  void Attend(int layer, std::span<const ForwardChunk> chunks);
-  int ComputeLogits(std::span<const ForwardChunk> chunks);
+  void Attend(int layer, const float* q, int64_t q_stride);
+  kernels::PagedKvView CacheView(int cache, const BlockTable& table) const;
+  int ComputeLogits(int n);
 
-  ModelWeights weights_;
-  std::vector<FusedLayer> fused_;
+  ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
+  KvPlan plan_;
+  std::vector<Tensor> w13_;  // per layer [2·hidden, dim] = [w1; w3]
   EngineOptions options_;
   int max_context_;
   ThreadPool pool_;
   kernels::RopeTable rope_;
   std::unique_ptr<PagedKvCache> kv_;
+  std::unique_ptr<InProcessValueTier> tier_;
+  std::vector<int> k_section_, v_section_;  // per cache layer: section in kv_ (V: or in tier_)
   std::vector<Sequence> sequences_;
+  std::vector<Segment> segments_;
   std::unique_ptr<Buffers> buffers_;
+  ForwardObserver* observer_ = nullptr;
 };
 
 }  // namespace pdserve

@@ -1,98 +1,37 @@
 #include "kernels/attention.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/softmax.h"
 
 namespace pdserve::kernels {
 namespace {
 
-inline float Dot(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// Sums each of eight vectors: result[j] = Σ lanes of v[j].
-inline __m256 HorizontalSums8(const __m256 v[8]) {
-  __m256 r0123 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-  __m256 r4567 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
-                       _mm256_permute2f128_ps(r0123, r4567, 0x31));
-}
-
-// scores[j] = q · keys[j] · scale for j < n; keys are rows of `d` floats, contiguous.
-void ScoreKeys(const float* q, const float* keys, int n, int d, float scale, float* scores) {
-  int j = 0;
-  if (d % 8 == 0) {
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (; j + 8 <= n; j += 8) {
-      __m256 acc[8];
-      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-      for (int c = 0; c < d; c += 8) {
-        const __m256 qc = _mm256_loadu_ps(q + c);
-        for (int r = 0; r < 8; ++r) {
-          acc[r] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(keys + (j + r) * d + c), acc[r]);
-        }
-      }
-      _mm256_storeu_ps(scores + j, _mm256_mul_ps(HorizontalSums8(acc), vscale));
-    }
-  }
-  for (; j < n; ++j) scores[j] = Dot(q, keys + j * d, d) * scale;
-}
-
-// out[0, 8·N) += Σ_j w[j] · values[j][0, 8·N), the accumulators held in registers.
-template <int N>
-void AccumulateChunk(const float* w, const float* values, int n, int d, float* out) {
-  __m256 acc[N];
-  for (int r = 0; r < N; ++r) acc[r] = _mm256_loadu_ps(out + 8 * r);
-  for (int j = 0; j < n; ++j) {
-    const __m256 wj = _mm256_set1_ps(w[j]);
-    const float* v = values + int64_t{j} * d;
-    for (int r = 0; r < N; ++r) acc[r] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8 * r), acc[r]);
-  }
-  for (int r = 0; r < N; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
-}
-
-// out += Σ_j w[j] · values[j] over n rows of `d` floats.
-void AccumulateValues(const float* w, const float* values, int n, int d, float* out) {
-  if (d % 8 != 0) {
-    for (int j = 0; j < n; ++j) {
-      for (int i = 0; i < d; ++i) out[i] += w[j] * values[int64_t{j} * d + i];
-    }
-    return;
-  }
-  using Chunk = void (*)(const float*, const float*, int, int, float*);
-  static constexpr Chunk kChunks[] = {&AccumulateChunk<1>, &AccumulateChunk<2>, &AccumulateChunk<3>,
-                                      &AccumulateChunk<4>, &AccumulateChunk<5>, &AccumulateChunk<6>,
-                                      &AccumulateChunk<7>, &AccumulateChunk<8>};
-  for (int c = 0; c < d; c += 64) {
-    kChunks[std::min(8, (d - c) / 8) - 1](w, values + c, n, d, out + c);
+// out[0, v.dim(g)) = Σ_t w[t] · v_t over tokens [0, n_tokens) of KV head g, page by page; pages
+// whose weights are all zero are skipped. `scratch` holds page_size · head_dim floats.
+void WeightedValues(const PagedKvView& kv, int g, const float* w, int n_tokens, float* scratch,
+                    float* out) {
+  std::fill(out, out + kv.v.dim(g), 0.0f);
+  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
+    const int count = std::min(kv.page_size, n_tokens - t);
+    const float* values = HeadRows(kv.v, kv.page_size, kv.pages[p], g, 0, count, scratch);
+    AccumulateValues(w + t, values, count, kv.v.dim(g), out);
   }
 }
 
-// One query head over tokens [0, n_tokens): out = softmax(q·Kᵀ·scale)·V, page by page.
-// `scores` holds n_tokens.
+// One query head over tokens [0, n_tokens): out = softmax(q·Kᵀ·scale)·V. `ws` holds n_tokens +
+// page_size · head_dim floats.
 void AttendOne(const AttentionShape& s, const PagedKvView& kv, int g, const float* q, int n_tokens,
-               float* scores, float* out) {
-  const int d = s.head_dim, page_size = kv.page_size;
-  const int64_t head_offset = int64_t{g} * page_size * d;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (int t = 0, p = 0; t < n_tokens; t += page_size, ++p) {
-    const float* keys = kv.k + kv.pages[p] * kv.page_stride + head_offset;
-    ScoreKeys(q, keys, std::min(page_size, n_tokens - t), d, scale, scores + t);
-  }
+               float* ws, float* out) {
+  float* scores = ws;
+  float* scratch = ws + n_tokens;
+  ScoreAll(s, kv, g, q, n_tokens, scores, scratch);
   SoftmaxInPlace(scores, n_tokens);
-  std::fill(out, out + d, 0.0f);
-  for (int t = 0, p = 0; t < n_tokens; t += page_size, ++p) {
-    const float* values = kv.v + kv.pages[p] * kv.page_stride + head_offset;
-    AccumulateValues(scores + t, values, std::min(page_size, n_tokens - t), d, out);
-  }
+  WeightedValues(kv, g, scores, n_tokens, scratch, out);
 }
 
 // Sequences with at least this many queries (prefill) run attention as two SGEMMs per block of
@@ -100,39 +39,53 @@ void AttendOne(const AttentionShape& s, const PagedKvView& kv, int g, const floa
 constexpr int kGemmMinQueries = 16;
 constexpr int kQueryBlock = 64;
 
-// Copies KV head g's vectors of tokens [0, n_tokens) out of the pages: dst [n_tokens, head_dim].
-void GatherHead(const float* base, const PagedKvView& kv, int g, int n_tokens, int d, float* dst) {
-  const int64_t head_offset = int64_t{g} * kv.page_size * d;
+// Copies (dequantizing) KV head g's rows of tokens [0, n_tokens) out of the pages of `section`:
+// dst [n_tokens, section.dim(g)].
+void GatherHead(const KvSectionView& section, const PagedKvView& kv, int g, int n_tokens,
+                float* dst) {
+  const int dim = section.dim(g);
   for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
     const int count = std::min(kv.page_size, n_tokens - t);
-    std::copy_n(base + kv.pages[p] * kv.page_stride + head_offset, int64_t{count} * d,
-                dst + int64_t{t} * d);
+    float* to = dst + int64_t{t} * dim;
+    const float* rows = HeadRows(section, kv.page_size, kv.pages[p], g, 0, count, to);
+    if (rows != to) std::copy_n(rows, int64_t{count} * dim, to);
   }
+}
+
+int64_t QStride(const AttentionShape& s, const AttentionSequence& seq) {
+  return seq.q_row_stride > 0 ? seq.q_row_stride : int64_t{s.n_heads} * s.head_dim;
+}
+int64_t OutStride(const AttentionShape& s, const AttentionSequence& seq) {
+  return seq.out_row_stride > 0 ? seq.out_row_stride : int64_t{s.n_heads} * s.head_dim;
 }
 
 // Queries [q_begin, q_end) of one head. `ws` holds 2·max_context·head_dim + kQueryBlock·max_context
 // floats.
 void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int head, int q_begin,
                      int q_end, int max_context, float* ws) {
-  const int d = s.head_dim;
-  const int g = head / (s.n_heads / s.n_kv_heads);
+  const int g = head / s.group();
+  const int dk = seq.kv.k.dim(g), dv = seq.kv.v.dim(g);
   const int n_keys = seq.start_pos + q_end;  // what the block's last query sees
-  const int64_t row = int64_t{s.n_heads} * d;
-  const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
+  const int64_t q_stride = QStride(s, seq), out_stride = OutStride(s, seq);
   float* keys = ws;
-  float* values = keys + int64_t{max_context} * d;
-  float* scores = values + int64_t{max_context} * d;  // [q_end − q_begin, n_keys]
-  GatherHead(seq.kv.k, seq.kv, g, n_keys, d, keys);
-  GatherHead(seq.kv.v, seq.kv, g, n_keys, d, values);
+  float* values = keys + int64_t{max_context} * s.head_dim;
+  float* scores = values + int64_t{max_context} * s.head_dim;  // [q_end − q_begin, n_keys]
+  GatherHead(seq.kv.k, seq.kv, g, n_keys, keys);
+  GatherHead(seq.kv.v, seq.kv, g, n_keys, values);
   const int m = q_end - q_begin;
+  float* out = seq.out + q_begin * out_stride + s.out_offset(head);
+  if (dk == 0 || dv == 0) {  // a head dropped entirely contributes nothing
+    for (int i = 0; i < m; ++i) std::fill(out + i * out_stride, out + i * out_stride + dv, 0.0f);
+    return;
+  }
   Sgemm({.m = m,
          .n = n_keys,
-         .k = d,
-         .alpha = 1.0f / std::sqrt(static_cast<float>(d)),
-         .a = seq.q + q_begin * q_stride + int64_t{head} * d,
+         .k = dk,
+         .alpha = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+         .a = seq.q + q_begin * q_stride + s.q_offset(head),
          .lda = q_stride,
          .b = keys,
-         .ldb = d,
+         .ldb = dk,
          .b_transposed = true,
          .c = scores,
          .ldc = n_keys});
@@ -143,15 +96,15 @@ void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int 
     std::fill(sr + visible, sr + n_keys, 0.0f);
   }
   Sgemm({.m = m,
-         .n = d,
+         .n = dv,
          .k = n_keys,
          .a = scores,
          .lda = n_keys,
          .b = values,
-         .ldb = d,
+         .ldb = dv,
          .b_transposed = false,
-         .c = seq.out + q_begin * row + int64_t{head} * d,
-         .ldc = row});
+         .c = out,
+         .ldc = out_stride});
 }
 
 // Tasks of one sequence: per (head, query block) on the GEMM path, else per (head, query).
@@ -162,29 +115,28 @@ int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq) {
   return int64_t{s.n_heads} * seq.n_queries;
 }
 
-// Address of token t's vector for KV head g in a paged buffer (reference path).
-inline const float* TokenRow(const float* base, const PagedKvView& kv, int g, int t, int head_dim) {
-  const int64_t page = kv.pages[t / kv.page_size];
-  const int64_t slot = static_cast<int64_t>(g) * kv.page_size + t % kv.page_size;
-  return base + page * kv.page_stride + slot * head_dim;
+int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_size) {
+  return int64_t{max_context} * (2 * shape.head_dim + kQueryBlock) +
+         int64_t{page_size} * shape.head_dim;
 }
 
 }  // namespace
 
-size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context) {
-  const size_t per_thread = static_cast<size_t>(max_context) * (2 * shape.head_dim + kQueryBlock);
-  return static_cast<size_t>(num_threads) * per_thread;
+size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context,
+                                int page_size) {
+  return static_cast<size_t>(num_threads) * PerThreadFloats(shape, max_context, page_size);
 }
 
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace) {
   int64_t total = 0;
-  int max_context = 0;
   for (const AttentionSequence& seq : sequences) total += TaskCount(shape, seq);
   const size_t per_thread = workspace.size() / pool.size();
-  max_context = static_cast<int>(per_thread / (2 * shape.head_dim + kQueryBlock));
-  const int group = shape.n_heads / shape.n_kv_heads;
-  const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+  int page_size = 0;
+  for (const AttentionSequence& seq : sequences) page_size = std::max(page_size, seq.kv.page_size);
+  // The context the workspace was sized for (see PerThreadFloats).
+  const int max_context = static_cast<int>((per_thread - int64_t{page_size} * shape.head_dim) /
+                                           (2 * shape.head_dim + kQueryBlock));
   pool.ParallelForDynamic(total, 1, [&](int64_t begin, int64_t end, int thread) {
     float* ws = workspace.data() + thread * per_thread;
     size_t s = 0;
@@ -203,31 +155,32 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
                         max_context, ws);
         continue;
       }
-      const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
-      const int64_t head_offset = int64_t{head} * shape.head_dim;
-      AttendOne(shape, seq.kv, head / group, seq.q + index * q_stride + head_offset,
-                seq.start_pos + index + 1, ws, seq.out + index * row + head_offset);
+      AttendOne(shape, seq.kv, head / shape.group(),
+                seq.q + index * QStride(shape, seq) + shape.q_offset(head),
+                seq.start_pos + index + 1, ws,
+                seq.out + index * OutStride(shape, seq) + shape.out_offset(head));
     }
   });
 }
 
 void AttentionReference(const AttentionShape& shape, const AttentionSequence& seq) {
-  const int d = shape.head_dim;
-  const int group = shape.n_heads / shape.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t row = int64_t{shape.n_heads} * d;
-  const int64_t q_stride = seq.q_row_stride > 0 ? seq.q_row_stride : row;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  const PagedKvView& kv = seq.kv;
+  std::vector<float> k_row(shape.head_dim), v_row(shape.head_dim);
   for (int i = 0; i < seq.n_queries; ++i) {
     const int n_tokens = seq.start_pos + i + 1;
     for (int h = 0; h < shape.n_heads; ++h) {
-      const float* q = seq.q + i * q_stride + int64_t{h} * d;
-      float* out = seq.out + (int64_t{i} * shape.n_heads + h) * d;
+      const int g = h / shape.group();
+      const int dk = kv.k.dim(g), dv = kv.v.dim(g);
+      const float* q = seq.q + i * QStride(shape, seq) + shape.q_offset(h);
+      float* out = seq.out + i * OutStride(shape, seq) + shape.out_offset(h);
       std::vector<float> scores(n_tokens);
       float max_score = -INFINITY;
       for (int t = 0; t < n_tokens; ++t) {
-        const float* k = TokenRow(seq.kv.k, seq.kv, h / group, t, d);
+        const int32_t page = kv.pages[t / kv.page_size];
+        const float* k = HeadRows(kv.k, kv.page_size, page, g, t % kv.page_size, 1, k_row.data());
         float dot = 0.0f;
-        for (int c = 0; c < d; ++c) dot += q[c] * k[c];
+        for (int c = 0; c < dk; ++c) dot += q[c] * k[c];
         scores[t] = dot * scale;
         max_score = std::max(max_score, scores[t]);
       }
@@ -236,10 +189,11 @@ void AttentionReference(const AttentionShape& shape, const AttentionSequence& se
         sc = expf(sc - max_score);
         sum += sc;
       }
-      for (int c = 0; c < d; ++c) out[c] = 0.0f;
+      for (int c = 0; c < dv; ++c) out[c] = 0.0f;
       for (int t = 0; t < n_tokens; ++t) {
-        const float* v = TokenRow(seq.kv.v, seq.kv, h / group, t, d);
-        for (int c = 0; c < d; ++c) out[c] += scores[t] / sum * v[c];
+        const int32_t page = kv.pages[t / kv.page_size];
+        const float* v = HeadRows(kv.v, kv.page_size, page, g, t % kv.page_size, 1, v_row.data());
+        for (int c = 0; c < dv; ++c) out[c] += scores[t] / sum * v[c];
       }
     }
   }

@@ -1,0 +1,77 @@
+#include "core/kv/kv_row_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/fp8.h"
+
+namespace pdserve {
+namespace {
+
+float AbsMax(const float* row, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(row[i]));
+  return amax;
+}
+
+float* Scales(const KvSectionLayout& layout, uint8_t* section, int head) {
+  return reinterpret_cast<float*>(section + layout.scale_offset(head));
+}
+
+// Per-page FP8: makes the head's scale cover `amax`, re-encoding slots [0, slot) if it grows.
+float PageScaleCovering(const KvSectionLayout& layout, uint8_t* section, int head, int slot,
+                        float amax) {
+  float& scale = *Scales(layout, section, head);
+  const float wanted = kernels::E4M3ScaleFor(amax);
+  if (slot == 0) return scale = wanted;
+  if (wanted <= scale) return scale;
+  const int dim = layout.dim(head);
+  std::vector<float> row(dim);
+  for (int s = 0; s < slot; ++s) {
+    uint8_t* codes = section + layout.row_offset(head, s);
+    kernels::DequantizeE4M3(codes, dim, scale, row.data());
+    kernels::QuantizeE4M3(row.data(), dim, wanted, codes);
+  }
+  return scale = wanted;
+}
+
+}  // namespace
+
+void WriteKvRow(const KvSectionLayout& layout, uint8_t* section, int head, int slot,
+                const float* row) {
+  const int dim = layout.dim(head);
+  uint8_t* dst = section + layout.row_offset(head, slot);
+  switch (layout.scale_mode()) {
+    case KvScaleMode::kNone:
+      std::memcpy(dst, row, sizeof(float) * dim);
+      return;
+    case KvScaleMode::kPerTokenHead: {
+      const float scale = kernels::E4M3ScaleFor(AbsMax(row, dim));
+      Scales(layout, section, head)[slot] = scale;
+      kernels::QuantizeE4M3(row, dim, scale, dst);
+      return;
+    }
+    case KvScaleMode::kPerPageHead: {
+      const float scale = PageScaleCovering(layout, section, head, slot, AbsMax(row, dim));
+      kernels::QuantizeE4M3(row, dim, scale, dst);
+      return;
+    }
+  }
+}
+
+void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, int slot,
+               float* row) {
+  const int dim = layout.dim(head);
+  const uint8_t* src = section + layout.row_offset(head, slot);
+  if (layout.element() == KvElement::kF32) {
+    std::memcpy(row, src, sizeof(float) * dim);
+    return;
+  }
+  const float* scales = reinterpret_cast<const float*>(section + layout.scale_offset(head));
+  const float scale = scales[layout.scale_mode() == KvScaleMode::kPerPageHead ? 0 : slot];
+  kernels::DequantizeE4M3(src, dim, scale, row);
+}
+
+}  // namespace pdserve

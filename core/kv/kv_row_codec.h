@@ -1,0 +1,29 @@
+// Writing and reading one token's row of one KV head in a page section laid out by
+// KvSectionLayout (core/kv/kv_layout.h).
+//
+// f32 sections copy. FP8 per-token sections quantize the row with scale amax/448 (its own slot's
+// scale). FP8 per-page sections share one scale per head across the page: writing slot 0 starts
+// the page afresh; a later row whose amax exceeds what the scale covers raises it, and the rows
+// already written in slots [0, slot) are re-encoded with the new scale (so the scale only grows
+// and every stored row stays in range). Rows of one page must be written in slot order by one
+// thread at a time; different pages are independent.
+#ifndef PDSERVE_CORE_KV_KV_ROW_CODEC_H_
+#define PDSERVE_CORE_KV_KV_ROW_CODEC_H_
+
+#include <cstdint>
+
+#include "core/kv/kv_layout.h"
+
+namespace pdserve {
+
+// row: layout.dim(head) floats.
+void WriteKvRow(const KvSectionLayout& layout, uint8_t* section, int head, int slot,
+                const float* row);
+
+// row: layout.dim(head) floats, dequantized.
+void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, int slot,
+               float* row);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_KV_KV_ROW_CODEC_H_
