@@ -5,14 +5,18 @@
 //
 // File format (little endian), version kCalibrationVersion:
 //   magic "PDSCALIB" | u32 version | u32 reserved (0) | u64 body_bytes | u64 fnv1a64(body) | body
-// The body is a sequence of fields written by calibration.cc; readers reject anything outside the
+// The body is a sequence of fields (layout in calibration.cc); readers reject anything outside the
 // declared sizes, unknown versions, trailing bytes, non-finite numbers and shape mismatches.
+//
+// Plain structs and pure functions: thread-safe on distinct (or only read) calibrations.
 #ifndef PDSERVE_CORE_CALIB_CALIBRATION_H_
 #define PDSERVE_CORE_CALIB_CALIBRATION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +25,13 @@
 namespace pdserve {
 
 inline constexpr uint32_t kCalibrationVersion = 1;
+
+// Limits ValidateCalibration enforces (they also bound every count a file can claim).
+inline constexpr size_t kMaxCalibrationCorpusBytes = 4096;
+inline constexpr int kMaxCalibrationDim = 1 << 17;
+inline constexpr int kMaxCalibrationLayers = 4096;
+inline constexpr int kMaxCalibrationHeads = 4096;
+inline constexpr int kMaxCalibrationHeadDim = 4096;
 
 // The model shape a calibration belongs to.
 struct CalibrationModel {
@@ -44,6 +55,7 @@ struct SwiftKvRecovery {
   std::vector<float> norm;  // [dim]
   std::vector<std::vector<float>> wk, wv;
   std::vector<double> mse_init, mse_fit;  // per leader
+  bool operator==(const SwiftKvRecovery&) const = default;
 };
 
 // ZACK bases of one KV head of one cache layer. Bases are [head_dim, head_dim] row-major with
@@ -56,35 +68,50 @@ struct ZackHeadBasis {
   std::vector<double> qk_eigenvalues;
   std::vector<float> vo_basis;  // [v samples; o-projection slices of every reading layer]
   std::vector<double> vo_eigenvalues;
+  bool operator==(const ZackHeadBasis&) const = default;
 };
 
 struct ZackBases {
   double removal_rate = 0.0;  // ρ the ranks were chosen with (or the one a target ratio implied)
   std::vector<std::vector<ZackHeadBasis>> heads;  // [cache layer][kv head]
+  bool operator==(const ZackBases&) const = default;
 };
 
 struct Calibration {
   CalibrationModel model;
-  std::string corpus;      // what was streamed (file name), for the record
-  int64_t tokens = 0;      // calibration tokens streamed
+  std::string corpus;  // what was streamed (file name), for the record
+  int64_t tokens = 0;  // calibration tokens streamed
   std::optional<SwiftKvRecovery> swiftkv;
   std::optional<ZackBases> zack;
+  bool operator==(const Calibration&) const = default;  // exact, field by field
 };
 
-// Checks internal consistency against `calibration.model` (sizes of every vector, ranks in
-// [1, head_dim], group divides L − l, finite values). InvalidArgument naming the first problem.
+// Checks internal consistency against `calibration.model`: the model shape within the limits
+// above with n_kv_heads dividing n_heads; corpus ≤ kMaxCalibrationCorpusBytes; tokens ≥ 0;
+// SwiftKV 0 ≤ l < L, G ≥ 1 dividing L − l, (L − l)/G leaders each with [kv_dim, dim] wk and wv,
+// norm [dim], λ ≥ 0, MSEs ≥ 0; ZACK ρ ∈ [0, 1], l + (L − l)/G cache layers with SwiftKV (else L)
+// of n_kv_heads heads, ranks in [1, head_dim], [head_dim, head_dim] bases, head_dim eigenvalues in
+// descending order; every number finite. Orthonormality of the bases is not checked.
+// InvalidArgument naming the first problem's field.
 absl::Status ValidateCalibration(const Calibration& calibration);
 
-// The serialized bytes (header + body) of a valid calibration; its content hash is the header's.
+// The serialized bytes (header + body). Total: it writes whatever the structs hold, but only a
+// calibration that passes ValidateCalibration parses back. The header's hash is CalibrationHash.
 std::string SerializeCalibration(const Calibration& calibration);
-// Strict parsing of untrusted bytes: InvalidArgument (or DataLoss for a hash mismatch) naming what
-// is wrong. Validates the result.
+// Strict parsing of untrusted bytes: InvalidArgument (or DataLoss "content hash mismatch") naming
+// what is wrong; every count is checked against the remaining bytes before anything is allocated.
+// Validates the result. Parse(Serialize(c)) == c for a valid c, and Serialize(Parse(b)) == b.
 absl::StatusOr<Calibration> ParseCalibration(std::string_view bytes);
 
-// The fnv1a64 content hash of a calibration's body, as written in its header.
+// The fnv1a64 content hash of a calibration's body, as written in its header (computed without
+// materializing the bytes).
 uint64_t CalibrationHash(const Calibration& calibration);
 
+// Validates, writes `path`.tmp and renames it over `path` (readers never see a partial file).
+// InvalidArgument for an invalid calibration; the errno's code (NotFound for a missing directory)
+// or Internal for I/O failures.
 absl::Status WriteCalibrationFile(const std::string& path, const Calibration& calibration);
+// NotFound for a missing file; otherwise as ParseCalibration, with messages prefixed by the path.
 absl::StatusOr<Calibration> ReadCalibrationFile(const std::string& path);
 
 }  // namespace pdserve
