@@ -27,16 +27,15 @@ absl::Status CheckDefaultRope(const Json& json, const std::string& path, const c
   return absl::OkStatus();
 }
 
-// Rejects the LlamaConfig variants whose math the engine does not implement.
-absl::Status CheckSupportedArchitecture(const Json& json, const std::string& path) {
+constexpr const char* kSwiftKvModelType = "llama_swiftkv";
+
+// Rejects the LlamaConfig variants whose math the engine does not implement; returns model_type.
+absl::StatusOr<std::string> CheckSupportedArchitecture(const Json& json, const std::string& path) {
   PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
-  if (model_type == "llama_swiftkv") {
+  if (model_type != "llama" && model_type != kSwiftKvModelType) {
     return FieldError(path, "model_type",
-                      "is \"llama_swiftkv\": SwiftKV checkpoints are not supported yet");
-  }
-  if (model_type != "llama") {
-    return FieldError(path, "model_type",
-                      absl::StrCat("is \"", model_type, "\"; only \"llama\" is supported"));
+                      absl::StrCat("is \"", model_type,
+                                   "\"; only \"llama\" and \"llama_swiftkv\" are supported"));
   }
   PDSERVE_ASSIGN_OR_RETURN(std::string act, StringField(json, path, "hidden_act", "silu"));
   if (act != "silu") {
@@ -49,7 +48,32 @@ absl::Status CheckSupportedArchitecture(const Json& json, const std::string& pat
     PDSERVE_ASSIGN_OR_RETURN(bool bias, BoolField(json, path, key, false));
     if (bias) return FieldError(path, key, "is true; biases are not supported");
   }
-  return absl::OkStatus();
+  return model_type;
+}
+
+// LlamaSwiftKVConfig's fields; 0 and null mean the default, as `x or default` does in Python.
+absl::StatusOr<HfSwiftKvConfig> ParseSwiftKv(const Json& json, const std::string& path,
+                                             int n_layers) {
+  HfSwiftKvConfig s;
+  PDSERVE_ASSIGN_OR_RETURN(s.enabled, BoolField(json, path, "swiftkv", false));
+  PDSERVE_ASSIGN_OR_RETURN(s.layer, IntField(json, path, "num_key_value_layers", 0));
+  PDSERVE_ASSIGN_OR_RETURN(s.group, IntField(json, path, "key_value_group_size", 0));
+  if (s.layer == 0) s.layer = n_layers;
+  if (s.group == 0) s.group = 1;
+  if (s.layer < 0 || s.layer > n_layers) {
+    return FieldError(
+        path, "num_key_value_layers",
+        absl::StrCat("is ", s.layer, ", outside [0, num_hidden_layers = ", n_layers, "]"));
+  }
+  if (s.group < 0) {
+    return FieldError(path, "key_value_group_size", absl::StrCat("is ", s.group, ", not ≥ 1"));
+  }
+  if ((n_layers - s.layer) % s.group != 0) {
+    return FieldError(path, "key_value_group_size",
+                      absl::StrCat("is ", s.group, ", which does not divide num_hidden_layers − ",
+                                   "num_key_value_layers = ", n_layers - s.layer));
+  }
+  return s;
 }
 
 // rope_theta from "rope_parameters" (transformers 5), else the top level, else 10000.
@@ -64,9 +88,10 @@ absl::StatusOr<double> RopeTheta(const Json& json, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<ModelConfig> ParseHfConfig(const Json& json, const std::string& path) {
-  PDSERVE_RETURN_IF_ERROR(CheckSupportedArchitecture(json, path));
-  ModelConfig c;
+absl::StatusOr<HfConfig> ParseHfConfig(const Json& json, const std::string& path) {
+  PDSERVE_ASSIGN_OR_RETURN(std::string model_type, CheckSupportedArchitecture(json, path));
+  HfConfig out;
+  ModelConfig& c = out.model;
   PDSERVE_ASSIGN_OR_RETURN(c.dim, IntField(json, path, "hidden_size"));
   PDSERVE_ASSIGN_OR_RETURN(c.hidden_dim, IntField(json, path, "intermediate_size"));
   PDSERVE_ASSIGN_OR_RETURN(c.n_layers, IntField(json, path, "num_hidden_layers"));
@@ -93,7 +118,10 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const Json& json, const std::string& p
                       absl::StrCat("is ", head_dim, ", not hidden_size / num_attention_heads = ",
                                    c.head_dim(), "; not supported"));
   }
-  return c;
+  if (model_type == kSwiftKvModelType) {
+    PDSERVE_ASSIGN_OR_RETURN(out.swiftkv, ParseSwiftKv(json, path, c.n_layers));
+  }
+  return out;
 }
 
 namespace {
@@ -121,30 +149,38 @@ const char* TorchDTypeName(DType dtype) {
 
 }  // namespace
 
-nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const Vocabulary& vocab, DType dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"hidden_size", c.dim},
-          {"intermediate_size", c.hidden_dim},
-          {"num_hidden_layers", c.n_layers},
-          {"num_attention_heads", c.n_heads},
-          {"num_key_value_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim()},
-          {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.max_seq_len},
-          {"rms_norm_eps", ShortestDouble(c.norm_eps)},
-          {"rope_theta", ShortestDouble(c.rope_theta)},
-          {"rope_scaling", nullptr},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", c.tied_embeddings},
-          {"torch_dtype", TorchDTypeName(dtype)},
-          {"bos_token_id", vocab.bos_id},
-          {"eos_token_id", vocab.eos_id},
-          {"initializer_range", 0.02},
-          {"pretraining_tp", 1},
-          {"use_cache", true}};
+nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const Vocabulary& vocab, DType dtype,
+                                    const std::optional<HfSwiftKvConfig>& swiftkv) {
+  nlohmann::ordered_json json = {
+      {"architectures", {swiftkv ? "LlamaSwiftKVForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", swiftkv ? kSwiftKvModelType : "llama"},
+      {"hidden_size", c.dim},
+      {"intermediate_size", c.hidden_dim},
+      {"num_hidden_layers", c.n_layers},
+      {"num_attention_heads", c.n_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim()},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_seq_len},
+      {"rms_norm_eps", ShortestDouble(c.norm_eps)},
+      {"rope_theta", ShortestDouble(c.rope_theta)},
+      {"rope_scaling", nullptr},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"tie_word_embeddings", c.tied_embeddings},
+      {"torch_dtype", TorchDTypeName(dtype)},
+      {"bos_token_id", vocab.bos_id},
+      {"eos_token_id", vocab.eos_id},
+      {"initializer_range", 0.02},
+      {"pretraining_tp", 1},
+      {"use_cache", true}};
+  if (swiftkv) {
+    json["swiftkv"] = swiftkv->enabled;
+    json["num_key_value_layers"] = swiftkv->layer;
+    json["key_value_group_size"] = swiftkv->group;
+  }
+  return json;
 }
 
 nlohmann::ordered_json HfTokenizerConfigJson(const ModelConfig& c, const Vocabulary& vocab) {

@@ -28,6 +28,10 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kTokenizerModelFile = "tokenizer.model";
 constexpr const char* kLayerPrefix = "model.layers.";
+constexpr const char* kSwiftKvNorm = "model.norm_swiftkv.weight";
+constexpr const char* kSwiftKvQ = "self_attn.q_proj_swiftkv.weight";
+constexpr const char* kSwiftKvK = "self_attn.k_proj_swiftkv.weight";
+constexpr const char* kSwiftKvV = "self_attn.v_proj_swiftkv.weight";
 
 // Which config dimension a tensor axis has.
 enum class Dim { kNone, kModel, kKv, kHidden, kVocab };
@@ -183,9 +187,13 @@ class TensorTable {
     for (const auto& [name, source] : tensors_) {
       if (absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
       const int layer = LayerIndexOf(name);
-      std::string why = layer >= n_layers ? absl::StrCat("belongs to layer ", layer,
-                                                         " but num_hidden_layers is ", n_layers)
-                                          : "is not part of a Llama model";
+      std::string why =
+          layer >= n_layers
+              ? absl::StrCat("belongs to layer ", layer, " but num_hidden_layers is ", n_layers)
+          : absl::StrContains(name, "_swiftkv.")
+              ? "is a SwiftKV tensor that config.json (model_type, num_key_value_layers, "
+                "key_value_group_size) does not define"
+              : "is not part of a Llama model";
       return absl::InvalidArgumentError(
           absl::StrCat(source.file, ": unexpected tensor '", name, "': it ", why));
     }
@@ -197,7 +205,38 @@ class TensorTable {
   std::string dir_;
 };
 
-absl::StatusOr<ModelWeights> AssembleWeights(const ModelConfig& c, TensorTable& table) {
+// The tensors LlamaSwiftKVForCausalLM defines for `spec` (norm_swiftkv; q_proj_swiftkv of every
+// layer ≥ l; k/v_proj_swiftkv of every group leader), shapes checked. The class defines them
+// whatever "swiftkv" says; when they are unused (swiftkv false, or l = L) those present are taken
+// and dropped, and the result is nullopt.
+absl::StatusOr<std::optional<SwiftKvWeights>> TakeSwiftKv(const ModelConfig& c,
+                                                          const HfSwiftKvConfig& spec,
+                                                          TensorTable& table) {
+  const bool used = spec.enabled && spec.layer < c.n_layers;
+  auto take = [&](const std::string& name, Dim rows, Dim cols) -> absl::StatusOr<Tensor> {
+    if (!used && !table.Has(name)) return Tensor{};
+    return table.Take(name, ShapeOf(c, rows, cols));
+  };
+  SwiftKvWeights s;
+  s.layer = spec.layer;
+  s.group = spec.group;
+  PDSERVE_ASSIGN_OR_RETURN(s.norm, take(kSwiftKvNorm, Dim::kModel, Dim::kNone));
+  for (int j = spec.layer; j < c.n_layers; ++j) {
+    PDSERVE_ASSIGN_OR_RETURN(Tensor wq,
+                             take(LayerTensorName(j, kSwiftKvQ), Dim::kModel, Dim::kModel));
+    s.wq.push_back(std::move(wq));
+    if ((j - spec.layer) % spec.group != 0) continue;  // followers use their leader's K/V
+    PDSERVE_ASSIGN_OR_RETURN(Tensor wk, take(LayerTensorName(j, kSwiftKvK), Dim::kKv, Dim::kModel));
+    PDSERVE_ASSIGN_OR_RETURN(Tensor wv, take(LayerTensorName(j, kSwiftKvV), Dim::kKv, Dim::kModel));
+    s.wk.push_back(std::move(wk));
+    s.wv.push_back(std::move(wv));
+  }
+  if (!used) return std::nullopt;
+  return s;
+}
+
+absl::StatusOr<ModelWeights> AssembleWeights(const HfConfig& config, TensorTable& table) {
+  const ModelConfig& c = config.model;
   ModelWeights w;
   w.config = c;
   PDSERVE_ASSIGN_OR_RETURN(w.token_embedding, table.Take("model.embed_tokens.weight",
@@ -222,6 +261,9 @@ absl::StatusOr<ModelWeights> AssembleWeights(const ModelConfig& c, TensorTable& 
     PDSERVE_ASSIGN_OR_RETURN(w.classifier,
                              table.Take("lm_head.weight", ShapeOf(c, Dim::kVocab, Dim::kModel)));
   }
+  if (config.swiftkv.has_value()) {
+    PDSERVE_ASSIGN_OR_RETURN(w.swiftkv, TakeSwiftKv(c, *config.swiftkv, table));
+  }
   PDSERVE_RETURN_IF_ERROR(table.CheckAllTaken(c.n_layers));
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(w));
   return w;
@@ -239,7 +281,8 @@ absl::StatusOr<TensorMap> LoadTensors(const std::string& dir) {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-// The tensors in Hugging Face's order and names; lm_head only when untied.
+// The tensors in Hugging Face's order and names; lm_head only when untied; the SwiftKV tensors
+// when w.swiftkv is set.
 std::vector<NamedTensor> HfTensors(const ModelWeights& w) {
   std::vector<NamedTensor> out;
   out.push_back({"model.embed_tokens.weight", w.token_embedding});
@@ -247,8 +290,16 @@ std::vector<NamedTensor> HfTensors(const ModelWeights& w) {
     for (const LayerTensor& spec : kLayerTensors) {
       out.push_back({LayerTensorName(l, spec.suffix), w.layers[l].*spec.field});
     }
+    if (!w.swiftkv.has_value() || l < w.swiftkv->layer) continue;
+    const SwiftKvWeights& s = *w.swiftkv;
+    out.push_back({LayerTensorName(l, kSwiftKvQ), s.wq[l - s.layer]});
+    if ((l - s.layer) % s.group == 0) {
+      out.push_back({LayerTensorName(l, kSwiftKvK), s.wk[(l - s.layer) / s.group]});
+      out.push_back({LayerTensorName(l, kSwiftKvV), s.wv[(l - s.layer) / s.group]});
+    }
   }
   out.push_back({"model.norm.weight", w.final_norm});
+  if (w.swiftkv.has_value()) out.push_back({kSwiftKvNorm, w.swiftkv->norm});
   if (!w.config.tied_embeddings) out.push_back({"lm_head.weight", w.classifier});
   return out;
 }
@@ -305,7 +356,7 @@ absl::StatusOr<HfModel> LoadHfModel(const std::string& dir) {
         absl::StrCat(dir, ": no ", kConfigFile, " (not a Hugging Face model directory)"));
   }
   PDSERVE_ASSIGN_OR_RETURN(Json config_json, ReadJsonFile(config_path));
-  PDSERVE_ASSIGN_OR_RETURN(ModelConfig config, ParseHfConfig(config_json, config_path));
+  PDSERVE_ASSIGN_OR_RETURN(HfConfig config, ParseHfConfig(config_json, config_path));
   PDSERVE_ASSIGN_OR_RETURN(TensorMap tensors, LoadTensors(dir));
   TensorTable table(std::move(tensors), dir);
   HfModel model;
@@ -324,7 +375,20 @@ absl::Status WriteHfModel(const std::string& dir, const ModelWeights& weights,
     return absl::InvalidArgumentError(
         absl::StrCat("vocabulary has ", vocab.size(), " tokens, the model ", c.vocab_size));
   }
-  const int num_tensors = 2 + 9 * c.n_layers + (c.tied_embeddings ? 0 : 1);
+  // A SwiftKV model is written as one only when it differs from the plain model (l < L).
+  ModelWeights source = weights;
+  std::optional<HfSwiftKvConfig> swiftkv;
+  if (source.swiftkv.has_value() && source.swiftkv->layer < c.n_layers) {
+    if (source.swiftkv->layer == 0) {
+      return absl::InvalidArgumentError(
+          "SwiftKV layer 0 cannot be written: LlamaSwiftKVConfig reads num_key_value_layers 0 as "
+          "num_hidden_layers");
+    }
+    swiftkv = HfSwiftKvConfig{true, source.swiftkv->layer, source.swiftkv->group};
+  } else {
+    source.swiftkv.reset();
+  }
+  const int num_tensors = static_cast<int>(HfTensors(source).size());
   if (options.num_shards < 1 || options.num_shards > num_tensors) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_shards ", options.num_shards, " is outside [1, ", num_tensors, "]"));
@@ -337,10 +401,10 @@ absl::Status WriteHfModel(const std::string& dir, const ModelWeights& weights,
   }
   PDSERVE_RETURN_IF_ERROR(WriteTokenizerFiles(dir, c, vocab));
   const ModelWeights w =
-      WithRopePairing(ConvertWeights(weights, options.dtype), RopePairing::kSplitHalf);
+      WithRopePairing(ConvertWeights(source, options.dtype), RopePairing::kSplitHalf);
   PDSERVE_RETURN_IF_ERROR(WriteShards(dir, HfTensors(w), options.num_shards));
   PDSERVE_RETURN_IF_ERROR(
-      WriteJsonFile(JoinPath(dir, kConfigFile), HfConfigJson(c, vocab, options.dtype)));
+      WriteJsonFile(JoinPath(dir, kConfigFile), HfConfigJson(c, vocab, options.dtype, swiftkv)));
   nlohmann::ordered_json generation = {
       {"_from_model_config", true}, {"bos_token_id", vocab.bos_id}, {"eos_token_id", vocab.eos_id}};
   return WriteJsonFile(JoinPath(dir, "generation_config.json"), generation);

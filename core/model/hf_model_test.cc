@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
@@ -205,7 +206,7 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
   };
   const std::vector<Case> cases = {
       {"mistral", [](Json& j) { j["model_type"] = "mistral"; }, "\"mistral\""},
-      {"swiftkv", [](Json& j) { j["model_type"] = "llama_swiftkv"; }, "SwiftKV"},
+      {"falcon", [](Json& j) { j["model_type"] = "falcon"; }, "\"llama_swiftkv\" are supported"},
       {"no_model_type", [](Json& j) { j.erase("model_type"); }, "model_type"},
       {"gelu", [](Json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
       {"rope_scaling",
@@ -281,11 +282,9 @@ TEST(HfModelTest, RejectsMalformedConfigFiles) {
   EXPECT_EQ(LoadHfModel(dir + "/absent").status().code(), absl::StatusCode::kNotFound);
 }
 
-// Rewrites model.safetensors of a freshly written single-file model with `edit` and returns the
-// load status.
-absl::Status LoadWithTensors(bool tied,
-                             const std::function<void(std::vector<NamedTensor>&)>& edit) {
-  const std::string dir = WriteSmallModel(tied);
+// Rewrites model.safetensors of the single-file model in `dir` with `edit`.
+void EditTensors(const std::string& dir,
+                 const std::function<void(std::vector<NamedTensor>&)>& edit) {
   const std::string path = dir + "/model.safetensors";
   std::vector<NamedTensor> tensors;
   {
@@ -297,6 +296,14 @@ absl::Status LoadWithTensors(bool tied,
   // The tensors still point into the old mapping: write a new file and rename it over.
   EXPECT_TRUE(WriteSafetensors(path + ".new", tensors).ok());
   std::filesystem::rename(path + ".new", path);
+}
+
+// Rewrites model.safetensors of a freshly written single-file model with `edit` and returns the
+// load status.
+absl::Status LoadWithTensors(bool tied,
+                             const std::function<void(std::vector<NamedTensor>&)>& edit) {
+  const std::string dir = WriteSmallModel(tied);
+  EditTensors(dir, edit);
   return LoadHfModel(dir).status();
 }
 
@@ -393,6 +400,294 @@ TEST(HfModelTest, RequiresSafetensors) {
   absl::StatusOr<HfModel> model = LoadHfModel(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->tokenizer_model_path, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwiftKV checkpoints (model_type "llama_swiftkv")
+
+// 3 layers, so that both l = 2, G = 1 and l = 1, G = 2 leave SwiftKV layers.
+ModelConfig SwiftKvConfig() {
+  ModelConfig c = SmallConfig(/*tied=*/false);
+  c.n_layers = 3;
+  return c;
+}
+
+// A random model with SwiftKV tensors rewired from another random model, so that no SwiftKV tensor
+// equals a base tensor (a loader that swapped them would be caught).
+ModelWeights SwiftKvModel(int layer, int group) {
+  ModelWeights w = MakeRandomModel(SwiftKvConfig(), 42);
+  absl::StatusOr<SwiftKvWeights> s =
+      RewireSwiftKv(MakeRandomModel(SwiftKvConfig(), 43), layer, group);
+  EXPECT_TRUE(s.ok()) << s.status();
+  w.swiftkv = *s;
+  return w;
+}
+
+void ExpectSameSwiftKv(const SwiftKvWeights& a, const SwiftKvWeights& b) {
+  EXPECT_EQ(a.layer, b.layer);
+  EXPECT_EQ(a.group, b.group);
+  EXPECT_TRUE(SameTensor(a.norm, b.norm));
+  ASSERT_EQ(a.wq.size(), b.wq.size());
+  ASSERT_EQ(a.wk.size(), b.wk.size());
+  ASSERT_EQ(a.wv.size(), b.wv.size());
+  for (size_t i = 0; i < a.wq.size(); ++i) EXPECT_TRUE(SameTensor(a.wq[i], b.wq[i])) << "wq " << i;
+  for (size_t i = 0; i < a.wk.size(); ++i) {
+    EXPECT_TRUE(SameTensor(a.wk[i], b.wk[i])) << "wk " << i;
+    EXPECT_TRUE(SameTensor(a.wv[i], b.wv[i])) << "wv " << i;
+  }
+}
+
+std::string SwiftKvName(int layer, const char* proj) {
+  return absl::StrFormat("model.layers.%d.self_attn.%s_proj_swiftkv.weight", layer, proj);
+}
+
+struct SwiftKvRoundTripCase {
+  int layer;
+  int group;
+  int shards;
+  DType dtype;
+};
+
+class HfSwiftKvRoundTripTest : public ::testing::TestWithParam<SwiftKvRoundTripCase> {};
+
+TEST_P(HfSwiftKvRoundTripTest, LoadsTheSwiftKvTensorsThatWereWritten) {
+  const SwiftKvRoundTripCase p = GetParam();
+  const std::string dir = TestDir() + "/model";
+  const ModelWeights source = SwiftKvModel(p.layer, p.group);
+  ASSERT_TRUE(WriteHfModel(dir, source, SyntheticVocabulary(300), {p.dtype, p.shards}).ok());
+  Json config = ReadJson(dir + "/config.json");
+  EXPECT_EQ(config["architectures"], Json::array({"LlamaSwiftKVForCausalLM"}));
+  EXPECT_EQ(config["model_type"], "llama_swiftkv");
+  EXPECT_EQ(config["swiftkv"], true);
+  EXPECT_EQ(config["num_key_value_layers"], p.layer);
+  EXPECT_EQ(config["key_value_group_size"], p.group);
+  if (p.shards > 1) {
+    const int later = 3 - p.layer;
+    Json index = ReadJson(dir + "/model.safetensors.index.json");
+    EXPECT_EQ(index["weight_map"].size(), 2u + 9u * 3u + 1u + 1u + later + 2u * later / p.group);
+  }
+  absl::StatusOr<HfModel> model = LoadHfModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(model->weights.swiftkv.has_value());
+  const ModelWeights expected = ConvertWeights(source, p.dtype);
+  // Stored as Hugging Face stores them: q/k rows in the split-half order, like q_proj/k_proj.
+  const ModelWeights split = WithRopePairing(expected, RopePairing::kSplitHalf);
+  EXPECT_TRUE(SameTensor(model->weights.swiftkv->wq.back(), split.swiftkv->wq.back()));
+  EXPECT_TRUE(SameTensor(model->weights.swiftkv->wk.back(), split.swiftkv->wk.back()));
+  EXPECT_FALSE(SameTensor(model->weights.swiftkv->wk.back(), expected.swiftkv->wk.back()));
+  EXPECT_EQ(model->weights.swiftkv->norm.dtype, DType::kF32);
+  const ModelWeights loaded = WithRopePairing(model->weights, RopePairing::kAdjacent);
+  ExpectSameWeights(loaded, expected);
+  ExpectSameSwiftKv(*loaded.swiftkv, *WithRopePairing(expected, RopePairing::kAdjacent).swiftkv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HfSwiftKvRoundTripTest,
+                         ::testing::Values(SwiftKvRoundTripCase{2, 1, 1, DType::kF32},
+                                           SwiftKvRoundTripCase{1, 2, 1, DType::kF32},
+                                           SwiftKvRoundTripCase{1, 2, 4, DType::kBF16},
+                                           SwiftKvRoundTripCase{2, 1, 3, DType::kF16}),
+                         [](const auto& info) {
+                           return absl::StrFormat("l%d_g%d_%dshards_%s", info.param.layer,
+                                                  info.param.group, info.param.shards,
+                                                  DTypeName(info.param.dtype));
+                         });
+
+TEST(HfSwiftKvTest, WritesLeaderKeyValueProjectionsOnly) {
+  const std::string dir = TestDir() + "/model";
+  ASSERT_TRUE(WriteHfModel(dir, SwiftKvModel(1, 2), SyntheticVocabulary(300), {}).ok());
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(dir + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto has = [&](const std::string& name) { return file->tensors.count(name) > 0; };
+  EXPECT_TRUE(has("model.norm_swiftkv.weight"));
+  EXPECT_FALSE(has(SwiftKvName(0, "q")));
+  for (int j : {1, 2}) {
+    EXPECT_TRUE(has(SwiftKvName(j, "q"))) << j;
+    // The teacher projections stay, as LlamaSwiftKVForCausalLM keeps them.
+    EXPECT_TRUE(has(absl::StrFormat("model.layers.%d.self_attn.k_proj.weight", j))) << j;
+  }
+  EXPECT_TRUE(has(SwiftKvName(1, "k")));
+  EXPECT_TRUE(has(SwiftKvName(1, "v")));
+  EXPECT_FALSE(has(SwiftKvName(2, "k")));  // layer 2 follows leader 1
+  EXPECT_FALSE(has(SwiftKvName(2, "v")));
+}
+
+// Writes SwiftKvModel(layer, group), applies the edits and returns what loading gives.
+absl::StatusOr<HfModel> LoadSwiftKvWith(
+    int layer, int group, const std::function<void(std::vector<NamedTensor>&)>& edit_tensors,
+    const std::function<void(Json&)>& edit_config = [](Json&) {}) {
+  const std::string dir = TestDir() + "/model";
+  absl::Status written =
+      WriteHfModel(dir, SwiftKvModel(layer, group), SyntheticVocabulary(300), {});
+  EXPECT_TRUE(written.ok()) << written;
+  EditTensors(dir, edit_tensors);
+  Json config = ReadJson(dir + "/config.json");
+  edit_config(config);
+  WriteText(dir + "/config.json", config.dump());
+  return LoadHfModel(dir);
+}
+
+TEST(HfSwiftKvTest, ChecksSwiftKvTensorSet) {
+  struct Case {
+    const char* label;
+    int layer, group;
+    std::function<void(std::vector<NamedTensor>&)> edit;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"no_norm", 1, 2, [](auto& t) { Remove(t, "model.norm_swiftkv.weight"); },
+       "'model.norm_swiftkv.weight' is missing"},
+      {"no_leader_k", 1, 2, [](auto& t) { Remove(t, SwiftKvName(1, "k")); },
+       "'model.layers.1.self_attn.k_proj_swiftkv.weight' is missing"},
+      {"no_leader_v", 2, 1, [](auto& t) { Remove(t, SwiftKvName(2, "v")); },
+       "'model.layers.2.self_attn.v_proj_swiftkv.weight' is missing"},
+      {"no_follower_q", 1, 2, [](auto& t) { Remove(t, SwiftKvName(2, "q")); },
+       "'model.layers.2.self_attn.q_proj_swiftkv.weight' is missing"},
+      {"follower_k", 1, 2,
+       [](auto& t) {
+         t.push_back({SwiftKvName(2, "k"), Find(t, SwiftKvName(1, "k"))});
+       },
+       "unexpected tensor 'model.layers.2.self_attn.k_proj_swiftkv.weight': it is a SwiftKV"},
+      {"early_q", 2, 1,
+       [](auto& t) {
+         t.push_back({SwiftKvName(1, "q"), Find(t, SwiftKvName(2, "q"))});
+       },
+       "unexpected tensor 'model.layers.1.self_attn.q_proj_swiftkv.weight'"},
+      {"k_shape", 1, 2,
+       [](auto& t) {
+         for (NamedTensor& n : t) {
+           if (n.name == SwiftKvName(1, "k")) n.tensor = Find(t, SwiftKvName(1, "q"));
+         }
+       },
+       "'model.layers.1.self_attn.k_proj_swiftkv.weight' has shape [64, 64]"},
+      {"norm_shape", 2, 1,
+       [](auto& t) {
+         for (NamedTensor& n : t) {
+           if (n.name == "model.norm_swiftkv.weight") {
+             n.tensor = MakeF32Tensor(std::vector<float>(32), {32});
+           }
+         }
+       },
+       "'model.norm_swiftkv.weight' has shape [32]"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = LoadSwiftKvWith(c.layer, c.group, c.edit).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.label << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
+  }
+}
+
+TEST(HfSwiftKvTest, ChecksSwiftKvConfig) {
+  struct Case {
+    const char* label;
+    int layer, group;  // of the checkpoint written
+    std::function<void(Json&)> edit;
+    const char* message;
+  };
+  auto none = [](std::vector<NamedTensor>&) {};
+  const std::vector<Case> cases = {
+      {"group_not_dividing", 1, 2, [](Json& j) { j["key_value_group_size"] = 3; },
+       "\"key_value_group_size\" is 3, which does not divide"},
+      {"negative_group", 1, 2, [](Json& j) { j["key_value_group_size"] = -2; },
+       "\"key_value_group_size\" is -2"},
+      {"layers_past_end", 1, 2, [](Json& j) { j["num_key_value_layers"] = 4; },
+       "\"num_key_value_layers\" is 4, outside [0, num_hidden_layers = 3]"},
+      {"negative_layers", 1, 2, [](Json& j) { j["num_key_value_layers"] = -1; },
+       "\"num_key_value_layers\" is -1"},
+      {"string_layers", 1, 2, [](Json& j) { j["num_key_value_layers"] = "1"; },
+       "num_key_value_layers"},
+      {"string_swiftkv", 1, 2, [](Json& j) { j["swiftkv"] = "yes"; }, "\"swiftkv\""},
+      // Tensors and config must agree: a smaller group leaves leaders without k/v...
+      {"group_smaller_than_written", 1, 2, [](Json& j) { j["key_value_group_size"] = 1; },
+       "'model.layers.2.self_attn.k_proj_swiftkv.weight' is missing"},
+      // ...and a larger one leaves k/v on followers, which are rejected, never ignored.
+      {"group_larger_than_written", 1, 1, [](Json& j) { j["key_value_group_size"] = 2; },
+       "unexpected tensor 'model.layers.2.self_attn.k_proj_swiftkv.weight'"},
+      {"layer_later_than_written", 1, 1, [](Json& j) { j["num_key_value_layers"] = 2; },
+       "unexpected tensor 'model.layers.1.self_attn.k_proj_swiftkv.weight'"},
+      {"plain_model_type", 2, 1, [](Json& j) { j["model_type"] = "llama"; },
+       "unexpected tensor 'model.layers.2.self_attn.k_proj_swiftkv.weight'"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = LoadSwiftKvWith(c.layer, c.group, none, c.edit).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.label << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
+  }
+}
+
+TEST(HfSwiftKvTest, LoadsAsPlainWhenSwiftKvIsOffOrIdentity) {
+  const ModelWeights source = SwiftKvModel(1, 2);
+  ModelWeights plain = source;
+  plain.swiftkv.reset();
+  // "swiftkv": false: the tensors the class defines are present but unused.
+  absl::StatusOr<HfModel> model = LoadSwiftKvWith(
+      1, 2, [](auto&) {}, [](Json& j) { j["swiftkv"] = false; });
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE(model->weights.swiftkv.has_value());
+  ExpectSameWeights(WithRopePairing(model->weights, RopePairing::kAdjacent), plain);
+  model = LoadSwiftKvWith(
+      1, 2, [](auto&) {}, [](Json& j) { j.erase("swiftkv"); });
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE(model->weights.swiftkv.has_value());
+  // Unused tensors are still shape-checked.
+  absl::Status s =
+      LoadSwiftKvWith(
+          1, 2,
+          [](auto& t) {
+            Remove(t, "model.norm_swiftkv.weight");
+            t.push_back({"model.norm_swiftkv.weight", MakeF32Tensor(std::vector<float>(3), {3})});
+          },
+          [](Json& j) { j["swiftkv"] = false; })
+          .status();
+  EXPECT_THAT(s.message(), HasSubstr("'model.norm_swiftkv.weight' has shape [3]"));
+  // num_key_value_layers absent, null or 0 means all layers: the plain model. Only norm_swiftkv
+  // exists then (LlamaSwiftKVModel always defines it).
+  for (const std::function<void(Json&)>& edit :
+       std::vector<std::function<void(Json&)>>{[](Json& j) { j.erase("num_key_value_layers"); },
+                                               [](Json& j) { j["num_key_value_layers"] = nullptr; },
+                                               [](Json& j) { j["num_key_value_layers"] = 0; }}) {
+    model = LoadSwiftKvWith(
+        1, 2,
+        [](auto& t) {
+          std::erase_if(t, [](const NamedTensor& n) {
+            return absl::StrContains(n.name, "_swiftkv") && n.name != "model.norm_swiftkv.weight";
+          });
+        },
+        edit);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_FALSE(model->weights.swiftkv.has_value());
+    ExpectSameWeights(WithRopePairing(model->weights, RopePairing::kAdjacent), plain);
+  }
+  // A plain checkpoint relabelled llama_swiftkv without any SwiftKV field.
+  model = LoadModelWithConfig([](Json& j) { j["model_type"] = "llama_swiftkv"; });
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE(model->weights.swiftkv.has_value());
+}
+
+TEST(HfSwiftKvTest, WriterChecksSwiftKv) {
+  const std::string dir = TestDir();
+  const Vocabulary vocab = SyntheticVocabulary(300);
+  // num_key_value_layers 0 reads back as "all layers": not writable.
+  absl::Status s = WriteHfModel(dir + "/zero", SwiftKvModel(0, 1), vocab, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("layer 0"));
+  ModelWeights bad = SwiftKvModel(1, 2);
+  bad.swiftkv->wq.pop_back();
+  s = WriteHfModel(dir + "/bad", bad, vocab, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("wq"));
+  // The shard limit counts the SwiftKV tensors: 30 base + norm + 2 q + 1 k + 1 v.
+  EXPECT_TRUE(WriteHfModel(dir + "/35", SwiftKvModel(1, 2), vocab, {DType::kF32, 35}).ok());
+  EXPECT_FALSE(WriteHfModel(dir + "/36", SwiftKvModel(1, 2), vocab, {DType::kF32, 36}).ok());
+  // l = L is the plain model and is written as one.
+  ModelWeights identity = MakeRandomModel(SwiftKvConfig(), 9);
+  identity.swiftkv = *RewireSwiftKv(identity, 3, 1);
+  ASSERT_TRUE(WriteHfModel(dir + "/identity", identity, vocab, {}).ok());
+  Json config = ReadJson(dir + "/identity/config.json");
+  EXPECT_EQ(config["model_type"], "llama");
+  EXPECT_FALSE(config.contains("swiftkv"));
+  absl::StatusOr<HfModel> model = LoadHfModel(dir + "/identity");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE(model->weights.swiftkv.has_value());
 }
 
 }  // namespace

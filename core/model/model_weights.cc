@@ -73,6 +73,7 @@ absl::Status ValidateWeights(const ModelWeights& w) {
       if (auto s = CheckShape(*t, p + name, shape); !s.ok()) return s;
     }
   }
+  if (w.swiftkv.has_value()) return ValidateSwiftKv(c, *w.swiftkv);
   return absl::OkStatus();
 }
 
@@ -90,6 +91,13 @@ ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype) {
       *m = ConvertTensor(*m, dtype);
     }
   }
+  if (out.swiftkv.has_value()) {
+    SwiftKvWeights& swiftkv = *out.swiftkv;
+    if (!swiftkv.norm.empty()) swiftkv.norm = ToF32(swiftkv.norm);
+    for (std::vector<Tensor>* matrices : {&swiftkv.wq, &swiftkv.wk, &swiftkv.wv}) {
+      for (Tensor& m : *matrices) m = ConvertTensor(m, dtype);
+    }
+  }
   return out;
 }
 
@@ -102,6 +110,10 @@ ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target) {
   for (LayerWeights& layer : out.layers) {
     layer.wq = PermuteHeadRows(layer.wq, weights.config.n_heads, target);
     layer.wk = PermuteHeadRows(layer.wk, weights.config.n_kv_heads, target);
+  }
+  if (out.swiftkv.has_value()) {  // same q/k layout as the layers'; wv has no RoPE
+    for (Tensor& wq : out.swiftkv->wq) wq = PermuteHeadRows(wq, weights.config.n_heads, target);
+    for (Tensor& wk : out.swiftkv->wk) wk = PermuteHeadRows(wk, weights.config.n_kv_heads, target);
   }
   return out;
 }

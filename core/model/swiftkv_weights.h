@@ -1,7 +1,9 @@
 // SwiftKvWeights: the extra tensors of a SwiftKV model (DESIGN §4, research/algorithms.md §1).
 // Layers ≥ layer take their K/V from x = RMSNorm(h_layer; norm) through the projections of their
 // AcrossKV group leader (layer + i·group), and their queries from wq[j − layer]. The rest of every
-// layer (o-projection, MLP, norms) is the base model's.
+// layer (o-projection, MLP, norms) is the base model's. q/k rows follow config.rope_pairing like
+// the layers' wq/wk. A plain value type of shared, immutable tensors; safe to read from many
+// threads.
 #ifndef PDSERVE_CORE_MODEL_SWIFTKV_WEIGHTS_H_
 #define PDSERVE_CORE_MODEL_SWIFTKV_WEIGHTS_H_
 
@@ -30,12 +32,16 @@ struct SwiftKvWeights {
   int CacheLayer(int j) const { return j < layer ? j : layer + (j - layer) / group; }
 };
 
-// InvalidArgument unless 0 ≤ l ≤ L, G ≥ 1 divides L − l and every tensor has its shape.
+// InvalidArgument (naming the field or tensor) unless 0 ≤ l ≤ L, G ≥ 1 divides L − l, wq holds
+// L − l and wk/wv (L − l)/G matrices of their shapes, and, when l < L, norm is [dim] f32. Matrices
+// may be f32, f16 or bf16, not necessarily alike. At l = L norm is not read.
 absl::Status ValidateSwiftKv(const ModelConfig& config, const SwiftKvWeights& swiftkv);
 
 // Rewires a plain model the way SwiftKV training initializes it: norm = layer l's attention norm,
 // wq = the original query projections, each leader's wk/wv = the mean of its group's original
-// projections. l = L gives an empty (identity) SwiftKV. InvalidArgument for l or G out of range.
+// projections. wq (and wk/wv when G = 1) share the layers' tensors; G > 1 means are new f32
+// tensors. l = L gives the empty identity SwiftKV {layer L, group 1}. InvalidArgument for l or G
+// out of range or invalid weights.
 absl::StatusOr<SwiftKvWeights> RewireSwiftKv(const ModelWeights& weights, int layer, int group);
 
 }  // namespace pdserve
