@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
+#include "tools/profile_flags.h"
 
 namespace pdserve::cli {
 namespace {
@@ -89,13 +90,16 @@ absl::Status RunBench() {
         "--prompt-tokens, --gen-tokens and --repetitions must be ≥ 1");
   }
   PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags());
+  PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
   const std::string path = absl::GetFlag(FLAGS_model);
   if (path.empty()) return absl::InvalidArgumentError("--model is required");
   PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(path));
   const ModelConfig& c = weights.config;
   options.max_batch_tokens = prompt_tokens;
   options.max_context = std::max(prompt_tokens, gen_tokens + 1);
-  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(weights, options));
+  PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared, PrepareModelFromFlags(weights, profile));
+  options.compression = prepared.compression;
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
   auto log = GetLogger("bench");
   log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), engine->options().num_threads,
             DTypeName(options.weight_dtype), kernels::SimdLevelName(kernels::ActiveSimdLevel()));

@@ -9,6 +9,7 @@
 #include "core/model/text_stream.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
+#include "tools/profile_flags.h"
 
 namespace pdserve::cli {
 namespace {
@@ -22,6 +23,7 @@ void Print(const std::string& text) {
 
 absl::Status RunGenerate() {
   PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags());
+  PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
   GenerationParams params;
   params.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   params.sampling.top_p = absl::GetFlag(FLAGS_top_p);
@@ -40,7 +42,9 @@ absl::Status RunGenerate() {
   options.max_context =
       static_cast<int>(std::min<int64_t>(model.weights.config.max_seq_len, wanted));
   options.max_batch_tokens = std::min(512, options.max_context);
-  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
+  PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared, PrepareModelFromFlags(model.weights, profile));
+  options.compression = prepared.compression;
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
 
   // The prompt is echoed with the first generated token, so that a request that fails
   // validation prints nothing on stdout.

@@ -18,13 +18,20 @@ constexpr char kUsage[] =
     "commands:\n"
     "  generate    --model PATH [--tokenizer PATH] --prompt TEXT --max-tokens N\n"
     "              [--temperature T] [--top-p P] [--top-k K] [--seed S] [--threads N]\n"
-    "  eval        --model PATH [--tokenizer PATH] --text FILE --ctx N\n"
+    "  eval        --model PATH [--tokenizer PATH] --text FILE --ctx N [--compare-to-baseline]\n"
+    "              [KV technique flags]\n"
+    "  calibrate   --model PATH --text FILE --out FILE [--ctx N] [--swiftkv-layer L]\n"
+    "              [--across-kv G] [--zack [--zack-rho R | --zack-kept-fraction F]]\n"
     "  bench       --model PATH --prompt-tokens N --gen-tokens M [--threads N] [--weights DT]\n"
     "  make-model  --shape NAME | --dim D --hidden-dim H --layers L --heads N [--kv-heads K]\n"
     "              [--vocab V] [--seq-len S] --out PATH --format gguf|safetensors|llama2c\n"
     "              [--seed S] [--dtype f32|f16|bf16]\n"
     "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards "
     "N]\n"
+    "KV technique flags (generate, eval, bench): --swiftkv-layer L [--across-kv G]\n"
+    "  [--swiftkv-recovery] [--calibration FILE] [--zack [--zack-rho R]]\n"
+    "  [--fp8 off|per-token|per-page] [--kcache-topn N [--kcache-full-layers L]\n"
+    "  [--kcache-sink S] [--kcache-recent R] [--kcache-renormalize]]\n"
     "Run `pdserve --helpfull` for every flag.";
 
 }  // namespace
@@ -57,6 +64,8 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunMakeModel();
   } else if (command == "convert") {
     status = pdserve::cli::RunConvert();
+  } else if (command == "calibrate") {
+    status = pdserve::cli::RunCalibrate();
   } else if (command == "help" || command.empty()) {
     std::fprintf(command.empty() ? stderr : stdout, "%s\n", kUsage);
     return command.empty() ? 1 : 0;

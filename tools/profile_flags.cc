@@ -1,0 +1,85 @@
+#include "tools/profile_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+
+ABSL_FLAG(int, swiftkv_layer, -1,
+          "SwiftKV: prompt tokens run layers below this one; later layers' KV come from its input "
+          "(-1 = off, or the checkpoint's own)");
+ABSL_FLAG(int, across_kv, 1, "AcrossKV: later layers sharing one KV cache (with --swiftkv-layer)");
+ABSL_FLAG(bool, swiftkv_recovery, false,
+          "Use the SwiftKV projections fitted by `pdserve calibrate` (needs --calibration)");
+ABSL_FLAG(std::string, calibration, "", "Calibration file written by `pdserve calibrate`");
+ABSL_FLAG(bool, zack, false, "ZACK: attention on reduced K/V dimensions (needs --calibration)");
+ABSL_FLAG(double, zack_rho, -1.0,
+          "ZACK removal rate ρ re-choosing every rank; negative = the calibration's ranks");
+ABSL_FLAG(std::string, fp8, "off", "FP8 e4m3 KV cache: off, per-token or per-page scales");
+ABSL_FLAG(int, kcache_topn, 0, "KCache: value tokens fetched per KV head per decode step; 0 = off");
+ABSL_FLAG(int, kcache_full_layers, 2, "KCache: layers below this attend densely");
+ABSL_FLAG(int, kcache_sink, 4, "KCache: first tokens always kept");
+ABSL_FLAG(int, kcache_recent, 16, "KCache: newest tokens always kept");
+ABSL_FLAG(bool, kcache_renormalize, false,
+          "KCache: renormalize the kept probabilities instead of using the full softmax's");
+
+namespace pdserve::cli {
+namespace {
+
+absl::StatusOr<KvScaleMode> ParseFp8(const std::string& value) {
+  if (value == "off") return KvScaleMode::kNone;
+  if (value == "per-token") return KvScaleMode::kPerTokenHead;
+  if (value == "per-page") return KvScaleMode::kPerPageHead;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--fp8 '", value, "' is not one of off, per-token, per-page"));
+}
+
+}  // namespace
+
+absl::StatusOr<CompressionProfile> ProfileFromFlags() {
+  CompressionProfile p;
+  p.swiftkv_layer = absl::GetFlag(FLAGS_swiftkv_layer);
+  p.across_kv = absl::GetFlag(FLAGS_across_kv);
+  p.swiftkv_recovery = absl::GetFlag(FLAGS_swiftkv_recovery);
+  p.zack = absl::GetFlag(FLAGS_zack);
+  p.zack_rho = absl::GetFlag(FLAGS_zack_rho);
+  PDSERVE_ASSIGN_OR_RETURN(p.fp8, ParseFp8(absl::GetFlag(FLAGS_fp8)));
+  p.kcache.top_n = absl::GetFlag(FLAGS_kcache_topn);
+  p.kcache.full_layers = absl::GetFlag(FLAGS_kcache_full_layers);
+  p.kcache.sink = absl::GetFlag(FLAGS_kcache_sink);
+  p.kcache.recent = absl::GetFlag(FLAGS_kcache_recent);
+  p.kcache.renormalize = absl::GetFlag(FLAGS_kcache_renormalize);
+  if (p.swiftkv_layer < -1 || p.across_kv < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--swiftkv-layer ", p.swiftkv_layer,
+                                                   " must be ≥ -1 and --across-kv ", p.across_kv,
+                                                   " ≥ 1"));
+  }
+  if (p.zack_rho > 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat("--zack-rho ", p.zack_rho, " exceeds 1"));
+  }
+  KvCompression check;
+  check.kcache = p.kcache;
+  if (absl::Status status = check.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kcache-*: ", status.message()));
+  }
+  return p;
+}
+
+absl::StatusOr<PreparedModel> PrepareModelFromFlags(const ModelWeights& weights,
+                                                    const CompressionProfile& profile) {
+  const std::string path = absl::GetFlag(FLAGS_calibration);
+  std::optional<Calibration> calibration;
+  if (!path.empty()) {
+    PDSERVE_ASSIGN_OR_RETURN(calibration, ReadCalibrationFile(path));
+    GetLogger("cli")->info("calibration {} (content hash {:016x})", path,
+                           CalibrationHash(*calibration));
+  } else if (profile.needs_calibration()) {
+    return absl::InvalidArgumentError("--zack and --swiftkv-recovery need --calibration FILE");
+  }
+  PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared,
+                           PrepareModel(weights, profile, calibration ? &*calibration : nullptr));
+  GetLogger("cli")->info("KV profile: {}", profile.Describe());
+  return prepared;
+}
+
+}  // namespace pdserve::cli
