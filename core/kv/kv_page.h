@@ -1,0 +1,64 @@
+// KV page wire format: one page of `page_size` token slots of one cache layer (a model layer or
+// an AcrossKV group) for all its KV heads, as prefill ships it to decode and the KV store keeps
+// it. Little endian:
+//
+//   "PDKV" | u32 version | u64 calibration_hash | u64 request_id | i32 cache_layer
+//   | i32 page_index | i32 num_tokens | i32 page_size
+//   | K section: u8 element | u8 scale mode | u16 heads | u16 dims[heads]
+//   | V section: the same
+//   | zero padding to a multiple of 8 bytes
+//   | K bytes | V bytes | u64 Fnv1a64 of every byte before it
+//
+// The K and V bytes are exactly as KvSectionLayout (kv_layout.h) lays them out, so the K bytes
+// start 8-byte aligned relative to the page start. Slots ≥ num_tokens carry nothing: their rows,
+// their per-token scales and each section's tail padding are zero on the wire (the encoder writes
+// zeros there whatever its input holds; the decoder rejects anything else), so a page is a pure
+// function of its valid tokens. Functions are pure and thread-safe.
+#ifndef PDSERVE_CORE_KV_KV_PAGE_H_
+#define PDSERVE_CORE_KV_KV_PAGE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/kv/kv_layout.h"
+
+namespace pdserve {
+
+inline constexpr uint32_t kKvPageVersion = 1;
+
+struct KvPageHeader {
+  uint64_t calibration_hash = 0;  // content hash of the Calibration both sides must share
+  uint64_t request_id = 0;
+  int32_t cache_layer = 0;  // ≥ 0
+  int32_t page_index = 0;   // ≥ 0: the page's number within the request, in token order
+  int32_t num_tokens = 0;   // valid slots [0, num_tokens); 1 ≤ num_tokens ≤ page_size
+  KvLayerLayout layout;     // K and V have the same page_size
+};
+
+// A decoded page; k and v view the decoded bytes ([layout.k.bytes()] and [layout.v.bytes()]).
+struct KvPageView {
+  KvPageHeader header;
+  std::span<const uint8_t> k;
+  std::span<const uint8_t> v;
+};
+
+// Serializes a page in the current version. `k` and `v` hold layout.k.bytes() and
+// layout.v.bytes() bytes; what they hold for slots ≥ num_tokens is ignored. InvalidArgument
+// when the header breaks its field contracts or a valid slot breaks DecodeKvPage's content rules,
+// so every page this returns decodes.
+absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<const uint8_t> k,
+                                         std::span<const uint8_t> v);
+
+// Strict decoding of untrusted bytes. InvalidArgument naming the problem for a bad magic, an
+// unsupported version, truncation or trailing bytes, header fields out of range (see
+// KvSectionLayout::Validate and KvPageHeader), or bad content: a scale of a valid slot that is not
+// finite and > 0, a non-finite element (f32 Inf/NaN, e4m3 NaN code) in a valid slot, a nonzero
+// byte where the page carries nothing. DataLoss when the checksum does not match. Reads only
+// within `bytes`; allocates O(heads).
+absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_KV_KV_PAGE_H_

@@ -1,0 +1,316 @@
+// KV pages: round trips for f32 and e4m3 (per-token and per-page scales), ragged and zero head
+// widths, partial pages; canonical zeros beyond num_tokens; every single-byte corruption and every
+// truncation of a small page rejected; version, magic, trailing bytes, header ranges and content
+// rules (scales, finite elements) enforced by both encoder and decoder.
+#include "core/kv/kv_page.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/base/hash.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Byte offsets of fixed header fields (kv_page.h).
+constexpr size_t kVersionOffset = 4;
+constexpr size_t kNumTokensOffset = 32;
+constexpr size_t kPageSizeOffset = 36;
+constexpr size_t kKElementOffset = 40;
+constexpr size_t kKFirstDimOffset = 44;
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+template <typename T>
+void Poke(std::string& bytes, size_t offset, T value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof(value));
+}
+
+// Rewrites the trailing checksum so that only the deliberate change is wrong.
+void Reseal(std::string& page) {
+  const size_t body = page.size() - sizeof(uint64_t);
+  Poke(page, body, Fnv1a64(AsBytes(page).first(body)));
+}
+
+KvSectionLayout Section(int page_size, std::vector<int> dims, KvElement element,
+                        KvScaleMode scales) {
+  EXPECT_TRUE(KvSectionLayout::Validate(page_size, dims, element, scales).ok());
+  return KvSectionLayout(page_size, std::move(dims), element, scales);
+}
+
+// Section bytes with random valid content in slots [0, num_tokens) and `filler` elsewhere.
+std::vector<uint8_t> SectionBytes(const KvSectionLayout& layout, int num_tokens, uint32_t seed,
+                                  uint8_t filler = 0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(0.01f, 2.0f);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  std::vector<uint8_t> bytes(static_cast<size_t>(layout.bytes()), filler);
+  const int used_scales =
+      layout.scale_mode() == KvScaleMode::kPerTokenHead ? num_tokens : layout.scales_per_head();
+  for (int g = 0; g < layout.n_heads(); ++g) {
+    for (int s = 0; s < used_scales; ++s) {
+      const float x = scale(rng);
+      std::memcpy(&bytes[layout.scale_offset(g) + int64_t{4} * s], &x, 4);
+    }
+    for (int slot = 0; slot < num_tokens; ++slot) {
+      uint8_t* row = &bytes[layout.row_offset(g, slot)];
+      for (int i = 0; i < layout.dim(g); ++i) {
+        if (layout.element() == KvElement::kF32) {
+          const float x = value(rng);
+          std::memcpy(row + int64_t{4} * i, &x, 4);
+        } else {
+          row[i] = static_cast<uint8_t>(rng() % 0x7F) | static_cast<uint8_t>(rng() & 0x80);
+        }
+      }
+    }
+  }
+  return bytes;
+}
+
+struct Page {
+  KvPageHeader header;
+  std::vector<uint8_t> k;
+  std::vector<uint8_t> v;
+};
+
+Page MakePage(KvSectionLayout k, KvSectionLayout v, int num_tokens, uint8_t filler = 0) {
+  Page page;
+  page.header.calibration_hash = 0x0123456789ABCDEFULL;
+  page.header.request_id = 42;
+  page.header.cache_layer = 3;
+  page.header.page_index = 9;
+  page.header.num_tokens = num_tokens;
+  page.header.layout = {std::move(k), std::move(v)};
+  page.k = SectionBytes(page.header.layout.k, num_tokens, 1, filler);
+  page.v = SectionBytes(page.header.layout.v, num_tokens, 2, filler);
+  return page;
+}
+
+std::string Encode(const Page& page) {
+  absl::StatusOr<std::string> bytes = EncodeKvPage(page.header, page.k, page.v);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? *bytes : std::string();
+}
+
+// A small e4m3 page: per-token K with a zero-width head, per-page V, half the slots valid.
+Page SmallPage() {
+  return MakePage(Section(4, {3, 0, 2}, KvElement::kE4M3, KvScaleMode::kPerTokenHead),
+                  Section(4, {1, 2}, KvElement::kE4M3, KvScaleMode::kPerPageHead), 2);
+}
+
+void ExpectRoundTrip(const Page& page) {
+  const std::string bytes = Encode(page);
+  absl::StatusOr<KvPageView> view = DecodeKvPage(AsBytes(bytes));
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->header.calibration_hash, page.header.calibration_hash);
+  EXPECT_EQ(view->header.request_id, page.header.request_id);
+  EXPECT_EQ(view->header.cache_layer, page.header.cache_layer);
+  EXPECT_EQ(view->header.page_index, page.header.page_index);
+  EXPECT_EQ(view->header.num_tokens, page.header.num_tokens);
+  EXPECT_EQ(view->header.layout, page.header.layout);
+  EXPECT_EQ(std::vector<uint8_t>(view->k.begin(), view->k.end()), page.k);
+  EXPECT_EQ(std::vector<uint8_t>(view->v.begin(), view->v.end()), page.v);
+  EXPECT_EQ((view->k.data() - AsBytes(bytes).data()) % 8, 0);
+  EXPECT_EQ(view->v.data(), view->k.data() + view->k.size());
+}
+
+TEST(KvPageTest, RoundTripF32FullWidth) {
+  ExpectRoundTrip(MakePage(Section(16, {64, 64, 64, 64}, KvElement::kF32, KvScaleMode::kNone),
+                           Section(16, {64, 64, 64, 64}, KvElement::kF32, KvScaleMode::kNone), 16));
+}
+
+TEST(KvPageTest, RoundTripE4M3PerTokenRaggedWithEmptyHead) {
+  ExpectRoundTrip(
+      MakePage(Section(16, {32, 17, 5, 0}, KvElement::kE4M3, KvScaleMode::kPerTokenHead),
+               Section(16, {24, 0, 9, 3}, KvElement::kE4M3, KvScaleMode::kPerTokenHead), 7));
+}
+
+TEST(KvPageTest, RoundTripE4M3PerPage) {
+  ExpectRoundTrip(MakePage(Section(8, {13, 64}, KvElement::kE4M3, KvScaleMode::kPerPageHead),
+                           Section(8, {7, 1}, KvElement::kE4M3, KvScaleMode::kPerPageHead), 8));
+}
+
+TEST(KvPageTest, RoundTripMixedSectionsOneToken) {
+  ExpectRoundTrip(MakePage(Section(32, {16, 0}, KvElement::kE4M3, KvScaleMode::kPerPageHead),
+                           Section(32, {16, 0}, KvElement::kF32, KvScaleMode::kNone), 1));
+}
+
+TEST(KvPageTest, EncoderZeroesUnusedSlots) {
+  for (uint8_t filler : {0xABu, 0xFFu}) {  // 0xFF.. is a NaN as a float and as an e4m3 code
+    const Page dirty = MakePage(Section(4, {3, 5}, KvElement::kE4M3, KvScaleMode::kPerTokenHead),
+                                Section(4, {3, 2}, KvElement::kF32, KvScaleMode::kNone), 3, filler);
+    Page clean = dirty;
+    clean.k = SectionBytes(clean.header.layout.k, 3, 1);
+    clean.v = SectionBytes(clean.header.layout.v, 3, 2);
+    ASSERT_NE(clean.k, dirty.k);
+    EXPECT_EQ(Encode(dirty), Encode(clean));
+  }
+}
+
+TEST(KvPageTest, EverySingleByteCorruptionRejected) {
+  const std::string good = Encode(SmallPage());
+  ASSERT_TRUE(DecodeKvPage(AsBytes(good)).ok());
+  ASSERT_LT(good.size(), 200u);
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t flip : {0x01, 0x80, 0xFF}) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ flip);
+      const absl::Status status = DecodeKvPage(AsBytes(bad)).status();
+      EXPECT_TRUE(absl::IsInvalidArgument(status) || absl::IsDataLoss(status))
+          << "byte " << i << " ^ " << int{flip} << ": " << status;
+    }
+  }
+}
+
+TEST(KvPageTest, EveryTruncationRejected) {
+  const std::string good = Encode(SmallPage());
+  for (size_t length = 0; length < good.size(); ++length) {
+    const absl::Status status = DecodeKvPage(AsBytes(good).first(length)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << length << ": " << status;
+  }
+}
+
+TEST(KvPageTest, TrailingBytesRejected) {
+  const std::string good = Encode(SmallPage());
+  for (size_t extra : {1, 8}) {
+    std::string longer = good + std::string(extra, '\0');
+    const absl::Status status = DecodeKvPage(AsBytes(longer)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  }
+}
+
+TEST(KvPageTest, WrongVersionAndMagicRejected) {
+  std::string page = Encode(SmallPage());
+  Poke<uint32_t>(page, kVersionOffset, kKvPageVersion + 1);
+  Reseal(page);
+  absl::Status status = DecodeKvPage(AsBytes(page)).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_NE(status.message().find("version 2 unsupported"), absl::string_view::npos) << status;
+
+  page = Encode(SmallPage());
+  page[0] = 'X';
+  Reseal(page);
+  status = DecodeKvPage(AsBytes(page)).status();
+  EXPECT_NE(status.message().find("magic"), absl::string_view::npos) << status;
+}
+
+TEST(KvPageTest, ChecksumMismatchIsDataLoss) {
+  std::string page = Encode(SmallPage());
+  page[page.size() - 20] ^= 0x10;  // an element byte of V
+  const absl::Status status = DecodeKvPage(AsBytes(page)).status();
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_NE(status.message().find("request 42"), absl::string_view::npos) << status;
+}
+
+TEST(KvPageTest, HeaderFieldsOutOfRangeRejected) {
+  struct Patch {
+    size_t offset;
+    int32_t value;
+    int bytes;  // 1, 2 or 4
+  };
+  const Patch patches[] = {
+      {kNumTokensOffset, 0, 4},
+      {kNumTokensOffset, 5, 4},
+      {kPageSizeOffset, 0, 4},
+      {kPageSizeOffset, 70000, 4},
+      {kKElementOffset, 7, 1},
+      {kKElementOffset + 1, 0, 1},
+      {kKFirstDimOffset, 4097, 2},
+      {24, -1, 4},
+      {28, -5, 4},
+  };
+  for (const Patch& patch : patches) {
+    std::string page = Encode(SmallPage());
+    if (patch.bytes == 1) Poke(page, patch.offset, static_cast<uint8_t>(patch.value));
+    if (patch.bytes == 2) Poke(page, patch.offset, static_cast<uint16_t>(patch.value));
+    if (patch.bytes == 4) Poke(page, patch.offset, patch.value);
+    Reseal(page);
+    const absl::Status status = DecodeKvPage(AsBytes(page)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status))
+        << "offset " << patch.offset << " = " << patch.value << ": " << status;
+  }
+}
+
+// Decodes `page` with the float at section byte `offset` of K replaced, checksum fixed.
+absl::Status DecodeWithKFloat(const Page& page, int64_t offset, float value) {
+  std::string bytes = Encode(page);
+  const size_t k_start = bytes.size() - 8 - page.v.size() - page.k.size();
+  Poke(bytes, k_start + offset, value);
+  Reseal(bytes);
+  return DecodeKvPage(AsBytes(bytes)).status();
+}
+
+TEST(KvPageTest, ContentRulesEnforcedByDecoderAndEncoder) {
+  const Page e4m3 = SmallPage();
+  const Page f32 = MakePage(Section(4, {2, 3}, KvElement::kF32, KvScaleMode::kNone),
+                            Section(4, {2, 3}, KvElement::kF32, KvScaleMode::kNone), 2);
+  const KvSectionLayout& k = e4m3.header.layout.k;
+  struct Case {
+    const Page* page;
+    int64_t offset;  // into the K section
+    float value;
+  };
+  const Case cases[] = {
+      {&e4m3, k.scale_offset(1) + 4, 0.0f},  // head 1, slot 1 scale
+      {&e4m3, k.scale_offset(0), -1.0f},
+      {&e4m3, k.scale_offset(2), kNaN},
+      {&e4m3, k.scale_offset(2) + 4, std::numeric_limits<float>::infinity()},
+      {&f32, f32.header.layout.k.row_offset(1, 1), kNaN},
+      {&f32, f32.header.layout.k.row_offset(0, 0), -std::numeric_limits<float>::infinity()},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "offset " << c.offset << " = " << c.value);
+    EXPECT_TRUE(absl::IsInvalidArgument(DecodeWithKFloat(*c.page, c.offset, c.value)));
+    Page bad = *c.page;
+    std::memcpy(&bad.k[c.offset], &c.value, 4);
+    EXPECT_TRUE(absl::IsInvalidArgument(EncodeKvPage(bad.header, bad.k, bad.v).status()));
+  }
+  // A scale of an unused slot and a row of an unused slot must be zero on the wire.
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeWithKFloat(e4m3, k.scale_offset(0) + 12, 1.0f)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(DecodeWithKFloat(f32, f32.header.layout.k.row_offset(1, 3), 1.0f)));
+}
+
+TEST(KvPageTest, NaNE4M3CodeRejected) {
+  Page page = SmallPage();
+  page.k[page.header.layout.k.row_offset(2, 1)] = 0xFF;
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeKvPage(page.header, page.k, page.v).status()));
+}
+
+TEST(KvPageTest, EncoderRejectsBadHeaders) {
+  const Page good = SmallPage();
+  auto rejects = [](const Page& page) {
+    return absl::IsInvalidArgument(EncodeKvPage(page.header, page.k, page.v).status());
+  };
+  Page bad = good;
+  bad.header.num_tokens = 0;
+  EXPECT_TRUE(rejects(bad));
+  bad.header.num_tokens = 5;
+  EXPECT_TRUE(rejects(bad));
+  bad = good;
+  bad.header.cache_layer = -1;
+  EXPECT_TRUE(rejects(bad));
+  bad = good;
+  bad.header.layout.v = Section(8, {1, 2}, KvElement::kE4M3, KvScaleMode::kPerPageHead);
+  bad.v.resize(static_cast<size_t>(bad.header.layout.v.bytes()));
+  EXPECT_TRUE(rejects(bad));
+  bad = good;
+  bad.k.pop_back();
+  EXPECT_TRUE(rejects(bad));
+  bad = good;
+  bad.header.layout.k = KvSectionLayout();
+  EXPECT_TRUE(rejects(bad));
+}
+
+}  // namespace
+}  // namespace pdserve
