@@ -26,8 +26,7 @@ struct KvSectionView {
   int dim(int g) const { return dims ? dims[g] : uniform_dim; }
   int element_bytes() const { return e4m3 ? 1 : 4; }
   int64_t head_offset(int g, int page_size) const {
-    return head_offsets ? head_offsets[g]
-                        : int64_t{g} * page_size * uniform_dim * element_bytes();
+    return head_offsets ? head_offsets[g] : int64_t{g} * page_size * uniform_dim * element_bytes();
   }
   const uint8_t* page(int32_t page_id) const { return pool + page_id * page_stride; }
 };
@@ -41,8 +40,8 @@ struct PagedKvView {
 
 // The plain layout: f32 [pages, n_kv_heads, page_size, head_dim] for K and V alike, page_stride
 // floats apart.
-inline PagedKvView PlainPagedKv(const float* k, const float* v, const int32_t* pages,
-                                int page_size, int64_t page_stride_floats, int head_dim) {
+inline PagedKvView PlainPagedKv(const float* k, const float* v, const int32_t* pages, int page_size,
+                                int64_t page_stride_floats, int head_dim) {
   PagedKvView view;
   view.k.pool = reinterpret_cast<const uint8_t*>(k);
   view.v.pool = reinterpret_cast<const uint8_t*>(v);

@@ -64,10 +64,21 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
 void NormalizeFlagNames(int argc, char** argv) {
   // Flags that take no separate value; every other `--flag` without `=` consumes the next
   // argument, which is left untouched (a prompt may well start with "--").
-  static constexpr std::string_view kBoolFlags[] = {
-      "untied", "nountied", "swiftkv_recovery", "noswiftkv_recovery", "zack", "nozack",
-      "kcache_renormalize", "nokcache_renormalize", "compare_to_baseline", "nocompare_to_baseline",
-      "help", "helpfull", "helpshort", "version", "only_check_args"};
+  static constexpr std::string_view kBoolFlags[] = {"untied",
+                                                    "nountied",
+                                                    "swiftkv_recovery",
+                                                    "noswiftkv_recovery",
+                                                    "zack",
+                                                    "nozack",
+                                                    "kcache_renormalize",
+                                                    "nokcache_renormalize",
+                                                    "compare_to_baseline",
+                                                    "nocompare_to_baseline",
+                                                    "help",
+                                                    "helpfull",
+                                                    "helpshort",
+                                                    "version",
+                                                    "only_check_args"};
   bool next_is_value = false;
   for (int i = 1; i < argc; ++i) {
     char* arg = argv[i];

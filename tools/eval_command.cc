@@ -63,8 +63,7 @@ int ArgMax(std::span<const float> logits) {
 }
 
 // Adds one predicted position: KL(baseline ‖ model) and agreement of the argmaxes.
-void Compare(std::span<const float> model, std::span<const float> baseline, int target,
-             Scores& s) {
+void Compare(std::span<const float> model, std::span<const float> baseline, int target, Scores& s) {
   auto log_softmax = [](std::span<const float> logits, std::vector<double>& out) {
     const double max_logit = *std::max_element(logits.begin(), logits.end());
     double sum = 0.0;
@@ -92,9 +91,8 @@ absl::Status DecodeChunk(LlamaEngine& engine, std::span<const int32_t> chunk, in
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
   absl::Status status;
   for (int j = first; j < static_cast<int>(chunk.size()) - 1 && status.ok(); ++j) {
-    const ForwardChunk step =
-        j == first ? ForwardChunk{sequence, chunk.subspan(0, first + 1)}
-                   : ForwardChunk{sequence, chunk.subspan(j, 1)};
+    const ForwardChunk step = j == first ? ForwardChunk{sequence, chunk.subspan(0, first + 1)}
+                                         : ForwardChunk{sequence, chunk.subspan(j, 1)};
     absl::StatusOr<std::span<const float>> logits = engine.Forward({&step, 1});
     status = logits.status();
     if (status.ok()) on_logits(j, *logits);

@@ -123,8 +123,10 @@ class RecoveryObserver final : public ForwardObserver {
     for (size_t i = 0; i < cross_k_.size(); ++i) {
       double mse_init = 0.0, mse_fit = 0.0;
       std::vector<float> wk, wv;
-      PDSERVE_RETURN_IF_ERROR(FitOne(xtx, cross_k_[i], wk_, i, r.ridge_lambda, wk, mse_init, mse_fit));
-      PDSERVE_RETURN_IF_ERROR(FitOne(xtx, cross_v_[i], wv_, i, r.ridge_lambda, wv, mse_init, mse_fit));
+      PDSERVE_RETURN_IF_ERROR(
+          FitOne(xtx, cross_k_[i], wk_, i, r.ridge_lambda, wk, mse_init, mse_fit));
+      PDSERVE_RETURN_IF_ERROR(
+          FitOne(xtx, cross_v_[i], wv_, i, r.ridge_lambda, wv, mse_init, mse_fit));
       r.wk.push_back(std::move(wk));
       r.wv.push_back(std::move(wv));
       r.mse_init.push_back(mse_init / 2);
@@ -226,8 +228,10 @@ class ZackObserver final : public ForwardObserver {
       bases.heads.emplace_back();
       for (int g = 0; g < c_.n_kv_heads; ++g) {
         ZackHeadBasis head;
-        PDSERVE_ASSIGN_OR_RETURN(SymmetricEigenResult qk, SymmetricEigen(qk_[cache][g].Matrix(), d));
-        PDSERVE_ASSIGN_OR_RETURN(SymmetricEigenResult vo, SymmetricEigen(vo_[cache][g].Matrix(), d));
+        PDSERVE_ASSIGN_OR_RETURN(SymmetricEigenResult qk,
+                                 SymmetricEigen(qk_[cache][g].Matrix(), d));
+        PDSERVE_ASSIGN_OR_RETURN(SymmetricEigenResult vo,
+                                 SymmetricEigen(vo_[cache][g].Matrix(), d));
         head.qk_basis.assign(qk.vectors.begin(), qk.vectors.end());
         head.qk_eigenvalues = qk.values;
         head.vo_basis.assign(vo.vectors.begin(), vo.vectors.end());
@@ -269,9 +273,8 @@ absl::Status ValidateOptions(const ModelConfig& c, const CalibrateOptions& o, si
         "calibrate: nothing to do; ask for --swiftkv-layer and/or ZACK bases");
   }
   if (o.swiftkv_layer >= c.n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("calibrate: --swiftkv-layer ",
-                                                   o.swiftkv_layer, " must be below the ",
-                                                   c.n_layers, " layers"));
+    return absl::InvalidArgumentError(absl::StrCat("calibrate: --swiftkv-layer ", o.swiftkv_layer,
+                                                   " must be below the ", c.n_layers, " layers"));
   }
   if (!(o.ridge >= 0.0) || !(o.zack_rho >= 0.0) || !(o.zack_kept_fraction >= 0.0) ||
       o.zack_kept_fraction > 1.0) {
@@ -304,8 +307,8 @@ absl::StatusOr<Calibration> Calibrate(const ModelWeights& weights,
     ThreadPool pool(engine->options().num_threads);
     RecoveryObserver observer(plain, options.swiftkv_layer, options.across_kv, pool);
     engine->set_observer(&observer);
-    PDSERVE_RETURN_IF_ERROR(RunAll(*engine, sequences, "swiftkv", options,
-                                   [&observer] { observer.Finish(); }));
+    PDSERVE_RETURN_IF_ERROR(
+        RunAll(*engine, sequences, "swiftkv", options, [&observer] { observer.Finish(); }));
     PDSERVE_ASSIGN_OR_RETURN(calibration.swiftkv, observer.Solve(options.ridge));
   }
   if (options.zack) {
@@ -313,9 +316,9 @@ absl::StatusOr<Calibration> Calibrate(const ModelWeights& weights,
     profile.swiftkv_layer = options.swiftkv_layer;
     profile.across_kv = options.across_kv;
     profile.swiftkv_recovery = calibration.swiftkv.has_value();
-    PDSERVE_ASSIGN_OR_RETURN(PreparedModel student,
-                             PrepareModel(options.swiftkv_layer >= 0 ? plain : weights, profile,
-                                          &calibration));
+    PDSERVE_ASSIGN_OR_RETURN(
+        PreparedModel student,
+        PrepareModel(options.swiftkv_layer >= 0 ? plain : weights, profile, &calibration));
     PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<LlamaEngine> engine,
                              CalibrationEngine(student.weights, sequences, options));
     ZackObserver observer(student.weights);

@@ -28,11 +28,11 @@ namespace pdserve {
 struct CalibrateOptions {
   int swiftkv_layer = -1;  // -1: no SwiftKV recovery
   int across_kv = 1;
-  double ridge = 1e-4;     // λ relative to the mean diagonal of XᵀX
+  double ridge = 1e-4;  // λ relative to the mean diagonal of XᵀX
   bool zack = false;
-  double zack_rho = 0.05;  // removal rate, unless zack_kept_fraction > 0
+  double zack_rho = 0.05;           // removal rate, unless zack_kept_fraction > 0
   double zack_kept_fraction = 0.0;  // target fraction of K/V dimensions kept, in (0, 1]
-  int num_threads = 0;     // 0 = automatic
+  int num_threads = 0;              // 0 = automatic
   // Called after each sequence of each pass: (phase, sequences done, sequences in the pass).
   std::function<void(const char* phase, int done, int total)> progress;
 };

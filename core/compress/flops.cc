@@ -35,7 +35,8 @@ double PrefillFlops(const ModelConfig& c, const KvPlan& plan, int prompt_tokens)
     flops += MatmulFlops(plan.swiftkv_kv, n);
     for (size_t c_index = plan.swiftkv_layer; c_index < plan.caches.size(); ++c_index) {
       const CachePlan& cache = plan.caches[c_index];
-      if (cache.zack()) flops += 2.0 * n * c.head_dim() * (cache.q_width / (c.n_heads / c.n_kv_heads));
+      if (cache.zack())
+        flops += 2.0 * n * c.head_dim() * (cache.q_width / (c.n_heads / c.n_kv_heads));
     }
   }
   return flops;

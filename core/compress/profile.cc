@@ -21,10 +21,10 @@ absl::StatusOr<std::optional<SwiftKvWeights>> ResolveSwiftKv(const ModelWeights&
   if (weights.swiftkv.has_value() && weights.swiftkv->layer < c.n_layers) {
     if (profile.swiftkv_layer >= 0 && (profile.swiftkv_layer != weights.swiftkv->layer ||
                                        profile.across_kv != weights.swiftkv->group)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SwiftKV: the checkpoint was trained with l=", weights.swiftkv->layer,
-          " G=", weights.swiftkv->group, "; it cannot run with l=", profile.swiftkv_layer,
-          " G=", profile.across_kv));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SwiftKV: the checkpoint was trained with l=", weights.swiftkv->layer,
+                       " G=", weights.swiftkv->group,
+                       "; it cannot run with l=", profile.swiftkv_layer, " G=", profile.across_kv));
     }
     if (profile.swiftkv_recovery) {
       return absl::InvalidArgumentError(
@@ -45,10 +45,10 @@ absl::StatusOr<std::optional<SwiftKvWeights>> ResolveSwiftKv(const ModelWeights&
   if (calibration == nullptr || !calibration->swiftkv.has_value() ||
       calibration->swiftkv->layer != rewired.layer ||
       calibration->swiftkv->group != rewired.group) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SwiftKV: recovery for l=", rewired.layer, " G=", rewired.group,
-        " is not in the calibration file; run `pdserve calibrate --swiftkv-layer ",
-        rewired.layer, " --across-kv ", rewired.group, "`"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SwiftKV: recovery for l=", rewired.layer, " G=", rewired.group,
+                     " is not in the calibration file; run `pdserve calibrate --swiftkv-layer ",
+                     rewired.layer, " --across-kv ", rewired.group, "`"));
   }
   const SwiftKvRecovery& recovery = *calibration->swiftkv;
   rewired.norm = VectorTensor(recovery.norm, {c.dim});
@@ -95,9 +95,8 @@ std::string CompressionProfile::Describe() const {
   if (zack) add(zack_rho >= 0 ? absl::StrCat("zack rho=", zack_rho) : "zack (file ranks)");
   if (fp8 != KvScaleMode::kNone) add(absl::StrCat("fp8 ", KvScaleModeName(fp8)));
   if (kcache.enabled()) {
-    add(absl::StrCat("kcache N=", kcache.top_n, " full=", kcache.full_layers, " sink=",
-                     kcache.sink, " recent=", kcache.recent,
-                     kcache.renormalize ? " renormalized" : ""));
+    add(absl::StrCat("kcache N=", kcache.top_n, " full=", kcache.full_layers, " sink=", kcache.sink,
+                     " recent=", kcache.recent, kcache.renormalize ? " renormalized" : ""));
   }
   return out.empty() ? "plain" : out;
 }
@@ -111,8 +110,7 @@ absl::StatusOr<PreparedModel> PrepareModel(const ModelWeights& weights,
   }
   PreparedModel prepared;
   prepared.weights = weights;
-  PDSERVE_ASSIGN_OR_RETURN(prepared.weights.swiftkv,
-                           ResolveSwiftKv(weights, profile, calibration));
+  PDSERVE_ASSIGN_OR_RETURN(prepared.weights.swiftkv, ResolveSwiftKv(weights, profile, calibration));
   PDSERVE_ASSIGN_OR_RETURN(prepared.compression.zack, ResolveZack(profile, calibration));
   prepared.compression.fp8 = profile.fp8;
   prepared.compression.kcache = profile.kcache;

@@ -29,8 +29,8 @@ const char* KvScaleModeName(KvScaleMode mode) {
 absl::Status KvSectionLayout::Validate(int page_size, const std::vector<int>& dims,
                                        KvElement element, KvScaleMode scales) {
   if (page_size < 1 || page_size > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat("KV layout: page size ", page_size,
-                                                   " not in [1, 65536]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV layout: page size ", page_size, " not in [1, 65536]"));
   }
   if (dims.empty() || dims.size() > 1024) {
     return absl::InvalidArgumentError(

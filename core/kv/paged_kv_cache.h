@@ -39,9 +39,7 @@ class PagedKvCache {
   // Bytes between consecutive pages of a section (its layout's bytes rounded up to 64).
   int64_t section_stride(int section) const { return strides_[section]; }
   uint8_t* section_pool(int section) { return pools_[section]; }
-  uint8_t* Page(int section, int32_t page) {
-    return pools_[section] + page * strides_[section];
-  }
+  uint8_t* Page(int section, int32_t page) { return pools_[section] + page * strides_[section]; }
   int64_t total_bytes() const { return total_bytes_; }
 
   int free_pages() const { return static_cast<int>(free_list_.size()); }

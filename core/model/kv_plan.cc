@@ -30,9 +30,9 @@ absl::Status ValidateZack(const ModelConfig& c, const ZackBases& zack, int n_cac
       if (head.qk_rank < 1 || head.qk_rank > d || head.vo_rank < 1 || head.vo_rank > d ||
           head.qk_basis.size() != static_cast<size_t>(d) * d ||
           head.vo_basis.size() != static_cast<size_t>(d) * d) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ZACK: cache layer ", layer, " has ranks (", head.qk_rank, ", ", head.vo_rank,
-            ") or bases that do not fit head dim ", d));
+        return absl::InvalidArgumentError(absl::StrCat("ZACK: cache layer ", layer, " has ranks (",
+                                                       head.qk_rank, ", ", head.vo_rank,
+                                                       ") or bases that do not fit head dim ", d));
       }
     }
   }
@@ -68,8 +68,7 @@ CachePlan PlanCache(const ModelConfig& c, const KvCompression& compression, int 
       compression.fp8 == KvScaleMode::kNone ? KvElement::kF32 : KvElement::kE4M3;
   plan.layout = {KvSectionLayout(page_size, k_dims, element, compression.fp8),
                  KvSectionLayout(page_size, v_dims, element, compression.fp8)};
-  plan.kcache =
-      compression.kcache.enabled() && first_reader >= compression.kcache.full_layers;
+  plan.kcache = compression.kcache.enabled() && first_reader >= compression.kcache.full_layers;
   return plan;
 }
 

@@ -56,7 +56,9 @@ struct KvPlan {
   Tensor swiftkv_kv;
   std::vector<int> swiftkv_v_offsets;  // per leader, its v rows' first row minus n_leaders·kv_dim
 
-  bool swiftkv() const { return !layers.empty() && swiftkv_layer < static_cast<int>(layers.size()); }
+  bool swiftkv() const {
+    return !layers.empty() && swiftkv_layer < static_cast<int>(layers.size());
+  }
   // Stored bytes per token over all cache layers (K, V and amortized scales).
   double kv_bytes_per_token() const;
 };

@@ -112,9 +112,8 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
     return absl::InvalidArgumentError(absl::StrCat("engine: ", pages, " KV pages is too many"));
   }
   resolved.kv_pages = static_cast<int>(pages);
-  PDSERVE_ASSIGN_OR_RETURN(
-      KvPlan plan,
-      BuildKvPlan(weights, options.compression, options.kv_page_size, options.weight_dtype));
+  PDSERVE_ASSIGN_OR_RETURN(KvPlan plan, BuildKvPlan(weights, options.compression,
+                                                    options.kv_page_size, options.weight_dtype));
   const double planned = PlannedBytes(c, resolved, plan, max_context, resolved.kv_pages);
   if (planned > kMaxMemoryShare * static_cast<double>(PhysicalMemoryBytes())) {
     return absl::ResourceExhaustedError(
@@ -144,8 +143,8 @@ absl::Status LlamaEngine::CreateCaches() {
   }
   PDSERVE_ASSIGN_OR_RETURN(kv_, PagedKvCache::Create(resident));
   if (!tiered.empty()) {
-    PDSERVE_ASSIGN_OR_RETURN(tier_, InProcessValueTier::Create(options_.kv_page_size,
-                                                               options_.kv_pages, tiered));
+    PDSERVE_ASSIGN_OR_RETURN(
+        tier_, InProcessValueTier::Create(options_.kv_page_size, options_.kv_pages, tiered));
   }
   return absl::OkStatus();
 }
@@ -172,7 +171,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
        {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
         std::pair{&b.qkv, qkv_width}, std::pair{&b.attn, int64_t{c.dim}},
         std::pair{&b.q_packed, int64_t{c.dim}}, std::pair{&b.swiftkv, swiftkv_width},
-        std::pair{&b.gate_up, int64_t{2} * c.hidden_dim}, std::pair{&b.hb, int64_t{c.hidden_dim}}}) {
+        std::pair{&b.gate_up, int64_t{2} * c.hidden_dim},
+        std::pair{&b.hb, int64_t{c.hidden_dim}}}) {
     buffer->resize(n * width);
   }
   for (LayerWeights& layer : weights_.layers) {
@@ -372,8 +372,8 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
   const ModelConfig& c = config();
   Buffers& b = *buffers_;
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    kernels::RmsNorm(b.x.data() + begin * c.dim, plan_.swiftkv_norm.as<float>(), end - begin,
-                     c.dim, c.norm_eps, b.xb.data() + begin * c.dim);
+    kernels::RmsNorm(b.x.data() + begin * c.dim, plan_.swiftkv_norm.as<float>(), end - begin, c.dim,
+                     c.norm_eps, b.xb.data() + begin * c.dim);
   });
   kernels::Matmul(pool_, b.xb.data(), n, plan_.swiftkv_kv, b.swiftkv.data(), b.matmul_workspace);
   const int64_t width = plan_.swiftkv_kv.shape[0];
@@ -428,8 +428,8 @@ void LlamaEngine::RotateQueries(int layer, float* q, int64_t stride, int n) {
     for (int64_t t = begin; t < end; ++t) {
       for (int h = 0; h < c.n_heads; ++h) {
         const int g = h / group;
-        kernels::ProjectRows(cache.k_basis.data() + cache.k_basis_offsets[g],
-                             cache.layout.k.dim(g), d, q + t * stride + int64_t{h} * d,
+        kernels::ProjectRows(cache.k_basis.data() + cache.k_basis_offsets[g], cache.layout.k.dim(g),
+                             d, q + t * stride + int64_t{h} * d,
                              b.q_packed.data() + t * cache.q_width + cache.q_offsets[h]);
       }
     }
@@ -529,10 +529,10 @@ void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
     auto fetch = [&](int sequence, int page_index, int head) {
       return tier_->FetchHead(v_section, b.kcache[sequence].kv.pages[page_index], head);
     };
-    kernels::KCacheAttention(pool_, shape, b.kcache,
-                             {.top_n = o.top_n, .sink = o.sink, .recent = o.recent,
-                              .renormalize = o.renormalize},
-                             fetch, b.attention_workspace);
+    kernels::KCacheAttention(
+        pool_, shape, b.kcache,
+        {.top_n = o.top_n, .sink = o.sink, .recent = o.recent, .renormalize = o.renormalize}, fetch,
+        b.attention_workspace);
   }
 }
 

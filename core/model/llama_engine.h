@@ -8,9 +8,9 @@
 // four matmuls. SwiftKV models (ModelWeights::swiftkv) run prompt tokens through the first l
 // layers only, computing every later layer's KV from h_l in one fused matmul; ZACK, FP8 and
 // KCache (EngineOptions::compression) change what the cache stores and how it is read
-// (core/model/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are allocated at Create
-// (ResourceExhausted up front when they would not fit in memory); Forward allocates only small
-// bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
+// (core/model/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are allocated at
+// Create (ResourceExhausted up front when they would not fit in memory); Forward allocates only
+// small bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
 #ifndef PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 #define PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 

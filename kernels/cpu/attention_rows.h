@@ -86,7 +86,8 @@ inline const float* HeadRows(const KvSectionView& s, int page_size, int32_t page
                              int slot, int count, float* scratch) {
   const uint8_t* page = s.page(page_id);
   const int dim = s.dim(g);
-  const uint8_t* rows = page + s.head_offset(g, page_size) + int64_t{slot} * dim * s.element_bytes();
+  const uint8_t* rows =
+      page + s.head_offset(g, page_size) + int64_t{slot} * dim * s.element_bytes();
   if (!s.e4m3) return reinterpret_cast<const float*>(rows);
   const float* scales = reinterpret_cast<const float*>(page) + int64_t{g} * s.scales_per_head;
   for (int r = 0; r < count; ++r) {
@@ -98,8 +99,8 @@ inline const float* HeadRows(const KvSectionView& s, int page_size, int32_t page
 
 // Scores of query row `q` (k.dim(g) floats) against tokens [0, n_tokens) of KV head g, page by
 // page, into scores[0, n_tokens). `scratch` holds page_size · head_dim floats.
-inline void ScoreAll(const AttentionShape& s, const PagedKvView& kv, int g, const float* q, int n_tokens,
-              float* scores, float* scratch) {
+inline void ScoreAll(const AttentionShape& s, const PagedKvView& kv, int g, const float* q,
+                     int n_tokens, float* scores, float* scratch) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
     const int count = std::min(kv.page_size, n_tokens - t);

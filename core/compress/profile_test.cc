@@ -1,0 +1,97 @@
+// PrepareModel: which SwiftKV structure, ZACK bases and options a profile yields, and the errors
+// for profiles that do not fit the model or the calibration.
+#include "core/compress/profile.h"
+
+#include "core/model/random_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelWeights Model() {
+  ModelConfig c;
+  c.dim = 32;
+  c.hidden_dim = 64;
+  c.n_layers = 4;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 50;
+  c.max_seq_len = 32;
+  return MakeRandomModel(c, 5);
+}
+
+std::string Error(const ModelWeights& w, const CompressionProfile& p, const Calibration* c) {
+  absl::StatusOr<PreparedModel> prepared = PrepareModel(w, p, c);
+  return prepared.ok() ? "" : std::string(prepared.status().message());
+}
+
+TEST(ProfileTest, PlainProfileKeepsThePlainModel) {
+  absl::StatusOr<PreparedModel> p = PrepareModel(Model(), {}, nullptr);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->weights.swiftkv.has_value());
+  EXPECT_EQ(p->compression.zack, nullptr);
+  EXPECT_EQ(CompressionProfile{}.Describe(), "plain");
+}
+
+TEST(ProfileTest, RewiresAPlainModel) {
+  CompressionProfile profile;
+  profile.swiftkv_layer = 2;
+  profile.across_kv = 2;
+  profile.fp8 = KvScaleMode::kPerPageHead;
+  absl::StatusOr<PreparedModel> p = PrepareModel(Model(), profile, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->weights.swiftkv.has_value());
+  EXPECT_EQ(p->weights.swiftkv->layer, 2);
+  EXPECT_EQ(p->weights.swiftkv->wk.size(), 1u);
+  EXPECT_EQ(p->compression.fp8, KvScaleMode::kPerPageHead);
+  EXPECT_EQ(profile.Describe(), "swiftkv l=2 G=2, fp8 per-page");
+}
+
+TEST(ProfileTest, RecoveryAndZackNeedTheirCalibration) {
+  const ModelWeights w = Model();
+  CompressionProfile recovery;
+  recovery.swiftkv_layer = 1;
+  recovery.swiftkv_recovery = true;
+  EXPECT_THAT(Error(w, recovery, nullptr), HasSubstr("not in the calibration"));
+  Calibration other;
+  other.model = CalibrationModelOf(w.config);
+  other.swiftkv.emplace();
+  other.swiftkv->layer = 2;
+  EXPECT_THAT(Error(w, recovery, &other), HasSubstr("l=1 G=1"));
+  CompressionProfile zack;
+  zack.zack = true;
+  EXPECT_THAT(Error(w, zack, nullptr), HasSubstr("ZACK"));
+  EXPECT_THAT(Error(w, zack, &other), HasSubstr("ZACK"));
+}
+
+TEST(ProfileTest, RejectsACalibrationOfAnotherShape) {
+  const ModelWeights w = Model();
+  Calibration c;
+  c.model = CalibrationModelOf(w.config);
+  c.model.n_layers += 1;
+  EXPECT_THAT(Error(w, {}, &c), HasSubstr("another shape"));
+}
+
+TEST(ProfileTest, RejectsAnotherLayerForASwiftKvCheckpoint) {
+  ModelWeights w = Model();
+  absl::StatusOr<SwiftKvWeights> trained = RewireSwiftKv(w, 2, 1);
+  ASSERT_TRUE(trained.ok());
+  w.swiftkv = *trained;
+  CompressionProfile as_trained;
+  EXPECT_EQ(Error(w, as_trained, nullptr), "");
+  CompressionProfile other;
+  other.swiftkv_layer = 1;
+  EXPECT_THAT(Error(w, other, nullptr), HasSubstr("trained with l=2"));
+}
+
+TEST(ProfileTest, AcrossKvWithoutSwiftKvIsAnError) {
+  CompressionProfile p;
+  p.across_kv = 2;
+  EXPECT_THAT(Error(Model(), p, nullptr), HasSubstr("--swiftkv-layer"));
+}
+
+}  // namespace
+}  // namespace pdserve

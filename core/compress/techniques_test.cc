@@ -1,0 +1,316 @@
+// The KV techniques inside LlamaEngine, end to end: identity settings reproduce the plain engine
+// (bit for bit where the arithmetic is unchanged, 1e-5 for ZACK at full rank), SwiftKV's skip path
+// equals the dense SwiftKV pass, chunked prefill equals one-shot prefill and prefill of n + m
+// tokens equals prefill of n then m teacher-forced decode steps with every technique on, AcrossKV
+// allocates only leaders, the fused SwiftKV projection equals per-leader projections, and ZACK's
+// projection must follow RoPE (the negative test).
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "core/calib/linalg.h"
+#include "core/compress/calibrator.h"
+#include "core/compress/profile.h"
+#include "core/model/llama_engine.h"
+#include "core/model/random_model.h"
+#include "gtest/gtest.h"
+#include "kernels/basis_projection.h"
+#include "kernels/matmul.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+
+namespace pdserve {
+namespace {
+
+ModelConfig Config() {
+  ModelConfig c;
+  c.dim = 48;
+  c.hidden_dim = 96;
+  c.n_layers = 4;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.vocab_size = 200;
+  c.max_seq_len = 128;
+  c.tied_embeddings = false;
+  return c;
+}
+
+const ModelWeights& Model() {
+  static const ModelWeights* weights = new ModelWeights(MakeRandomModel(Config(), 7));
+  return *weights;
+}
+
+std::vector<int32_t> Tokens(int n, int salt = 0) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 1 + (i * 37 + salt * 101) % (Config().vocab_size - 1);
+  return t;
+}
+
+// A calibration (SwiftKV recovery for (layer, group) and ZACK bases for that model, ρ = 0), made
+// once per (layer, group).
+const Calibration& TestCalibration(int layer, int group) {
+  static std::map<std::pair<int, int>, Calibration>* cache =
+      new std::map<std::pair<int, int>, Calibration>;
+  auto [it, inserted] = cache->try_emplace({layer, group});
+  if (inserted) {
+    std::vector<std::vector<int32_t>> sequences;
+    for (int s = 0; s < 6; ++s) sequences.push_back(Tokens(96, s + 10));
+    CalibrateOptions options;
+    options.swiftkv_layer = layer;
+    options.across_kv = group;
+    options.zack = true;
+    options.zack_rho = 0.0;
+    options.num_threads = 1;
+    absl::StatusOr<Calibration> calibration = Calibrate(Model(), sequences, options, "test");
+    EXPECT_TRUE(calibration.ok()) << calibration.status();
+    it->second = *calibration;
+  }
+  return it->second;
+}
+
+std::unique_ptr<LlamaEngine> Engine(const CompressionProfile& profile,
+                                    const Calibration* calibration = nullptr) {
+  absl::StatusOr<PreparedModel> prepared = PrepareModel(Model(), profile, calibration);
+  EXPECT_TRUE(prepared.ok()) << prepared.status();
+  EngineOptions o;
+  o.num_threads = 2;
+  o.max_batch_tokens = 128;
+  o.max_sequences = 2;
+  o.kv_page_size = 8;
+  o.compression = prepared->compression;
+  absl::StatusOr<std::unique_ptr<LlamaEngine>> engine = LlamaEngine::Create(prepared->weights, o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return std::move(*engine);
+}
+
+// Logits of a prompt's last token (or of every token) in chunks of `chunk` tokens (0 = one), then
+// of `decode` teacher-forced decode steps on fixed tokens; all rows concatenated.
+std::vector<float> RunPrompt(LlamaEngine& engine, const std::vector<int32_t>& prompt, int decode,
+                             bool all_logits = false, int chunk = 0) {
+  const int sequence = *engine.AddSequence();
+  std::vector<float> out;
+  auto forward = [&](std::span<const int32_t> tokens, bool all) {
+    ForwardChunk c{sequence, tokens, all};
+    absl::StatusOr<std::span<const float>> logits = engine.Forward({&c, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    return *logits;
+  };
+  const int step = chunk > 0 ? chunk : static_cast<int>(prompt.size());
+  std::span<const float> last;
+  for (size_t begin = 0; begin < prompt.size(); begin += step) {
+    const size_t n = std::min<size_t>(step, prompt.size() - begin);
+    last = forward(std::span(prompt).subspan(begin, n), all_logits);
+    if (all_logits) out.insert(out.end(), last.begin(), last.end());
+  }
+  if (!all_logits) out.insert(out.end(), last.begin(), last.end());
+  const std::vector<int32_t> next = Tokens(decode, 99);
+  for (int i = 0; i < decode; ++i) {
+    std::span<const float> logits = forward(std::span(next).subspan(i, 1), false);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  EXPECT_TRUE(engine.RemoveSequence(sequence).ok());
+  return out;
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
+    scale = std::max(scale, std::abs(double{b[i]}));
+  }
+  return diff / scale;
+}
+
+TEST(TechniquesTest, IdentitySettingsReproduceThePlainEngine) {
+  const std::vector<float> plain = RunPrompt(*Engine({}), Tokens(40), 10);
+  CompressionProfile swiftkv_identity;
+  swiftkv_identity.swiftkv_layer = Config().n_layers;  // l = L
+  EXPECT_EQ(RunPrompt(*Engine(swiftkv_identity), Tokens(40), 10), plain);
+  CompressionProfile kcache_everything;  // N ≥ context, every layer through KCache
+  kcache_everything.kcache = {.top_n = 1000, .full_layers = 0, .sink = 0, .recent = 0};
+  EXPECT_EQ(RunPrompt(*Engine(kcache_everything), Tokens(40), 10), plain);
+  CompressionProfile zack_full;  // r = d
+  zack_full.zack = true;
+  zack_full.zack_rho = 0.0;
+  std::vector<std::vector<int32_t>> sequences = {Tokens(64, 1), Tokens(64, 2)};
+  CalibrateOptions options;
+  options.zack = true;
+  options.zack_rho = 0.0;
+  absl::StatusOr<Calibration> zack = Calibrate(Model(), sequences, options, "test");
+  ASSERT_TRUE(zack.ok()) << zack.status();
+  EXPECT_LT(RelativeError(RunPrompt(*Engine(zack_full, &*zack), Tokens(40), 10), plain), 1e-5);
+}
+
+TEST(TechniquesTest, SwiftKvSkipPathEqualsDenseSwiftKvPass) {
+  for (int group : {1, 2}) {
+    CompressionProfile profile;
+    profile.swiftkv_layer = 2;
+    profile.across_kv = group;
+    const std::vector<int32_t> prompt = Tokens(50);
+    const std::vector<float> skip = RunPrompt(*Engine(profile), prompt, 4);
+    const std::vector<float> dense = RunPrompt(*Engine(profile), prompt, 4, /*all_logits=*/true);
+    const size_t vocab = Config().vocab_size;
+    // The dense pass's last prompt row and its decode rows are the skip path's rows.
+    std::vector<float> dense_tail(dense.end() - static_cast<int64_t>(5 * vocab), dense.end());
+    EXPECT_LT(RelativeError(skip, dense_tail), 1e-5) << "G=" << group;
+    // SwiftKV really changes the model here (else the test would prove nothing).
+    EXPECT_GT(RelativeError(skip, RunPrompt(*Engine({}), prompt, 4)), 1e-3);
+  }
+}
+
+// Every technique at once (SwiftKV l=2 with AcrossKV G=2 and recovery, ZACK ρ = 0.05, FP8
+// per-token, KCache N = 8).
+CompressionProfile Everything() {
+  CompressionProfile p;
+  p.swiftkv_layer = 2;
+  p.across_kv = 2;
+  p.swiftkv_recovery = true;
+  p.zack = true;
+  p.zack_rho = 0.05;
+  p.fp8 = KvScaleMode::kPerTokenHead;
+  p.kcache = {.top_n = 8, .full_layers = 1, .sink = 2, .recent = 4};
+  return p;
+}
+
+TEST(TechniquesTest, ChunkedPrefillEqualsOneShot) {
+  const Calibration& calibration = TestCalibration(2, 2);
+  const std::vector<float> one_shot = RunPrompt(*Engine(Everything(), &calibration), Tokens(48), 6);
+  for (int chunk : {16, 5}) {
+    const std::vector<float> chunked =
+        RunPrompt(*Engine(Everything(), &calibration), Tokens(48), 6, false, chunk);
+    EXPECT_LT(RelativeError(chunked, one_shot), 1e-5) << "chunks of " << chunk;
+  }
+}
+
+TEST(TechniquesTest, PrefillOfNPlusMEqualsPrefillNThenDecodeM) {
+  CompressionProfile profile = Everything();
+  profile.kcache = {};  // prefill attends densely; KCache selects only in decode
+  const Calibration& calibration = TestCalibration(2, 2);
+  std::vector<int32_t> all = Tokens(30);
+  const std::vector<int32_t> decoded = Tokens(8, 99);
+  all.insert(all.end(), decoded.begin(), decoded.end());
+  const std::vector<float> long_prefill = RunPrompt(*Engine(profile, &calibration), all, 0, true);
+  const std::vector<float> stepwise = RunPrompt(*Engine(profile, &calibration), Tokens(30), 8);
+  const size_t vocab = Config().vocab_size;
+  // Rows 29 .. 37 of the long prefill predict what the prompt's last token and each decode step do.
+  std::vector<float> tail(long_prefill.begin() + 29 * vocab, long_prefill.end());
+  EXPECT_LT(RelativeError(stepwise, tail), 1e-5);
+}
+
+TEST(TechniquesTest, AcrossKvAllocatesOnlyLeaders) {
+  for (auto [layer, group, caches] :
+       {std::tuple{2, 1, 4}, std::tuple{2, 2, 3}, std::tuple{0, 4, 1}, std::tuple{1, 3, 2}}) {
+    CompressionProfile profile;
+    profile.swiftkv_layer = layer;
+    profile.across_kv = group;
+    std::unique_ptr<LlamaEngine> engine = Engine(profile);
+    EXPECT_EQ(static_cast<int>(engine->plan().caches.size()), caches);
+    const ModelConfig c = Config();
+    EXPECT_DOUBLE_EQ(engine->plan().kv_bytes_per_token(), caches * 2.0 * c.kv_dim() * 4);
+  }
+}
+
+// T5: the fused [Wk of every leader; Wv of every leader] projection with one RoPE call stores what
+// per-leader RMSNorm → matmul → RoPE computes.
+class KvCapture final : public ForwardObserver {
+ public:
+  void LayerInput(int layer, const float* x, int n) override {
+    if (layer == 2) h_l.assign(x, x + int64_t{n} * Config().dim);
+  }
+  void Queries(int, const float*, int64_t, int) override {}
+  void CachedKv(int cache, const float* k, const float* v, int64_t stride, int n) override {
+    const int kv_dim = Config().kv_dim();
+    std::vector<float> kk, vv;
+    for (int t = 0; t < n; ++t) {
+      kk.insert(kk.end(), k + t * stride, k + t * stride + kv_dim);
+      vv.insert(vv.end(), v + t * stride, v + t * stride + kv_dim);
+    }
+    keys[cache] = kk;
+    values[cache] = vv;
+  }
+  std::vector<float> h_l;
+  std::map<int, std::vector<float>> keys, values;
+};
+
+TEST(TechniquesTest, FusedSwiftKvProjectionEqualsPerLeaderProjections) {
+  CompressionProfile profile;
+  profile.swiftkv_layer = 2;
+  profile.across_kv = 1;
+  absl::StatusOr<PreparedModel> prepared = PrepareModel(Model(), profile, nullptr);
+  ASSERT_TRUE(prepared.ok());
+  std::unique_ptr<LlamaEngine> engine = Engine(profile);
+  KvCapture capture;
+  engine->set_observer(&capture);
+  const int n = 20;
+  RunPrompt(*engine, Tokens(n), 0, /*all_logits=*/true);
+  const ModelConfig c = Config();
+  const SwiftKvWeights& sw = *prepared->weights.swiftkv;
+  ASSERT_EQ(capture.h_l.size(), static_cast<size_t>(n) * c.dim);
+  std::vector<float> x(capture.h_l.size());
+  kernels::RmsNormReference(capture.h_l.data(), sw.norm.as<float>(), n, c.dim, c.norm_eps,
+                            x.data());
+  kernels::RopeTable rope(c.head_dim(), c.max_seq_len, c.rope_theta);
+  for (int leader = 0; leader < 2; ++leader) {
+    std::vector<float> k(static_cast<size_t>(n) * c.kv_dim()), v(k.size());
+    kernels::MatmulReference(x.data(), n, sw.wk[leader], k.data());
+    kernels::MatmulReference(x.data(), n, sw.wv[leader], v.data());
+    for (int t = 0; t < n; ++t) {
+      kernels::ApplyRope(k.data() + t * c.kv_dim(), c.n_kv_heads, rope, t, c.rope_pairing);
+    }
+    EXPECT_LT(RelativeError(capture.keys[2 + leader], k), 1e-5) << "leader " << leader;
+    EXPECT_LT(RelativeError(capture.values[2 + leader], v), 1e-5) << "leader " << leader;
+  }
+}
+
+// ZACK must project after RoPE: with a full orthonormal basis B, (B·RoPE(q))·(B·RoPE(k)) is
+// q·k after RoPE, while rotating first, RoPE(B·q)·RoPE(B·k), is not (B does not commute with RoPE).
+TEST(TechniquesTest, ZackProjectionMustFollowRope) {
+  const int d = 8;
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  std::vector<double> gram(d * d, 0.0);
+  for (int s = 0; s < 64; ++s) {
+    std::vector<double> row(d);
+    for (int i = 0; i < d; ++i) row[i] = normal(rng) * (1.0 + i);  // anisotropic samples
+    for (int i = 0; i < d; ++i)
+      for (int j = 0; j < d; ++j) gram[i * d + j] += row[i] * row[j];
+  }
+  absl::StatusOr<SymmetricEigenResult> eig = SymmetricEigen(gram, d);
+  ASSERT_TRUE(eig.ok());
+  const std::vector<float> basis(eig->vectors.begin(), eig->vectors.end());
+  kernels::RopeTable rope(d, 64, 10000.0f);
+  double worst_after = 0.0, worst_before = 0.0;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> q(d), k(d);
+    for (float& v : q) v = static_cast<float>(normal(rng));
+    for (float& v : k) v = static_cast<float>(normal(rng));
+    const int pq = 40, pk = 3 + trial;
+    std::vector<float> rq = q, rk = k;
+    kernels::ApplyRope(rq.data(), 1, rope, pq, RopePairing::kAdjacent);
+    kernels::ApplyRope(rk.data(), 1, rope, pk, RopePairing::kAdjacent);
+    double truth = 0.0;
+    for (int i = 0; i < d; ++i) truth += double{rq[i]} * rk[i];
+    std::vector<float> bq(d), bk(d);
+    kernels::ProjectRows(basis.data(), d, d, rq.data(), bq.data());  // right: after RoPE
+    kernels::ProjectRows(basis.data(), d, d, rk.data(), bk.data());
+    double after = 0.0;
+    for (int i = 0; i < d; ++i) after += double{bq[i]} * bk[i];
+    kernels::ProjectRows(basis.data(), d, d, q.data(), bq.data());  // wrong: before RoPE
+    kernels::ProjectRows(basis.data(), d, d, k.data(), bk.data());
+    kernels::ApplyRope(bq.data(), 1, rope, pq, RopePairing::kAdjacent);
+    kernels::ApplyRope(bk.data(), 1, rope, pk, RopePairing::kAdjacent);
+    double before = 0.0;
+    for (int i = 0; i < d; ++i) before += double{bq[i]} * bk[i];
+    worst_after = std::max(worst_after, std::abs(after - truth));
+    worst_before = std::max(worst_before, std::abs(before - truth));
+  }
+  EXPECT_LT(worst_after, 1e-4);
+  EXPECT_GT(worst_before, 0.1);
+}
+
+}  // namespace
+}  // namespace pdserve
