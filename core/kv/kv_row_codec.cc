@@ -21,12 +21,20 @@ float* Scales(const KvSectionLayout& layout, uint8_t* section, int head) {
 }
 
 // Per-page FP8: makes the head's scale cover `amax`, re-encoding slots [0, slot) if it grows.
+// It grows by a power of two: the new e4m3 grid then holds every value of the old one but those
+// that fall into its subnormal range, so re-encoding is exact rather than a second rounding that
+// repeated growth would compound.
 float PageScaleCovering(const KvSectionLayout& layout, uint8_t* section, int head, int slot,
                         float amax) {
   float& scale = *Scales(layout, section, head);
-  const float wanted = kernels::E4M3ScaleFor(amax);
+  float wanted = kernels::E4M3ScaleFor(amax);
   if (slot == 0) return scale = wanted;
   if (wanted <= scale) return scale;
+  if (scale > 0.0f && std::isfinite(scale)) {
+    float grown = scale;
+    while (grown < wanted) grown *= 2.0f;
+    wanted = grown;
+  }
   const int dim = layout.dim(head);
   std::vector<float> row(dim);
   for (int s = 0; s < slot; ++s) {
@@ -45,7 +53,7 @@ void WriteKvRow(const KvSectionLayout& layout, uint8_t* section, int head, int s
   uint8_t* dst = section + layout.row_offset(head, slot);
   switch (layout.scale_mode()) {
     case KvScaleMode::kNone:
-      std::memcpy(dst, row, sizeof(float) * dim);
+      if (dim > 0) std::memcpy(dst, row, sizeof(float) * dim);  // row may be null when dim == 0
       return;
     case KvScaleMode::kPerTokenHead: {
       const float scale = kernels::E4M3ScaleFor(AbsMax(row, dim));
@@ -66,7 +74,7 @@ void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, 
   const int dim = layout.dim(head);
   const uint8_t* src = section + layout.row_offset(head, slot);
   if (layout.element() == KvElement::kF32) {
-    std::memcpy(row, src, sizeof(float) * dim);
+    if (dim > 0) std::memcpy(row, src, sizeof(float) * dim);
     return;
   }
   const float* scales = reinterpret_cast<const float*>(section + layout.scale_offset(head));

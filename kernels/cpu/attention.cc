@@ -74,21 +74,24 @@ void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int 
   GatherHead(seq.kv.v, seq.kv, g, n_keys, values);
   const int m = q_end - q_begin;
   float* out = seq.out + q_begin * out_stride + s.out_offset(head);
-  if (dk == 0 || dv == 0) {  // a head dropped entirely contributes nothing
-    for (int i = 0; i < m; ++i) std::fill(out + i * out_stride, out + i * out_stride + dv, 0.0f);
-    return;
+  if (dv == 0) return;  // the head has no output floats
+  if (dk == 0) {
+    // No key dims: every score is 0 and the weights uniform, as on the decode path and in
+    // AttentionReference (BLAS rejects k = 0 with ldb = 0).
+    std::fill(scores, scores + int64_t{m} * n_keys, 0.0f);
+  } else {
+    Sgemm({.m = m,
+           .n = n_keys,
+           .k = dk,
+           .alpha = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+           .a = seq.q + q_begin * q_stride + s.q_offset(head),
+           .lda = q_stride,
+           .b = keys,
+           .ldb = dk,
+           .b_transposed = true,
+           .c = scores,
+           .ldc = n_keys});
   }
-  Sgemm({.m = m,
-         .n = n_keys,
-         .k = dk,
-         .alpha = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
-         .a = seq.q + q_begin * q_stride + s.q_offset(head),
-         .lda = q_stride,
-         .b = keys,
-         .ldb = dk,
-         .b_transposed = true,
-         .c = scores,
-         .ldc = n_keys});
   for (int i = 0; i < m; ++i) {
     float* sr = scores + int64_t{i} * n_keys;
     const int visible = seq.start_pos + q_begin + i + 1;

@@ -16,9 +16,6 @@ int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_s
   return int64_t{max_context} * (shape.group() + 3) + int64_t{page_size} * shape.head_dim;
 }
 
-// Sorting key of a candidate: NaN scores rank last so the order stays a strict weak order.
-inline float RankKey(float score) { return std::isnan(score) ? -INFINITY : score; }
-
 // KV head g of one decode sequence: every query head of the group at once, so each value page is
 // fetched once.
 void AttendGroup(const AttentionShape& s, const AttentionSequence& seq, int sequence, int g,
@@ -26,8 +23,8 @@ void AttendGroup(const AttentionShape& s, const AttentionSequence& seq, int sequ
                  int* selected) {
   const int group = s.group(), n_tokens = seq.start_pos + 1;
   const PagedKvView& kv = seq.kv;
-  float* probs = ws;                                   // [group, n_tokens]
-  float* total = probs + int64_t{group} * n_tokens;    // [n_tokens]
+  float* probs = ws;                                 // [group, n_tokens]
+  float* total = probs + int64_t{group} * n_tokens;  // [n_tokens]
   auto* keep = reinterpret_cast<uint8_t*>(total + n_tokens);
   auto* order = reinterpret_cast<int*>(total + 2 * int64_t{n_tokens});
   float* scratch = total + 3 * int64_t{n_tokens};
@@ -80,9 +77,12 @@ int SelectTokens(const float* scores, int n_tokens, const TopNOptions& options, 
   const int candidates = recent_begin - sink;
   const int take = std::clamp(options.top_n, 0, candidates);
   for (int i = 0; i < candidates; ++i) order[i] = sink + i;
+  // Larger scores first, ties to the lower index; NaN scores rank last (after −∞ too), which
+  // keeps the order a strict weak one.
   auto before = [scores](int a, int b) {
-    const float ka = RankKey(scores[a]), kb = RankKey(scores[b]);
-    return ka > kb || (ka == kb && a < b);
+    const bool na = std::isnan(scores[a]), nb = std::isnan(scores[b]);
+    if (na != nb) return nb;
+    return !na && scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
   };
   if (take < candidates) std::nth_element(order, order + take, order + candidates, before);
   for (int i = 0; i < take; ++i) keep[order[i]] = 1;
