@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/compress/flops.h"
 #include "core/model/generator.h"
 #include "core/model/model_loader.h"
 #include "core/model/sampler.h"
@@ -18,6 +19,9 @@
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/profile_flags.h"
+
+ABSL_FLAG(int, decode_context, 0,
+          "bench: tokens prefilled (untimed) before the timed decode steps");
 
 namespace pdserve::cli {
 namespace {
@@ -44,8 +48,17 @@ absl::StatusOr<double> TimePrefill(LlamaEngine& engine, std::span<const int32_t>
   return seconds;
 }
 
-absl::StatusOr<double> TimeDecode(LlamaEngine& engine, int tokens, int32_t first) {
+// Decodes `tokens` greedy steps after an untimed prefill of `context` (empty or not).
+absl::StatusOr<double> TimeDecode(LlamaEngine& engine, std::span<const int32_t> context, int tokens,
+                                  int32_t first) {
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
+  if (!context.empty()) {
+    absl::StatusOr<std::span<const float>> logits = Prefill(engine, sequence, context);
+    if (!logits.ok()) {
+      (void)engine.RemoveSequence(sequence);
+      return logits.status();
+    }
+  }
   int32_t token = first;
   auto start = Clock::now();
   for (int i = 0; i < tokens; ++i) {
@@ -60,15 +73,6 @@ absl::StatusOr<double> TimeDecode(LlamaEngine& engine, int tokens, int32_t first
   double seconds = Seconds(start);
   PDSERVE_RETURN_IF_ERROR(engine.RemoveSequence(sequence));
   return seconds;
-}
-
-// FLOPs of a prefill of n tokens: 2 per weight per token for the layers, causal attention
-// (QKᵀ and PV), and the classifier for the last token.
-double PrefillFlops(const ModelConfig& c, int n) {
-  double per_token = 2.0 * c.n_layers *
-                     (2.0 * c.dim * c.dim + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim);
-  double attention = 2.0 * 2.0 * c.n_layers * c.dim * (static_cast<double>(n) * (n + 1) / 2);
-  return per_token * n + attention + 2.0 * c.dim * c.vocab_size;
 }
 
 // Weight bytes one decode step streams: every layer matrix and the classifier.
@@ -95,8 +99,12 @@ absl::Status RunBench() {
   if (path.empty()) return absl::InvalidArgumentError("--model is required");
   PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(path));
   const ModelConfig& c = weights.config;
+  const int decode_context = absl::GetFlag(FLAGS_decode_context);
+  if (decode_context < 0 || decode_context > prompt_tokens) {
+    return absl::InvalidArgumentError("--decode-context must be in [0, --prompt-tokens]");
+  }
   options.max_batch_tokens = prompt_tokens;
-  options.max_context = std::max(prompt_tokens, gen_tokens + 1);
+  options.max_context = std::max(prompt_tokens, decode_context + gen_tokens + 1);
   PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared, PrepareModelFromFlags(weights, profile));
   options.compression = prepared.compression;
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
@@ -113,7 +121,8 @@ absl::Status RunBench() {
   std::vector<double> prefill, decode;
   for (int rep = 0; rep <= repetitions; ++rep) {
     PDSERVE_ASSIGN_OR_RETURN(double p, TimePrefill(*engine, prompt));
-    PDSERVE_ASSIGN_OR_RETURN(double d, TimeDecode(*engine, gen_tokens, prompt[0]));
+    PDSERVE_ASSIGN_OR_RETURN(double d, TimeDecode(*engine, std::span(prompt).first(decode_context),
+                                                  gen_tokens, prompt[0]));
     log->info("{} {}: pp{} {:.1f} tok/s, tg{} {:.1f} tok/s", rep == 0 ? "warm-up" : "run", rep,
               prompt_tokens, prompt_tokens / p, gen_tokens, gen_tokens / d);
     if (rep == 0) continue;
@@ -128,10 +137,12 @@ absl::Status RunBench() {
       {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
       {"prompt_tokens", prompt_tokens},
       {"gen_tokens", gen_tokens},
+      {"decode_context", decode_context},
+      {"kv_profile", profile.Describe()},
       {"repetitions", repetitions},
       {"prefill_tokens_per_s", pp},
       {"decode_tokens_per_s", tg},
-      {"prefill_gflops", PrefillFlops(c, prompt_tokens) * pp / prompt_tokens / 1e9},
+      {"prefill_gflops", PrefillFlops(c, engine->plan(), prompt_tokens) * pp / prompt_tokens / 1e9},
       {"decode_weight_gb_per_s", DecodeWeightBytes(c, options.weight_dtype) * tg / 1e9}};
   std::printf("%s\n", report.dump().c_str());
   return absl::OkStatus();

@@ -3,8 +3,6 @@
 // of --ctx tokens, each starting with BOS, as eval does; --calibration-chunks caps how many are
 // streamed. Progress goes to stderr; the last stdout line is a JSON summary with the content hash.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -24,14 +22,6 @@ ABSL_FLAG(int, calibration_chunks, 0, "calibrate: chunks of the text to stream; 
 
 namespace pdserve::cli {
 namespace {
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --text file '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 absl::StatusOr<CalibrateOptions> CalibrateOptionsFromFlags() {
   CalibrateOptions o;
@@ -58,7 +48,7 @@ absl::StatusOr<CalibrateOptions> CalibrateOptionsFromFlags() {
 absl::Status RunCalibrate() {
   PDSERVE_ASSIGN_OR_RETURN(CalibrateOptions options, CalibrateOptionsFromFlags());
   const std::string text_path = absl::GetFlag(FLAGS_text);
-  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadText(text_path));
+  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(text_path));
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
   const int ctx = absl::GetFlag(FLAGS_ctx);
   if (ctx < 2 || ctx > model.weights.config.max_seq_len) {

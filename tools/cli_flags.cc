@@ -1,9 +1,12 @@
 #include "tools/cli_flags.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 
@@ -59,6 +62,14 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   options.max_sequences = 1;
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return options;
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --text file '", path, "'"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
 }
 
 void NormalizeFlagNames(int argc, char** argv) {

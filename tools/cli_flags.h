@@ -50,6 +50,9 @@ absl::StatusOr<LoadedModel> LoadModelFromFlags();
 // limits once the model is known. Call before loading, so flag errors come first.
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
+// The whole of a --text file; NotFound naming it when it cannot be read.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+
 // Rewrites "--max-tokens=3" as "--max_tokens=3" (flag names only) so that the documented dashed
 // spellings work with Abseil flags.
 void NormalizeFlagNames(int argc, char** argv);

@@ -32,14 +32,6 @@ ABSL_FLAG(bool, compare_to_baseline, false,
 namespace pdserve::cli {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --text file '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 // −log softmax(logits)[target], in double.
 double NegativeLogLikelihood(std::span<const float> logits, int target) {
   double max_logit = logits[0];
@@ -105,7 +97,9 @@ absl::Status DecodeChunk(LlamaEngine& engine, std::span<const int32_t> chunk, in
 absl::Status CompareToBaseline(const LoadedModel& model, const PreparedModel& prepared,
                                const CompressionProfile& profile, EngineOptions options,
                                const std::vector<int>& tokens, int ctx) {
-  PDSERVE_ASSIGN_OR_RETURN(auto baseline, LlamaEngine::Create(model.weights, options));
+  ModelWeights plain = model.weights;  // a SwiftKV checkpoint's base model is the baseline
+  plain.swiftkv.reset();
+  PDSERVE_ASSIGN_OR_RETURN(auto baseline, LlamaEngine::Create(plain, options));
   options.compression = prepared.compression;
   PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
   const int chunks = static_cast<int>(tokens.size() / ctx), first = ctx / 2;
@@ -159,7 +153,7 @@ absl::Status RunEval() {
   const int ctx = absl::GetFlag(FLAGS_ctx);
   PDSERVE_ASSIGN_OR_RETURN(EngineOptions options, EngineOptionsFromFlags());
   PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
-  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadFile(absl::GetFlag(FLAGS_text)));
+  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(absl::GetFlag(FLAGS_text)));
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
   if (ctx < 4 || ctx > model.weights.config.max_seq_len) {
     return absl::InvalidArgumentError(

@@ -272,14 +272,16 @@ absl::Status ValidateOptions(const ModelConfig& c, const CalibrateOptions& o, si
     return absl::InvalidArgumentError(
         "calibrate: nothing to do; ask for --swiftkv-layer and/or ZACK bases");
   }
-  if (o.swiftkv_layer >= c.n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("calibrate: --swiftkv-layer ", o.swiftkv_layer,
-                                                   " must be below the ", c.n_layers, " layers"));
+  if (o.swiftkv_layer >= c.n_layers || o.across_kv < 1 ||
+      (o.swiftkv_layer >= 0 && (c.n_layers - o.swiftkv_layer) % o.across_kv != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibrate: --swiftkv-layer ", o.swiftkv_layer, " must be below the ", c.n_layers,
+        " layers and --across-kv ", o.across_kv, " ≥ 1 must divide the layers after it"));
   }
-  if (!(o.ridge >= 0.0) || !(o.zack_rho >= 0.0) || !(o.zack_kept_fraction >= 0.0) ||
-      o.zack_kept_fraction > 1.0) {
+  if (!(o.ridge >= 0.0) || !(o.zack_rho >= 0.0) || o.zack_rho > 1.0 ||
+      !(o.zack_kept_fraction >= 0.0) || o.zack_kept_fraction > 1.0) {
     return absl::InvalidArgumentError(
-        "calibrate: ridge and ZACK ρ must be ≥ 0 and the kept fraction in (0, 1]");
+        "calibrate: the ridge must be ≥ 0, ZACK ρ in [0, 1] and the kept fraction in (0, 1]");
   }
   return absl::OkStatus();
 }

@@ -30,7 +30,7 @@ struct CalibrateOptions {
   int across_kv = 1;
   double ridge = 1e-4;  // λ relative to the mean diagonal of XᵀX
   bool zack = false;
-  double zack_rho = 0.05;           // removal rate, unless zack_kept_fraction > 0
+  double zack_rho = 0.0;  // removal rate; 0 keeps full rank (ranks can be re-chosen at serve time)
   double zack_kept_fraction = 0.0;  // target fraction of K/V dimensions kept, in (0, 1]
   int num_threads = 0;              // 0 = automatic
   // Called after each sequence of each pass: (phase, sequences done, sequences in the pass).

@@ -135,6 +135,11 @@ TEST(CalibratorTest, RejectsNothingToDoAndBadLayers) {
   group.swiftkv_layer = 1;
   group.across_kv = 2;  // 3 later layers
   EXPECT_FALSE(Calibrate(w, Sequences(1, 8), group, "t").ok());
+  CalibrateOptions zero_group;
+  zero_group.swiftkv_layer = 1;
+  zero_group.across_kv = 0;
+  EXPECT_THAT(std::string(Calibrate(w, Sequences(1, 8), zero_group, "t").status().message()),
+              HasSubstr("--across-kv 0"));
   CalibrateOptions ok;
   ok.swiftkv_layer = 1;
   EXPECT_FALSE(Calibrate(w, {}, ok, "t").ok());

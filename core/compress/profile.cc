@@ -79,6 +79,31 @@ absl::StatusOr<std::shared_ptr<const ZackBases>> ResolveZack(const CompressionPr
   return std::shared_ptr<const ZackBases>(std::move(bases));
 }
 
+// ZACK bases describe the cache of one model: the calibration's recovered SwiftKV model when the
+// file has a recovery, else the model as loaded (plain, or a SwiftKV checkpoint as trained).
+absl::Status CheckZackMatchesSwiftKv(const ModelWeights& weights, const CompressionProfile& profile,
+                                     const Calibration& calibration) {
+  const bool checkpoint =
+      weights.swiftkv.has_value() && weights.swiftkv->layer < weights.config.n_layers;
+  const bool rewired =
+      profile.swiftkv_layer >= 0 && !checkpoint && profile.swiftkv_layer < weights.config.n_layers;
+  if (!calibration.swiftkv.has_value()) {
+    if (!rewired) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "ZACK: the calibration's bases are for the model without SwiftKV rewiring; calibrate with "
+        "the same --swiftkv-layer/--across-kv to serve them together");
+  }
+  const SwiftKvRecovery& r = *calibration.swiftkv;
+  if (rewired && profile.swiftkv_recovery && profile.swiftkv_layer == r.layer &&
+      profile.across_kv == r.group) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("ZACK: the calibration's bases are for SwiftKV l=", r.layer, " G=", r.group,
+                   " with recovery; serve them with --swiftkv-layer ", r.layer, " --across-kv ",
+                   r.group, " --swiftkv-recovery"));
+}
+
 }  // namespace
 
 CalibrationModel CalibrationModelOf(const ModelConfig& config) {
@@ -112,6 +137,8 @@ absl::StatusOr<PreparedModel> PrepareModel(const ModelWeights& weights,
   prepared.weights = weights;
   PDSERVE_ASSIGN_OR_RETURN(prepared.weights.swiftkv, ResolveSwiftKv(weights, profile, calibration));
   PDSERVE_ASSIGN_OR_RETURN(prepared.compression.zack, ResolveZack(profile, calibration));
+  if (profile.zack)
+    PDSERVE_RETURN_IF_ERROR(CheckZackMatchesSwiftKv(weights, profile, *calibration));
   prepared.compression.fp8 = profile.fp8;
   prepared.compression.kcache = profile.kcache;
   PDSERVE_RETURN_IF_ERROR(prepared.compression.Validate());

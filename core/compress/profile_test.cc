@@ -67,6 +67,40 @@ TEST(ProfileTest, RecoveryAndZackNeedTheirCalibration) {
   EXPECT_THAT(Error(w, zack, &other), HasSubstr("ZACK"));
 }
 
+TEST(ProfileTest, ZackBasesServeOnlyTheModelTheyWereMadeFor) {
+  const ModelWeights w = Model();
+  const int d = 8;
+  Calibration c;
+  c.model = CalibrationModelOf(w.config);
+  c.zack.emplace();
+  for (int layer = 0; layer < 4; ++layer) {
+    c.zack->heads.emplace_back(2);
+    for (ZackHeadBasis& head : c.zack->heads.back()) {
+      head.qk_rank = head.vo_rank = d;
+      head.qk_basis.assign(d * d, 0.0f);
+      for (int i = 0; i < d; ++i) head.qk_basis[i * d + i] = 1.0f;
+      head.vo_basis = head.qk_basis;
+      head.qk_eigenvalues.assign(d, 1.0);
+      head.vo_eigenvalues.assign(d, 1.0);
+    }
+  }
+  CompressionProfile zack;
+  zack.zack = true;
+  EXPECT_EQ(Error(w, zack, &c), "");
+  CompressionProfile rewired = zack;
+  rewired.swiftkv_layer = 1;
+  EXPECT_THAT(Error(w, rewired, &c), HasSubstr("without SwiftKV"));
+  c.swiftkv.emplace();
+  c.swiftkv->layer = 1;
+  c.swiftkv->group = 1;
+  c.swiftkv->norm.assign(w.config.dim, 1.0f);
+  c.swiftkv->wk.assign(3, std::vector<float>(w.config.kv_dim() * w.config.dim, 0.0f));
+  c.swiftkv->wv = c.swiftkv->wk;
+  EXPECT_THAT(Error(w, zack, &c), HasSubstr("l=1 G=1"));
+  rewired.swiftkv_recovery = true;
+  EXPECT_EQ(Error(w, rewired, &c), "");
+}
+
 TEST(ProfileTest, RejectsACalibrationOfAnotherShape) {
   const ModelWeights w = Model();
   Calibration c;

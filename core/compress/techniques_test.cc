@@ -131,7 +131,7 @@ TEST(TechniquesTest, IdentitySettingsReproduceThePlainEngine) {
   swiftkv_identity.swiftkv_layer = Config().n_layers;  // l = L
   EXPECT_EQ(RunPrompt(*Engine(swiftkv_identity), Tokens(40), 10), plain);
   CompressionProfile kcache_everything;  // N ≥ context, every layer through KCache
-  kcache_everything.kcache = {.top_n = 1000, .full_layers = 0, .sink = 0, .recent = 0};
+  kcache_everything.kcache = {.top_n = 1000, .full_layers = 0, .sink = 0, .recent = 1};
   EXPECT_EQ(RunPrompt(*Engine(kcache_everything), Tokens(40), 10), plain);
   CompressionProfile zack_full;  // r = d
   zack_full.zack = true;
@@ -199,6 +199,21 @@ TEST(TechniquesTest, PrefillOfNPlusMEqualsPrefillNThenDecodeM) {
   // Rows 29 .. 37 of the long prefill predict what the prompt's last token and each decode step do.
   std::vector<float> tail(long_prefill.begin() + 29 * vocab, long_prefill.end());
   EXPECT_LT(RelativeError(stepwise, tail), 1e-5);
+}
+
+// SwiftKV leaves a prompt's last token alone in the later layers: it still attends densely, and
+// only decode steps go through KCache's selection.
+TEST(TechniquesTest, PromptsAttendDenselyUnderKCache) {
+  CompressionProfile swiftkv;
+  swiftkv.swiftkv_layer = 2;
+  CompressionProfile with_kcache = swiftkv;
+  with_kcache.kcache = {.top_n = 1, .full_layers = 0, .sink = 1, .recent = 1};
+  const std::vector<float> dense = RunPrompt(*Engine(swiftkv), Tokens(40), 0);
+  EXPECT_EQ(RunPrompt(*Engine(with_kcache), Tokens(40), 0), dense);
+  // ... while its decode steps do select (else this test would prove nothing).
+  EXPECT_GT(RelativeError(RunPrompt(*Engine(with_kcache), Tokens(40), 3),
+                          RunPrompt(*Engine(swiftkv), Tokens(40), 3)),
+            1e-4);
 }
 
 TEST(TechniquesTest, AcrossKvAllocatesOnlyLeaders) {

@@ -18,7 +18,7 @@ struct KCacheOptions {
   int top_n = 0;        // tokens chosen by score per KV head; 0 = KCache off
   int full_layers = 2;  // layers [0, full_layers) attend densely, V resident
   int sink = 4;         // first tokens always kept
-  int recent = 16;      // newest tokens always kept
+  int recent = 16;      // newest tokens always kept (≥ 1: a token always sees itself)
   bool renormalize = false;
 
   bool enabled() const { return top_n > 0; }

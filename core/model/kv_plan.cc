@@ -122,10 +122,11 @@ Tensor FoldO(const Tensor& wo, const ModelConfig& c, const ZackBases* zack, cons
 }  // namespace
 
 absl::Status KvCompression::Validate() const {
-  if (kcache.top_n < 0 || kcache.full_layers < 0 || kcache.sink < 0 || kcache.recent < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KCache: top-n ", kcache.top_n, ", full layers ", kcache.full_layers, ", sink ",
-        kcache.sink, " and recent ", kcache.recent, " must not be negative"));
+  if (kcache.top_n < 0 || kcache.full_layers < 0 || kcache.sink < 0 || kcache.recent < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KCache: top-n ", kcache.top_n, ", full layers ", kcache.full_layers,
+                     " and sink ", kcache.sink, " must not be negative, and recent ", kcache.recent,
+                     " must be ≥ 1 (the newest token always attends to itself)"));
   }
   if (fp8 != KvScaleMode::kNone && fp8 != KvScaleMode::kPerTokenHead &&
       fp8 != KvScaleMode::kPerPageHead) {

@@ -19,6 +19,13 @@
 
 namespace pdserve {
 
+// Rows [first, last) of segments_[segment], all in one KV page.
+struct StoreRun {
+  int segment = 0;
+  int first = 0;
+  int last = 0;
+};
+
 // Activation buffers sized for max_batch_tokens rows.
 struct LlamaEngine::Buffers {
   std::vector<int32_t> tokens;  // [n]
@@ -31,6 +38,8 @@ struct LlamaEngine::Buffers {
   std::vector<float> attention_workspace;
   std::vector<kernels::AttentionSequence> attention, kcache;
   std::vector<size_t> pages_before;  // per chunk, while reserving KV
+  std::vector<StoreRun> store_runs;  // per (segment, page) while storing KV
+  std::vector<float> projected;      // [threads, head_dim]: a ZACK-projected key
   std::vector<char> seen;            // per sequence slot, while validating a batch
 };
 
@@ -70,7 +79,7 @@ double PlannedBytes(const ModelConfig& c, const EngineOptions& o, const KvPlan& 
                     int max_context, int kv_pages) {
   const double n = o.max_batch_tokens, threads = o.num_threads;
   const double activations =
-      n * (4.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
+      n * (5.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
            (plan.swiftkv() ? static_cast<double>(plan.swiftkv_kv.shape[0]) : 0.0));
   const double workspaces =
       kernels::MatmulWorkspaceFloats(o.num_threads, std::max(c.dim, c.hidden_dim)) +
@@ -167,10 +176,11 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   int64_t qkv_width = 0;
   for (const LayerPlan& layer : plan_.layers) qkv_width = std::max(qkv_width, layer.w_in.shape[0]);
   const int64_t swiftkv_width = plan_.swiftkv() ? plan_.swiftkv_kv.shape[0] : 0;
+  const bool zack = plan_.caches.front().zack();
   for (auto [buffer, width] :
        {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
         std::pair{&b.qkv, qkv_width}, std::pair{&b.attn, int64_t{c.dim}},
-        std::pair{&b.q_packed, int64_t{c.dim}}, std::pair{&b.swiftkv, swiftkv_width},
+        std::pair{&b.q_packed, zack ? int64_t{c.dim} : 0}, std::pair{&b.swiftkv, swiftkv_width},
         std::pair{&b.gate_up, int64_t{2} * c.hidden_dim},
         std::pair{&b.hb, int64_t{c.hidden_dim}}}) {
     buffer->resize(n * width);
@@ -189,6 +199,7 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   b.attention.reserve(options.max_sequences);
   b.kcache.reserve(options.max_sequences);
   b.pages_before.resize(options.max_sequences);
+  b.projected.resize(static_cast<size_t>(pool_.size()) * c.head_dim());
   b.seen.resize(options.max_sequences);
   segments_.reserve(options.max_sequences);
 }
@@ -288,7 +299,7 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
   for (const ForwardChunk& chunk : chunks) {
     const int start = sequences_[chunk.sequence].table.num_tokens();
     const int count = static_cast<int>(chunk.tokens.size());
-    segments_.push_back({chunk.sequence, n, count, start, chunk.all_logits});
+    segments_.push_back({chunk.sequence, n, count, start, chunk.all_logits, count == 1});
     for (int i = 0; i < count; ++i, ++n) {
       b.tokens[n] = chunk.tokens[i];
       b.positions[n] = start + i;
@@ -441,12 +452,23 @@ void LlamaEngine::StoreKv(int cache_index, float* k, const float* v, int64_t str
   const CachePlan& cache = plan_.caches[cache_index];
   const int d = c.head_dim(), page_size = options_.kv_page_size;
   if (observer_ != nullptr) observer_->CachedKv(cache_index, k, v, stride, n);
-  // Per segment and page, so that the rows of one page are written by one thread in order.
+  // One task per (segment, page): the rows of a page are written by one thread, in order.
   const int v_section = v_section_[cache_index], k_section = k_section_[cache_index];
-  auto store = [&](const Segment& segment, int first, int last) {
+  Buffers& b = *buffers_;
+  b.store_runs.clear();
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const Segment& segment = segments_[s];
+    for (int i = 0; i < segment.n;) {
+      const int page_end = ((segment.start_pos + i) / page_size + 1) * page_size;
+      const int last = std::min(segment.n, page_end - segment.start_pos);
+      b.store_runs.push_back({static_cast<int>(s), i, last});
+      i = last;
+    }
+  }
+  auto store = [&](const StoreRun& run, float* projected) {
+    const Segment& segment = segments_[run.segment];
     const std::vector<int32_t>& pages = sequences_[segment.sequence].table.pages();
-    std::vector<float> projected(d);
-    for (int i = first; i < last; ++i) {
+    for (int i = run.first; i < run.last; ++i) {
       const int64_t t = segment.row + i;
       const int pos = segment.start_pos + i;
       const int32_t page = pages[pos / page_size];
@@ -458,8 +480,8 @@ void LlamaEngine::StoreKv(int cache_index, float* k, const float* v, int64_t str
         const float* k_row = k + t * stride + int64_t{g} * d;
         if (cache.zack()) {
           kernels::ProjectRows(cache.k_basis.data() + cache.k_basis_offsets[g],
-                               cache.layout.k.dim(g), d, k_row, projected.data());
-          k_row = projected.data();
+                               cache.layout.k.dim(g), d, k_row, projected);
+          k_row = projected;
         }
         WriteKvRow(cache.layout.k, k_page, g, pos % page_size, k_row);
         WriteKvRow(cache.layout.v, v_page, g, pos % page_size, v + t * stride + v_offset);
@@ -467,10 +489,10 @@ void LlamaEngine::StoreKv(int cache_index, float* k, const float* v, int64_t str
       }
     }
   };
-  pool_.ParallelForDynamic(static_cast<int64_t>(segments_.size()), 1,
-                           [&](int64_t begin, int64_t end, int) {
-                             for (int64_t s = begin; s < end; ++s) {
-                               store(segments_[s], 0, segments_[s].n);
+  pool_.ParallelForDynamic(static_cast<int64_t>(b.store_runs.size()), 1,
+                           [&](int64_t begin, int64_t end, int thread) {
+                             for (int64_t r = begin; r < end; ++r) {
+                               store(b.store_runs[r], b.projected.data() + int64_t{thread} * d);
                              }
                            });
 }
@@ -514,8 +536,8 @@ void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
     seq.n_queries = segment.n;
     seq.start_pos = segment.start_pos;
     seq.kv = CacheView(cache_index, sequences_[segment.sequence].table);
-    // KCache selects for decode steps; prompts attend densely.
-    (cache.kcache && segment.n == 1 ? b.kcache : b.attention).push_back(seq);
+    // KCache selects for decode steps; prompts (even their last token alone) attend densely.
+    (cache.kcache && segment.decode ? b.kcache : b.attention).push_back(seq);
   }
   kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
   shape.q_offsets = cache.q_offsets.data();

@@ -48,6 +48,7 @@ struct ForwardChunk {
   int sequence = -1;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token, not only the last
+  // A chunk of one token is a decode step: with KCache its later layers select what to read.
 };
 
 // Sees intermediate values of a Forward, for calibration. Called on the Forward caller's thread
@@ -61,7 +62,7 @@ class ForwardObserver {
   // floats apart.
   virtual void Queries(int layer, const float* q, int64_t stride, int n) = 0;
   // What cache layer c is given to store, before ZACK and FP8: post-RoPE k [n, kv_dim] and v
-  // [n, kv_dim] (v as projected: V/O-folded under ZACK), rows `stride` floats apart.
+  // [n, kv_dim] (under ZACK v is already V/O-folded, Σ r_v wide), rows `stride` floats apart.
   virtual void CachedKv(int cache_layer, const float* k, const float* v, int64_t stride, int n) = 0;
 };
 
@@ -108,6 +109,7 @@ class LlamaEngine {
     int n = 0;
     int start_pos = 0;
     bool all_logits = false;
+    bool decode = false;  // a one-token chunk: a decode step (KCache selects for these)
   };
   LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions& options, int max_context);
   absl::Status CreateCaches();
@@ -120,7 +122,7 @@ class LlamaEngine {
   // Keeps only the rows that need logits (a segment's last, or all when all_logits), moved to the
   // front; returns their count. Idempotent.
   int CompactToLogitRows();
-  // RoPE on q and (when k) on k of every row; ZACK-projects q into the packed query buffer.
+  // RoPE on the queries of every row; under ZACK also projects them into the packed buffer.
   void RotateQueries(int layer, float* q, int64_t stride, int n);
   void StoreKv(int cache, float* k, const float* v, int64_t stride, int n);
   // Runs fn over tokens [0, n) on the pool when n is large enough to pay for it, else inline.
