@@ -90,6 +90,52 @@ for flags in "--max-tokens 600" "--max-tokens 0" "--temperature -1" "--top-p 1.5
   fi
 done
 
+# --- 6. KV techniques: calibrate, compare, serve, and refuse what does not fit ---------------
+for seed in 1 2 3 4 5 6; do
+  "$PDSERVE" generate --model "$MODEL" --prompt "" --max-tokens 300 --temperature 1 --seed "$seed" \
+    --log-level warn >> "$WORK/corpus.txt"
+done
+"$PDSERVE" calibrate --model "$MODEL" --text "$WORK/corpus.txt" --ctx 128 --swiftkv-layer 3 --zack \
+  --out "$WORK/260K.cal" --log-level warn > "$WORK/calibrate.json" || fail "calibrate"
+grep -q '"content_hash"' "$WORK/calibrate.json" || fail "calibrate printed no content hash"
+compare() {  # python condition on d, then technique flags
+  local condition=$1; shift
+  local json
+  json=$("$PDSERVE" eval --model "$MODEL" --text "$PDSERVE_SHARED_DIR/data/stories260K-eval.txt" \
+    --ctx 128 --compare-to-baseline --log-level warn "$@" | tail -1)
+  if python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if ($condition) else 1)" "$json"; then
+    echo "ok eval $*: $json"
+  else
+    fail "eval $* does not satisfy $condition: $json"
+  fi
+}
+compare "d['kl_mean'] == 0 and d['top1_agreement'] == 1" --kcache-topn 1000 --swiftkv-layer 5
+compare "0.5 < d['top1_agreement'] < 1 and d['kv_bytes_per_token'] < d['kv_bytes_per_token_baseline_fp16'] and d['prefill_flops_ratio'] < 0.7" \
+  --swiftkv-layer 3 --swiftkv-recovery --calibration "$WORK/260K.cal" --zack --zack-rho 0.05 \
+  --fp8 per-token --kcache-topn 16
+"$PDSERVE" generate --model "$MODEL" --prompt "Lily" --max-tokens 20 --swiftkv-layer 3 \
+  --swiftkv-recovery --calibration "$WORK/260K.cal" --fp8 per-page --kcache-topn 8 \
+  --log-level warn > /dev/null || fail "generate with KV techniques"
+cp "$WORK/260K.cal" "$WORK/corrupt.cal"
+python3 -c "import sys; b=bytearray(open(sys.argv[1],'rb').read()); b[100]^=1; open(sys.argv[1],'wb').write(b)" "$WORK/corrupt.cal"
+expect_clean_error bad-fp8-flag "$MODEL" --fp8 e5m2
+expect_clean_error zack-without-calibration "$MODEL" --zack --log-level warn
+expect_clean_error missing-calibration "$MODEL" --zack --calibration "$WORK/none.cal" --log-level warn
+expect_clean_error corrupt-calibration "$MODEL" --zack --calibration "$WORK/corrupt.cal" --log-level warn
+"$PDSERVE" calibrate --model "$WORK/tiny.gguf" --text "$WORK/corpus.txt" --ctx 32 --zack \
+  --out "$WORK/tiny.cal" --log-level warn > /dev/null || fail "calibrate the tiny model"
+expect_clean_error calibration-of-another-model "$MODEL" --zack --calibration "$WORK/tiny.cal" --log-level warn
+expect_clean_error zack-for-another-swiftkv "$MODEL" --zack --calibration "$WORK/260K.cal" --log-level warn
+expect_clean_error kcache-recent-zero "$MODEL" --kcache-topn 4 --kcache-recent 0 --log-level warn
+expect_clean_error swiftkv-beyond-layers "$MODEL" --swiftkv-layer 9 --log-level warn
+expect_clean_error across-kv-not-dividing "$MODEL" --swiftkv-layer 2 --across-kv 2 --log-level warn
+rc=0
+"$PDSERVE" calibrate --model "$MODEL" --text "$WORK/corpus.txt" --swiftkv-layer 1 --across-kv 0 \
+  --out "$WORK/x.cal" > "$WORK/out" 2> "$WORK/err" || rc=$?
+if [ "$rc" -ne 1 ] || [ -s "$WORK/out" ] || [ -e "$WORK/x.cal" ] || ! tail -1 "$WORK/err" | grep -q '^error: '; then
+  fail "calibrate --across-kv 0: rc=$rc"; cat "$WORK/err" >&2
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
   exit 1
