@@ -15,6 +15,12 @@ double AttentionFlops(const ModelConfig& c, const CachePlan& cache, int queries,
          (cache.zack() ? 2.0 * queries * c.head_dim() * cache.q_width : 0.0);
 }
 
+// ZACK's projection of every stored key of a cache: Σ_g r_k(g) · head_dim per token.
+double KeyProjectionFlops(const ModelConfig& c, const CachePlan& cache, double tokens) {
+  if (!cache.zack()) return 0.0;
+  return 2.0 * tokens * c.head_dim() * (cache.q_width / (c.n_heads / c.n_kv_heads));
+}
+
 }  // namespace
 
 double PrefillFlops(const ModelConfig& c, const KvPlan& plan, int prompt_tokens) {
@@ -27,16 +33,12 @@ double PrefillFlops(const ModelConfig& c, const KvPlan& plan, int prompt_tokens)
     const int rows = j < plan.swiftkv_layer ? prompt_tokens : 1;
     flops += MatmulFlops(layer.w_in, rows) + MatmulFlops(layer.wo, rows) + mlp * rows;
     flops += AttentionFlops(c, cache, rows, prompt_tokens - 1);
-    if (layer.writes_kv && cache.zack()) {  // K projection of every stored token
-      flops += 2.0 * n * c.head_dim() * (cache.q_width / (c.n_heads / c.n_kv_heads));
-    }
+    if (layer.writes_kv) flops += KeyProjectionFlops(c, cache, n);
   }
   if (plan.swiftkv()) {
     flops += MatmulFlops(plan.swiftkv_kv, n);
-    for (size_t c_index = plan.swiftkv_layer; c_index < plan.caches.size(); ++c_index) {
-      const CachePlan& cache = plan.caches[c_index];
-      if (cache.zack())
-        flops += 2.0 * n * c.head_dim() * (cache.q_width / (c.n_heads / c.n_kv_heads));
+    for (size_t cache = plan.swiftkv_layer; cache < plan.caches.size(); ++cache) {
+      flops += KeyProjectionFlops(c, plan.caches[cache], n);
     }
   }
   return flops;

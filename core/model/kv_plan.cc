@@ -8,12 +8,6 @@
 namespace pdserve {
 namespace {
 
-// `tensor` in `dtype`, in memory of the plan's own (a copy when conversion would share it).
-Tensor Owned(const Tensor& tensor, DType dtype) {
-  Tensor converted = ConvertTensor(tensor, dtype);
-  return converted.data == tensor.data ? CopyTensor(converted) : converted;
-}
-
 absl::Status ValidateZack(const ModelConfig& c, const ZackBases& zack, int n_caches) {
   if (static_cast<int>(zack.heads.size()) != n_caches) {
     return absl::InvalidArgumentError(absl::StrCat("ZACK: bases for ", zack.heads.size(),
@@ -171,9 +165,9 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
       layer.w_in = ConcatRows({ConvertTensor(w.wq, dtype), ConvertTensor(w.wk, dtype),
                                ConvertTensor(FoldV(w.wv, c, zack, layer.cache), dtype)});
     } else {
-      layer.w_in = Owned(sw->wq[j - l], dtype);
+      layer.w_in = ConvertOwned(sw->wq[j - l], dtype);
     }
-    layer.wo = Owned(FoldO(w.wo, c, zack, plan.caches[layer.cache], layer.cache), dtype);
+    layer.wo = ConvertOwned(FoldO(w.wo, c, zack, plan.caches[layer.cache], layer.cache), dtype);
     plan.layers.push_back(std::move(layer));
   }
   if (sw != nullptr) {

@@ -46,23 +46,22 @@ struct LlamaEngine::Buffers {
 namespace {
 
 // The weights Forward streams outside attention (the plan holds those), in `dtype` and in memory
-// of the engine's own (huge pages, see CopyTensor): matrices that conversion left shared with
-// `source` (often a file mapping) are copied. gate/up are copied anyway when stacked; the
-// attention projections and SwiftKV tensors are dropped.
+// of the engine's own (huge pages, see CopyTensor) — the embedding, only gathered from, may stay
+// shared with `source` (often a file mapping). gate/up are copied anyway when stacked.
 ModelWeights OwnedWeights(const ModelWeights& source, DType dtype) {
-  ModelWeights run = source;
-  run.swiftkv.reset();
-  Tensor dropped;
-  dropped.dtype = dtype;  // so that conversion passes it through
-  for (LayerWeights& layer : run.layers) layer.wq = layer.wk = layer.wv = layer.wo = dropped;
-  run = ConvertWeights(run, dtype);
-  auto own = [](const Tensor& t, const Tensor& from) {
-    return t.data == from.data ? CopyTensor(t) : t;
-  };
-  for (size_t l = 0; l < run.layers.size(); ++l) {
-    run.layers[l].w2 = own(run.layers[l].w2, source.layers[l].w2);
+  ModelWeights run;
+  run.config = source.config;
+  run.token_embedding = ConvertTensor(source.token_embedding, dtype);
+  run.classifier = ConvertOwned(source.classifier, dtype);
+  run.final_norm = ToF32(source.final_norm);
+  for (const LayerWeights& layer : source.layers) {
+    LayerWeights& out = run.layers.emplace_back();
+    out.attn_norm = ToF32(layer.attn_norm);
+    out.ffn_norm = ToF32(layer.ffn_norm);
+    out.w1 = ConvertTensor(layer.w1, dtype);
+    out.w3 = ConvertTensor(layer.w3, dtype);
+    out.w2 = ConvertOwned(layer.w2, dtype);
   }
-  run.classifier = own(run.classifier, source.classifier);
   return run;
 }
 

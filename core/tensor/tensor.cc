@@ -67,6 +67,11 @@ float ElementAsFloat(const Tensor& tensor, int64_t index) {
 
 Tensor ToF32(const Tensor& tensor) { return ConvertTensor(tensor, DType::kF32); }
 
+Tensor ConvertOwned(const Tensor& tensor, DType dtype) {
+  Tensor converted = ConvertTensor(tensor, dtype);
+  return converted.data == tensor.data ? CopyTensor(converted) : converted;
+}
+
 Tensor ConvertTensor(const Tensor& tensor, DType dtype) {
   if (tensor.dtype == dtype) {
     return tensor;

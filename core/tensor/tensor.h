@@ -45,6 +45,10 @@ Tensor ToF32(const Tensor& tensor);
 // unchanged when already `dtype`.
 Tensor ConvertTensor(const Tensor& tensor, DType dtype);
 
+// `tensor` in `dtype` in memory of its own: ConvertTensor, then CopyTensor when the conversion
+// had nothing to do (so the result never shares `tensor`'s bytes, e.g. a file mapping).
+Tensor ConvertOwned(const Tensor& tensor, DType dtype);
+
 // An owned copy of `tensor` in memory of its own: 2 MiB aligned and advised into transparent huge
 // pages when large (streaming it then costs fewer TLB misses than a file mapping would).
 Tensor CopyTensor(const Tensor& tensor);
