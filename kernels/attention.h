@@ -22,7 +22,8 @@ struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;  // the model's: sets the softmax scale and bounds every stored width
-  // Float offsets of each query head's slice in a query row and in an output row; null = h·head_dim.
+  // Float offsets of each query head's slice in a query row and in an output row; null =
+  // h·head_dim.
   const int* q_offsets = nullptr;
   const int* out_offsets = nullptr;
 
@@ -32,9 +33,9 @@ struct AttentionShape {
 };
 
 struct AttentionSequence {
-  const float* q = nullptr;  // n_queries rows, q_row_stride floats apart
-  int64_t q_row_stride = 0;  // 0 = n_heads · head_dim
-  float* out = nullptr;      // n_queries rows, out_row_stride floats apart
+  const float* q = nullptr;    // n_queries rows, q_row_stride floats apart
+  int64_t q_row_stride = 0;    // 0 = n_heads · head_dim
+  float* out = nullptr;        // n_queries rows, out_row_stride floats apart
   int64_t out_row_stride = 0;  // 0 = n_heads · head_dim
   int n_queries = 0;
   int start_pos = 0;

@@ -179,7 +179,8 @@ void CheckAgainstReferences(const PagedFixture& f, const AttentionShape& shape, 
   std::vector<std::vector<float>> fast_out, ref_out;
   std::vector<AttentionSequence> fast = f.Sequences(fast_out);
   std::vector<AttentionSequence> ref = f.Sequences(ref_out);
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(
+      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
   Attention(pool, shape, fast, workspace);
   for (size_t s = 0; s < f.num_sequences(); ++s) {
     SCOPED_TRACE(absl::StrCat("sequence ", s, " start_pos ", fast[s].start_pos, " n_queries ",
@@ -287,7 +288,8 @@ TEST(AttentionEdgeTest, SingleTokenReturnsItsValue) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> outs;
   std::vector<AttentionSequence> seqs = f.Sequences(outs);
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(
+      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
   Attention(pool, shape, seqs, workspace);
   std::vector<double> naive = f.Naive(0);
   for (int h = 0; h < shape.n_heads; ++h) {

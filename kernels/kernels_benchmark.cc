@@ -133,9 +133,8 @@ struct AttentionSetup {
       seq.out = out.data() + s * row;
       seq.n_queries = n_queries;
       seq.start_pos = context - n_queries;
-      seq.kv =
-          PlainPagedKv(k.data(), v.data(), pages.data() + s * pages_per_seq, kPageSize, page_stride,
-                       kHeadDim);
+      seq.kv = PlainPagedKv(k.data(), v.data(), pages.data() + s * pages_per_seq, kPageSize,
+                            page_stride, kHeadDim);
       sequences.push_back(seq);
     }
   }

@@ -63,9 +63,9 @@ void LlamaReference::Layer(int layer) {
   seq.out = attn_.data();
   seq.n_queries = 1;
   seq.start_pos = pos;
-  seq.kv = kernels::PlainPagedKv(key_cache_.data() + layer_offset,
-                                 value_cache_.data() + layer_offset, &page, c.max_seq_len,
-                                 int64_t{c.kv_dim()} * c.max_seq_len, d);
+  seq.kv =
+      kernels::PlainPagedKv(key_cache_.data() + layer_offset, value_cache_.data() + layer_offset,
+                            &page, c.max_seq_len, int64_t{c.kv_dim()} * c.max_seq_len, d);
   kernels::AttentionReference({c.n_heads, c.n_kv_heads, d}, seq);
   kernels::MatmulReference(attn_.data(), 1, w.wo, xb_.data());
   for (int i = 0; i < c.dim; ++i) x_[i] += xb_[i];

@@ -34,8 +34,8 @@ struct ModelWeights {
   ModelConfig config;
   Tensor token_embedding;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  Tensor final_norm;  // [dim]
-  Tensor classifier;  // [vocab, dim]; shares token_embedding's bytes when tied
+  Tensor final_norm;                      // [dim]
+  Tensor classifier;                      // [vocab, dim]; shares token_embedding's bytes when tied
   std::optional<SwiftKvWeights> swiftkv;  // SwiftKV checkpoints (or rewired models) only
 };
 
