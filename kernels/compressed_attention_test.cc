@@ -25,6 +25,7 @@
 #include "core/base/thread_pool.h"
 #include "core/kv/kv_layout.h"
 #include "core/kv/kv_row_codec.h"
+#include "core/kv/section_pool_testing.h"
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/kv_view.h"
@@ -39,40 +40,6 @@ constexpr int kSparePages = 4;
 struct SequenceSpec {
   int start_pos;
   int n_queries;
-};
-
-KvSectionLayout Layout(int page_size, std::vector<int> dims, KvElement element,
-                       KvScaleMode scales) {
-  EXPECT_TRUE(KvSectionLayout::Validate(page_size, dims, element, scales).ok());
-  return KvSectionLayout(page_size, std::move(dims), element, scales);
-}
-
-// One section's pages in a byte pool, poisoned before any row is written: NaN floats for f32,
-// 0x7F (NaN) codes and huge scales for e4m3.
-struct SectionPool {
-  SectionPool(KvSectionLayout l, int num_pages)
-      : layout(std::move(l)),
-        stride((layout.bytes() + 63) / 64 * 64),
-        bytes(static_cast<size_t>(stride * num_pages),
-              layout.element() == KvElement::kF32 ? 0xFF : 0x7F) {}
-
-  uint8_t* page(int32_t p) { return bytes.data() + p * stride; }
-  const uint8_t* page(int32_t p) const { return bytes.data() + p * stride; }
-
-  KvSectionView View() const {
-    KvSectionView view;
-    view.pool = bytes.data();
-    view.page_stride = stride;
-    view.dims = layout.dims().data();
-    view.head_offsets = layout.head_offsets().data();
-    view.e4m3 = layout.element() == KvElement::kE4M3;
-    view.scales_per_head = layout.scales_per_head();
-    return view;
-  }
-
-  KvSectionLayout layout;
-  int64_t stride;
-  std::vector<uint8_t> bytes;
 };
 
 // Several sequences in one K and one V pool, pages handed out shuffled. Keeps the original rows

@@ -82,4 +82,16 @@ int KvSectionLayout::scales_per_head() const {
   return 0;
 }
 
+kernels::KvSectionView SectionView(const KvSectionLayout& layout, const uint8_t* pool,
+                                   int64_t page_stride) {
+  kernels::KvSectionView view;
+  view.pool = pool;
+  view.page_stride = page_stride;
+  view.dims = layout.dims().data();
+  view.head_offsets = layout.head_offsets().data();
+  view.e4m3 = layout.element() == KvElement::kE4M3;
+  view.scales_per_head = layout.scales_per_head();
+  return view;
+}
+
 }  // namespace pdserve

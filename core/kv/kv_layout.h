@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/kv_view.h"
 
 namespace pdserve {
 
@@ -83,6 +84,11 @@ struct KvLayerLayout {
   }
   bool operator==(const KvLayerLayout& other) const { return k == other.k && v == other.v; }
 };
+
+// How the attention kernels read a section laid out by `layout` whose page p starts at
+// pool + p · page_stride. The view points into `layout`, which must outlive it.
+kernels::KvSectionView SectionView(const KvSectionLayout& layout, const uint8_t* pool,
+                                   int64_t page_stride);
 
 }  // namespace pdserve
 

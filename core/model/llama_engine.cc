@@ -498,22 +498,12 @@ void LlamaEngine::StoreKv(int cache_index, float* k, const float* v, int64_t str
 
 kernels::PagedKvView LlamaEngine::CacheView(int cache_index, const BlockTable& table) const {
   const CachePlan& cache = plan_.caches[cache_index];
-  auto section_view = [](const KvSectionLayout& layout, const uint8_t* pool, int64_t stride) {
-    kernels::KvSectionView view;
-    view.pool = pool;
-    view.page_stride = stride;
-    view.dims = layout.dims().data();
-    view.head_offsets = layout.head_offsets().data();
-    view.e4m3 = layout.element() == KvElement::kE4M3;
-    view.scales_per_head = layout.scales_per_head();
-    return view;
-  };
   const int ks = k_section_[cache_index], vs = v_section_[cache_index];
   kernels::PagedKvView view;
-  view.k = section_view(cache.layout.k, kv_->section_pool(ks), kv_->section_stride(ks));
+  view.k = SectionView(cache.layout.k, kv_->section_pool(ks), kv_->section_stride(ks));
   view.v = cache.kcache
-               ? section_view(cache.layout.v, tier_->section_pool(vs), tier_->section_stride(vs))
-               : section_view(cache.layout.v, kv_->section_pool(vs), kv_->section_stride(vs));
+               ? SectionView(cache.layout.v, tier_->section_pool(vs), tier_->section_stride(vs))
+               : SectionView(cache.layout.v, kv_->section_pool(vs), kv_->section_stride(vs));
   view.pages = table.pages().data();
   view.page_size = options_.kv_page_size;
   return view;
