@@ -22,6 +22,13 @@ absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name) {
 absl::Status WriteModel(const std::string& path, const ModelWeights& weights,
                         const Vocabulary& vocab, const WriteOptions& options) {
   // The GGUF and Hugging Face writers validate weights and vocabulary themselves.
+  const bool swiftkv =
+      weights.swiftkv.has_value() && weights.swiftkv->layer < weights.config.n_layers;
+  if (swiftkv && options.format != ModelFormat::kHuggingFace) {
+    return absl::InvalidArgumentError(
+        "SwiftKV weights can only be written as a Hugging Face checkpoint (llama_swiftkv); GGUF "
+        "and llama2.c have no place for them");
+  }
   switch (options.format) {
     case ModelFormat::kGguf:
       return WriteGgufModel(path, weights, vocab, options.dtype);

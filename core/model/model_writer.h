@@ -22,7 +22,8 @@ struct WriteOptions {
 // Parses "gguf", "safetensors"/"hf" or "llama2c"; InvalidArgument names the accepted values.
 absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name);
 
-// `path` is a file for llama2.c and GGUF, a directory (created) for Hugging Face.
+// `path` is a file for llama2.c and GGUF, a directory (created) for Hugging Face. SwiftKV weights
+// (weights.swiftkv with layer < n_layers) only fit Hugging Face: InvalidArgument for the others.
 absl::Status WriteModel(const std::string& path, const ModelWeights& weights,
                         const Vocabulary& vocab, const WriteOptions& options);
 

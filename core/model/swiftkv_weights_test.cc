@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/model/model_weights.h"
+#include "core/model/model_writer.h"
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -238,6 +239,23 @@ TEST(SwiftKvWeightsTest, WithRopePairingPermutesSwiftKvQueriesAndKeysLikeTheLaye
   const ModelWeights split4 = WithRopePairing(w, RopePairing::kSplitHalf);
   EXPECT_FALSE(SameBytes(split4.swiftkv->wk[0], w.swiftkv->wk[0]));
   ExpectSameSwiftKv(*WithRopePairing(split4, RopePairing::kAdjacent).swiftkv, *w.swiftkv);
+}
+
+// GGUF and llama2.c have no tensors for SwiftKV: writing them there would silently drop it.
+TEST(SwiftKvWeightsTest, OnlyHuggingFaceCanHoldThem) {
+  ModelWeights w = MakeRandomModel(SmallConfig(), 3);
+  absl::StatusOr<SwiftKvWeights> rewired = RewireSwiftKv(w, 2, 1);
+  ASSERT_TRUE(rewired.ok());
+  w.swiftkv = *rewired;
+  const Vocabulary vocab = SyntheticVocabulary(SmallConfig().vocab_size);
+  for (ModelFormat format : {ModelFormat::kGguf, ModelFormat::kLlama2c}) {
+    WriteOptions options;
+    options.format = format;
+    const absl::Status status =
+        WriteModel(::testing::TempDir() + "/swiftkv.out", w, vocab, options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("Hugging Face"));
+  }
 }
 
 }  // namespace
