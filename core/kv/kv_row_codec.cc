@@ -20,6 +20,14 @@ float* Scales(const KvSectionLayout& layout, uint8_t* section, int head) {
   return reinterpret_cast<float*>(section + layout.scale_offset(head));
 }
 
+// True when rows [0, slot) of head g hold only ±0 codes: nothing written yet pins the page's scale.
+// Stops at the first non-zero code, which normal data has in its first row.
+bool OnlyZeroRows(const KvSectionLayout& layout, const uint8_t* section, int head, int slot) {
+  const uint8_t* codes = section + layout.row_offset(head, 0);
+  const int64_t n = int64_t{slot} * layout.dim(head);
+  return std::all_of(codes, codes + n, [](uint8_t code) { return (code & 0x7F) == 0; });
+}
+
 // Per-page FP8: makes the head's scale cover `amax`, re-encoding slots [0, slot) if it grows.
 // It grows by a power of two: the new e4m3 grid then holds every value of the old one but those
 // that fall into its subnormal range, so re-encoding is exact rather than a second rounding that
@@ -28,7 +36,7 @@ float PageScaleCovering(const KvSectionLayout& layout, uint8_t* section, int hea
                         float amax) {
   float& scale = *Scales(layout, section, head);
   float wanted = kernels::E4M3ScaleFor(amax);
-  if (slot == 0) return scale = wanted;
+  if (slot == 0 || OnlyZeroRows(layout, section, head, slot)) return scale = wanted;
   if (wanted <= scale) return scale;
   if (scale > 0.0f && std::isfinite(scale)) {
     float grown = scale;

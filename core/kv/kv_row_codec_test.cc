@@ -328,20 +328,30 @@ TEST(KvRowCodecPerPageTest, SlotZeroResetsTheScale) {
 }
 
 // An all-zero first row gets scale 1; a larger later row still raises it to cover itself.
-TEST(KvRowCodecPerPageTest, ZeroFirstRowThenLargerRow) {
-  const KvSectionLayout layout = Layout(2, {8}, KvElement::kE4M3, KvScaleMode::kPerPageHead);
-  std::vector<uint8_t> section = Section(layout);
-  const std::vector<float> zeros(8, 0.0f);
-  WriteKvRow(layout, section.data(), 0, 0, zeros.data());
-  EXPECT_EQ(Scale(layout, section, 0), 1.0f);
-  const std::vector<float> row = {1000.0f, -3.0f, 0.5f, 7.0f, -999.0f, 0.0f, 12.0f, 450.0f};
-  WriteKvRow(layout, section.data(), 0, 1, row.data());
-  const float scale = Scale(layout, section, 0);
-  EXPECT_GE(scale * 448.0f, 1000.0f);
-  for (float x : Read(layout, section, 0, 0)) EXPECT_EQ(x, 0.0f);
-  const std::vector<float> got = Read(layout, section, 0, 1);
-  for (int i = 0; i < 8; ++i)
-    EXPECT_LE(std::fabs(double{got[i]} - row[i]), OneRounding(row[i], scale));
+// While every earlier row is zero nothing pins the page's scale: the next row sets it to its own
+// amax/448, larger or smaller than the zero row's 1.
+TEST(KvRowCodecPerPageTest, ZeroRowsLeaveTheScaleFree) {
+  const KvSectionLayout layout = Layout(4, {8}, KvElement::kE4M3, KvScaleMode::kPerPageHead);
+  for (float magnitude : {1000.0f, 0.01f}) {
+    SCOPED_TRACE(testing::Message() << "magnitude " << magnitude);
+    std::vector<uint8_t> section = Section(layout);
+    const std::vector<float> zeros(8, 0.0f);
+    WriteKvRow(layout, section.data(), 0, 0, zeros.data());
+    WriteKvRow(layout, section.data(), 0, 1, zeros.data());
+    EXPECT_EQ(Scale(layout, section, 0), 1.0f);
+    std::mt19937 rng(9);
+    const std::vector<float> row = RandomRow(rng, 8, magnitude);
+    WriteKvRow(layout, section.data(), 0, 2, row.data());
+    const float scale = Scale(layout, section, 0);
+    EXPECT_EQ(scale, kernels::E4M3ScaleFor(AbsMax(row)));
+    for (int slot : {0, 1}) {
+      for (float x : Read(layout, section, 0, slot)) EXPECT_EQ(x, 0.0f);
+    }
+    const std::vector<float> got = Read(layout, section, 0, 2);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_LE(std::fabs(double{got[i]} - row[i]), OneRounding(row[i], scale)) << i;
+    }
+  }
 }
 
 }  // namespace
