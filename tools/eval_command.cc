@@ -21,6 +21,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/compress/flops.h"
+#include "core/model/sampler.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
@@ -32,35 +33,28 @@ ABSL_FLAG(bool, compare_to_baseline, false,
 namespace pdserve::cli {
 namespace {
 
-// −log softmax(logits)[target], in double.
-double NegativeLogLikelihood(std::span<const float> logits, int target) {
-  double max_logit = logits[0];
-  for (float l : logits) max_logit = std::max<double>(max_logit, l);
-  double sum = 0;
+// log Σ exp(logits), in double.
+double LogSumExp(std::span<const float> logits) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
   for (float l : logits) sum += std::exp(l - max_logit);
-  return std::log(sum) + max_logit - logits[target];
+  return std::log(sum) + max_logit;
 }
 
-}  // namespace
-
-namespace {
+// −log softmax(logits)[target], in double.
+double NegativeLogLikelihood(std::span<const float> logits, int target) {
+  return LogSumExp(logits) - logits[target];
+}
 
 struct Scores {
   double nll = 0.0, nll_baseline = 0.0, kl = 0.0;
   int64_t scored = 0, agree = 0;
 };
 
-int ArgMax(std::span<const float> logits) {
-  return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 // Adds one predicted position: KL(baseline ‖ model) and agreement of the argmaxes.
 void Compare(std::span<const float> model, std::span<const float> baseline, int target, Scores& s) {
   auto log_softmax = [](std::span<const float> logits, std::vector<double>& out) {
-    const double max_logit = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (float l : logits) sum += std::exp(l - max_logit);
-    const double log_z = std::log(sum) + max_logit;
+    const double log_z = LogSumExp(logits);
     out.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_z;
   };
