@@ -35,3 +35,9 @@ if(NOT EXISTS "${PDSERVE_SHARED_DIR}/models/stories260K/stories260K.bin")
   message(WARNING "pdserve: ${PDSERVE_SHARED_DIR} has no models/stories260K; the golden and CLI "
                   "tests will fail. Set -DPDSERVE_SHARED_DIR=/path/to/shared.")
 endif()
+
+# Services: gRPC/protobuf for control, UCX for KV bytes.
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
+find_program(PDSERVE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
