@@ -256,6 +256,19 @@ absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<c
   return out;
 }
 
+int64_t KvPageKOffset(const KvLayerLayout& layout) {
+  // magic, version, calibration hash, request id, cache layer, page index, num_tokens, page size
+  constexpr size_t kFixed = sizeof(kMagic) + 4 + 8 + 8 + 4 * 4;
+  // per section: element, scale mode, heads, then a u16 per head
+  const size_t sections = 2 * 4 + 2 * static_cast<size_t>(layout.k.n_heads() + layout.v.n_heads());
+  const size_t header = kFixed + sections;
+  return static_cast<int64_t>(header + PaddingAfter(header));
+}
+
+int64_t KvPageVOffset(const KvLayerLayout& layout) {
+  return KvPageKOffset(layout) + layout.k.bytes();
+}
+
 absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   ByteReader reader(bytes, "KV page");
   KvPageView page;

@@ -51,6 +51,12 @@ struct KvPageView {
 absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<const uint8_t> k,
                                          std::span<const uint8_t> v);
 
+// Byte offsets, from an encoded page's first byte, of its K bytes and of its V bytes (a page of
+// this layout, any header values): where a receiver finds the sections without decoding, e.g. to
+// leave V in a value tier. Requires a valid layout.
+int64_t KvPageKOffset(const KvLayerLayout& layout);
+int64_t KvPageVOffset(const KvLayerLayout& layout);
+
 // Strict decoding of untrusted bytes. InvalidArgument naming the problem for a bad magic, an
 // unsupported version, truncation or trailing bytes, header fields out of range (see
 // KvSectionLayout::Validate and KvPageHeader), or bad content: a scale of a valid slot that is not

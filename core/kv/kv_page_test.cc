@@ -124,6 +124,26 @@ void ExpectRoundTrip(const Page& page) {
   EXPECT_EQ(view->v.data(), view->k.data() + view->k.size());
 }
 
+// The section offsets a receiver computes from the layout alone are where the encoder put them,
+// for head counts that need header padding and those that do not.
+TEST(KvPageTest, SectionOffsetsMatchTheEncoding) {
+  const std::vector<Page> pages = {
+      SmallPage(),
+      MakePage(Section(16, {64, 64, 64, 64}, KvElement::kF32, KvScaleMode::kNone),
+               Section(16, {64, 64, 64, 64}, KvElement::kF32, KvScaleMode::kNone), 5),
+      MakePage(Section(8, {7}, KvElement::kE4M3, KvScaleMode::kPerTokenHead),
+               Section(8, {5, 5}, KvElement::kF32, KvScaleMode::kNone), 8)};
+  for (const Page& page : pages) {
+    const std::string bytes = Encode(page);
+    absl::StatusOr<KvPageView> view = DecodeKvPage(AsBytes(bytes));
+    ASSERT_TRUE(view.ok()) << view.status();
+    const uint8_t* start = AsBytes(bytes).data();
+    EXPECT_EQ(KvPageKOffset(page.header.layout), view->k.data() - start);
+    EXPECT_EQ(KvPageVOffset(page.header.layout), view->v.data() - start);
+    EXPECT_EQ(KvPageKOffset(page.header.layout) % 8, 0);
+  }
+}
+
 TEST(KvPageTest, RoundTripF32FullWidth) {
   ExpectRoundTrip(MakePage(Section(16, {64, 64, 64, 64}, KvElement::kF32, KvScaleMode::kNone),
                            Section(16, {64, 64, 64, 64}, KvElement::kF32, KvScaleMode::kNone), 16));

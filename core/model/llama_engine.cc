@@ -150,10 +150,18 @@ absl::Status LlamaEngine::CreateCaches() {
     v_home.push_back(cache.layout.v);
   }
   PDSERVE_ASSIGN_OR_RETURN(kv_, PagedKvCache::Create(resident));
-  if (!tiered.empty()) {
+  if (tiered.empty()) return absl::OkStatus();
+  if (options_.value_tier_factory) {
     PDSERVE_ASSIGN_OR_RETURN(
-        tier_, InProcessValueTier::Create(options_.kv_page_size, options_.kv_pages, tiered));
+        tier_, options_.value_tier_factory(options_.kv_page_size, options_.kv_pages, tiered));
+    if (tier_ == nullptr) return absl::InvalidArgumentError("engine: value_tier_factory gave null");
+    return absl::OkStatus();
   }
+  PDSERVE_ASSIGN_OR_RETURN(
+      std::unique_ptr<InProcessValueTier> local,
+      InProcessValueTier::Create(options_.kv_page_size, options_.kv_pages, std::move(tiered)));
+  local_tier_ = local.get();
+  tier_ = std::move(local);
   return absl::OkStatus();
 }
 
@@ -216,6 +224,46 @@ absl::StatusOr<int> LlamaEngine::AddSequence() {
       absl::StrCat("engine: all ", sequences_.size(), " sequence slots are in use"));
 }
 
+absl::StatusOr<int> LlamaEngine::AddSequenceWithTokens(int num_tokens) {
+  if (num_tokens < 1 || num_tokens > max_context_) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: a sequence of ", num_tokens,
+                                                   " tokens; must be in [1, ", max_context_, "]"));
+  }
+  PDSERVE_ASSIGN_OR_RETURN(const int sequence, AddSequence());
+  BlockTable& table = sequences_[sequence].table;
+  if (absl::Status status = table.Reserve(*kv_, num_tokens); !status.ok()) {
+    sequences_[sequence].live = false;  // Reserve kept the table empty
+    return status;
+  }
+  table.set_num_tokens(num_tokens);
+  return sequence;
+}
+
+absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_layer,
+                                                      int page_index) {
+  if (SequenceLength(sequence) < 0) {
+    return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  }
+  const std::vector<int32_t>& pages = sequences_[sequence].table.pages();
+  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan_.caches.size()) || page_index < 0 ||
+      page_index >= static_cast<int>(pages.size())) {
+    return absl::OutOfRangeError(
+        absl::StrCat("engine: sequence ", sequence, " has cache layers [0, ", plan_.caches.size(),
+                     ") and pages [0, ", pages.size(), "); asked for cache layer ", cache_layer,
+                     " page ", page_index));
+  }
+  KvPageSlots slots;
+  slots.page_id = pages[page_index];
+  slots.k = kv_->Page(k_section_[cache_layer], slots.page_id);
+  if (plan_.caches[cache_layer].kcache) {
+    slots.tier_section = v_section_[cache_layer];
+    slots.v = tier_->WritablePage(slots.tier_section, slots.page_id);
+  } else {
+    slots.v = kv_->Page(v_section_[cache_layer], slots.page_id);
+  }
+  return slots;
+}
+
 absl::Status LlamaEngine::RemoveSequence(int sequence) {
   if (SequenceLength(sequence) < 0) {
     return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
@@ -253,6 +301,12 @@ absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) c
     }
     seen[chunk.sequence] = 1;
     if (chunk.tokens.empty()) return absl::InvalidArgumentError("engine: empty chunk");
+    if (chunk.tokens.size() > 1 && tier_ != nullptr && local_tier_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "engine: a chunk of ", chunk.tokens.size(), " tokens for sequence ", chunk.sequence,
+          " needs dense attention over KCache V, which a value tier from value_tier_factory does "
+          "not offer; this engine runs decode steps (one-token chunks) only"));
+    }
     if (length + static_cast<int64_t>(chunk.tokens.size()) > max_context_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "engine: sequence ", chunk.sequence, " would hold ", length + chunk.tokens.size(),
@@ -304,6 +358,12 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
       b.positions[n] = start + i;
     }
   }
+  // Nothing below fails or reads num_tokens: observers see the new lengths (SequenceLength counts
+  // this Forward's tokens once their cache layer is stored).
+  for (const ForwardChunk& chunk : chunks) {
+    BlockTable& table = sequences_[chunk.sequence].table;
+    table.set_num_tokens(table.num_tokens() + static_cast<int>(chunk.tokens.size()));
+  }
   kernels::EmbeddingLookup(weights_.token_embedding, b.tokens.data(), n, b.x.data());
   for (int layer = 0; layer < config().n_layers; ++layer) {
     if (layer == plan_.swiftkv_layer) {
@@ -313,10 +373,6 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
     Layer(layer, n);
   }
   const int rows = ComputeLogits(CompactToLogitRows());
-  for (const ForwardChunk& chunk : chunks) {
-    BlockTable& table = sequences_[chunk.sequence].table;
-    table.set_num_tokens(table.num_tokens() + static_cast<int>(chunk.tokens.size()));
-  }
   return std::span<const float>(b.logits.data(), static_cast<size_t>(rows) * config().vocab_size);
 }
 
@@ -350,6 +406,7 @@ void LlamaEngine::Layer(int layer, int n) {
       }
     });
     StoreKv(plan.cache, k, k + c.kv_dim(), width, n);
+    if (observer_ != nullptr) observer_->CacheLayerStored(plan.cache);
   }
   RotateQueries(layer, b.qkv.data(), width, n);
   const CachePlan& cache = plan_.caches[plan.cache];
@@ -400,6 +457,8 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
     StoreKv(plan_.swiftkv_layer + i, b.swiftkv.data() + int64_t{i} * c.kv_dim(),
             v_base + plan_.swiftkv_v_offsets[i], width, n);
   }
+  if (observer_ == nullptr) return;
+  for (int i = 0; i < leaders; ++i) observer_->CacheLayerStored(plan_.swiftkv_layer + i);
 }
 
 int LlamaEngine::CompactToLogitRows() {
@@ -501,9 +560,14 @@ kernels::PagedKvView LlamaEngine::CacheView(int cache_index, const BlockTable& t
   const int ks = k_section_[cache_index], vs = v_section_[cache_index];
   kernels::PagedKvView view;
   view.k = SectionView(cache.layout.k, kv_->section_pool(ks), kv_->section_stride(ks));
-  view.v = cache.kcache
-               ? SectionView(cache.layout.v, tier_->section_pool(vs), tier_->section_stride(vs))
-               : SectionView(cache.layout.v, kv_->section_pool(vs), kv_->section_stride(vs));
+  if (!cache.kcache) {
+    view.v = SectionView(cache.layout.v, kv_->section_pool(vs), kv_->section_stride(vs));
+  } else if (local_tier_ != nullptr) {
+    view.v =
+        SectionView(cache.layout.v, local_tier_->section_pool(vs), local_tier_->section_stride(vs));
+  } else {  // decode steps only (Forward refuses the rest): KCache fetches V through the tier
+    view.v = SectionView(cache.layout.v, nullptr, 0);
+  }
   view.pages = table.pages().data();
   view.page_size = options_.kv_page_size;
   return view;

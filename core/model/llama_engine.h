@@ -11,9 +11,16 @@
 // (core/model/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are allocated at
 // Create (ResourceExhausted up front when they would not fit in memory); Forward allocates only
 // small bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
+//
+// Disaggregation (core/model/kv_transfer.h): a prefill engine exports a sequence's pages through
+// SequencePage (ForwardObserver::CacheLayerStored says when a cache layer is complete); a decode
+// engine takes them into a sequence made by AddSequenceWithTokens and continues it. Its KCache V
+// pages may live in a value tier of the caller's (EngineOptions::value_tier_factory).
 #ifndef PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 #define PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -39,6 +46,14 @@ struct EngineOptions {
   int kv_page_size = 16;
   int kv_pages = 0;  // 0 = enough for max_sequences sequences of max_context tokens
   KvCompression compression;
+  // Makes the value tier holding KCache layers' V pages (one section per KCache cache layer, in
+  // cache-layer order; num_pages pages mirroring the engine's KV pool). Empty = an
+  // InProcessValueTier; not called when no layer uses KCache. An engine whose KCache V lives in a
+  // tier from this factory runs decode steps only (one-token chunks): dense attention over V needs
+  // the in-process tier's memory, so Forward refuses longer chunks with FailedPrecondition.
+  std::function<absl::StatusOr<std::unique_ptr<ValueTier>>(int page_size, int num_pages,
+                                                           std::vector<KvSectionLayout> sections)>
+      value_tier_factory;
 
   absl::Status Validate() const;
 };
@@ -64,6 +79,20 @@ class ForwardObserver {
   // What cache layer c is given to store, before ZACK and FP8: post-RoPE k [n, kv_dim] and v
   // [n, kv_dim] (under ZACK v is already V/O-folded, Σ r_v wide), rows `stride` floats apart.
   virtual void CachedKv(int cache_layer, const float* k, const float* v, int64_t stride, int n) = 0;
+  // Cache layer c's K/V rows of every chunk of this Forward are stored (for SwiftKV's later cache
+  // layers: after the one fused store, once per later cache layer). Called once per cache layer
+  // per Forward, in increasing order; a prefill worker may ship that layer's pages from here on
+  // while later layers still compute (during a Forward, SequenceLength already counts its tokens).
+  virtual void CacheLayerStored(int /*cache_layer*/) {}
+};
+
+// Where one page of a sequence's cache layer lives in the engine: its K section bytes and V
+// section bytes, laid out by plan().caches[c].layout.k and .v.
+struct KvPageSlots {
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;   // in the value tier for a KCache cache layer
+  int32_t page_id = -1;   // the page in the engine's KV pool (and in the value tier)
+  int tier_section = -1;  // the value tier's section holding v; -1 when v is resident
 };
 
 class LlamaEngine {
@@ -78,12 +107,22 @@ class LlamaEngine {
 
   // Starts an empty sequence; ResourceExhausted when max_sequences are live.
   absl::StatusOr<int> AddSequence();
+  // Starts a sequence whose cache already holds num_tokens tokens (SequenceLength = num_tokens,
+  // their pages reserved) whose K/V bytes the caller writes through SequencePage before the next
+  // Forward touching it. InvalidArgument unless 1 ≤ num_tokens ≤ max_context; ResourceExhausted
+  // when no sequence slot or not enough pages are free (then nothing is taken).
+  absl::StatusOr<int> AddSequenceWithTokens(int num_tokens);
   // Frees the sequence and its KV pages; NotFound for an unknown id.
   absl::Status RemoveSequence(int sequence);
   // Tokens in the sequence's cache, or -1 for an unknown id.
   int SequenceLength(int sequence) const;
 
   const KvPlan& plan() const { return plan_; }
+  // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
+  // sequence, for reading (export) or writing (import); valid until the sequence is removed.
+  // NotFound for an unknown sequence; OutOfRange for a cache layer or page index outside
+  // [0, plan().caches.size()) or the sequence's pages.
+  absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer, int page_index);
   // V bytes decode steps fetched from the value tier (KCache), since creation.
   int64_t kv_bytes_fetched() const { return tier_ ? tier_->bytes_fetched() : 0; }
   // Not owned; null to stop observing.
@@ -139,8 +178,9 @@ class LlamaEngine {
   ThreadPool pool_;
   kernels::RopeTable rope_;
   std::unique_ptr<PagedKvCache> kv_;
-  std::unique_ptr<InProcessValueTier> tier_;
-  std::vector<int> k_section_, v_section_;  // per cache layer: section in kv_ (V: or in tier_)
+  std::unique_ptr<ValueTier> tier_;           // KCache V pages; null when no layer uses KCache
+  InProcessValueTier* local_tier_ = nullptr;  // tier_ when in-process: dense attention reads it
+  std::vector<int> k_section_, v_section_;    // per cache layer: section in kv_ (V: or in tier_)
   std::vector<Sequence> sequences_;
   std::vector<Segment> segments_;
   std::unique_ptr<Buffers> buffers_;
