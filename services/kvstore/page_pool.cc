@@ -1,0 +1,297 @@
+#include "services/kvstore/page_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/kv/kv_page.h"
+
+namespace pdserve {
+namespace {
+
+constexpr int64_t kMinSlotBytes = 4096;
+// Bytes zeroed at the start of a freed slot: enough to break the page magic and header.
+constexpr int64_t kScrubBytes = 64;
+
+spdlog::logger& Log() {
+  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kvstore");
+  return *logger;
+}
+
+}  // namespace
+
+absl::Status PagePoolOptions::Validate() const {
+  if (slot_bytes < kMinSlotBytes || slot_bytes % 64 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot_bytes must be >= 4096 and a multiple of 64, got ", slot_bytes));
+  }
+  if (num_slots < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pool must hold at least one slot, got ", num_slots));
+  }
+  if (num_slots > (int64_t{1} << 40) / slot_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool of ", num_slots, " slots of ", slot_bytes, " bytes is too large"));
+  }
+  if (default_lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default lease must be > 0, got ", absl::FormatDuration(default_lease)));
+  }
+  if (max_lease < default_lease) {
+    return absl::InvalidArgumentError(absl::StrCat("max lease (", absl::FormatDuration(max_lease),
+                                                   ") must be >= the default lease (",
+                                                   absl::FormatDuration(default_lease), ")"));
+  }
+  if (!clock) return absl::InvalidArgumentError("clock must be set");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PagePoolOptions options) {
+  PDSERVE_RETURN_IF_ERROR(options.Validate());
+  const size_t bytes = static_cast<size_t>(options.slot_bytes * options.num_slots);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map a page pool of ", bytes, " bytes: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<PagePool>(new PagePool(std::move(options), static_cast<uint8_t*>(base)));
+}
+
+PagePool::PagePool(PagePoolOptions options, uint8_t* base)
+    : options_(std::move(options)), base_(base) {
+  free_slots_.reserve(static_cast<size_t>(options_.num_slots));
+  // A stack popped from the back: slot 0 is handed out first.
+  for (int64_t slot = options_.num_slots - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+}
+
+PagePool::~PagePool() { munmap(base_, static_cast<size_t>(pool_bytes())); }
+
+absl::StatusOr<absl::Duration> PagePool::GrantedLease(absl::Duration lease) const {
+  if (lease < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease must be >= 0 (0 = default), got ", absl::FormatDuration(lease)));
+  }
+  if (lease == absl::ZeroDuration()) return options_.default_lease;
+  return std::min(lease, options_.max_lease);
+}
+
+absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
+                                                  std::span<const uint32_t> page_bytes,
+                                                  absl::Duration lease) {
+  if (page_bytes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": no pages"));
+  }
+  if (static_cast<int64_t>(page_bytes.size()) > options_.num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": ", page_bytes.size(),
+                                                   " pages, the pool has only ", options_.num_slots,
+                                                   " slots"));
+  }
+  for (size_t i = 0; i < page_bytes.size(); ++i) {
+    if (page_bytes[i] == 0 || page_bytes[i] > options_.slot_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": page ", i, " of ",
+                                                     page_bytes[i], " bytes; a slot holds 1 to ",
+                                                     options_.slot_bytes));
+    }
+  }
+  PDSERVE_ASSIGN_OR_RETURN(const absl::Duration granted, GrantedLease(lease));
+
+  absl::MutexLock lock(&mu_);
+  const int64_t needed = static_cast<int64_t>(page_bytes.size());
+  const int64_t free = static_cast<int64_t>(free_slots_.size());
+  if (free < needed) {
+    return absl::ResourceExhaustedError(absl::StrCat("request ", request_id, ": KV pool has ", free,
+                                                     " free slots, needs ", needed));
+  }
+  PageAllocation result;
+  result.allocation_id = next_allocation_id_++;
+  do {
+    result.lease_token = token_gen_();
+  } while (result.lease_token == 0);
+  result.lease = granted;
+  result.slots.reserve(page_bytes.size());
+  for (int64_t i = 0; i < needed; ++i) {
+    const int64_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    result.slots.push_back(slot);
+  }
+  Allocation& allocation = allocations_[result.allocation_id];
+  allocation.request_id = request_id;
+  allocation.lease_token = result.lease_token;
+  allocation.slots = result.slots;
+  allocation.expiry = options_.clock() + granted;
+  by_request_[request_id].push_back(result.allocation_id);
+  Log().debug("allocated {} slots for request {} (allocation {}, lease {})", needed, request_id,
+              result.allocation_id, absl::FormatDuration(granted));
+  return result;
+}
+
+absl::StatusOr<PagePool::Allocation*> PagePool::FindLocked(uint64_t allocation_id,
+                                                           uint64_t lease_token) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) {
+    return absl::NotFoundError(absl::StrCat("allocation ", allocation_id, " does not exist"));
+  }
+  if (it->second.lease_token != lease_token) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("wrong lease token for allocation ", allocation_id));
+  }
+  if (it->second.expiry <= options_.clock()) {
+    Log().debug("lease of allocation {} (request {}) expired", allocation_id,
+                it->second.request_id);
+    FreeLocked(allocation_id);
+    ++lease_expiries_total_;
+    return absl::NotFoundError(absl::StrCat("lease of allocation ", allocation_id, " expired"));
+  }
+  return &it->second;
+}
+
+absl::Status PagePool::CheckPagesLocked(const Allocation& allocation,
+                                        std::span<const SealedPageRef> pages) const {
+  if (pages.size() != allocation.slots.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("seal names ", pages.size(),
+                                                   " pages; the allocation has ",
+                                                   allocation.slots.size(), " slots"));
+  }
+  std::vector<bool> seen(allocation.slots.size(), false);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const SealedPageRef& ref = pages[i];
+    const std::string name =
+        absl::StrCat("page ", i, " (layer ", ref.cache_layer, ", index ", ref.page_index, ")");
+    const auto slot_it = ref.slot_offset % options_.slot_bytes == 0
+                             ? std::find(allocation.slots.begin(), allocation.slots.end(),
+                                         ref.slot_offset / options_.slot_bytes)
+                             : allocation.slots.end();
+    if (ref.slot_offset < 0 || slot_it == allocation.slots.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": offset ", ref.slot_offset, " is not a slot of this allocation"));
+    }
+    const size_t position = static_cast<size_t>(slot_it - allocation.slots.begin());
+    if (seen[position]) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": its slot is named twice"));
+    }
+    seen[position] = true;
+    if (ref.encoded_bytes == 0 || ref.encoded_bytes > options_.slot_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": ", ref.encoded_bytes, " bytes does not fit a slot"));
+    }
+    const std::span<const uint8_t> bytes(base_ + ref.slot_offset, ref.encoded_bytes);
+    absl::StatusOr<KvPageView> page = DecodeKvPage(bytes);
+    if (!page.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " does not decode: ", page.status().message()));
+    }
+    const KvPageHeader& header = page->header;
+    if (header.request_id != allocation.request_id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " belongs to request ", header.request_id, ", not ", allocation.request_id));
+    }
+    if (header.cache_layer != ref.cache_layer || header.page_index != ref.page_index ||
+        header.num_tokens != ref.num_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": the page holds layer ", header.cache_layer, ", index ", header.page_index, ", ",
+          header.num_tokens, " tokens; the ref says ", ref.num_tokens, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PagePool::Seal(uint64_t allocation_id, uint64_t lease_token,
+                            std::span<const SealedPageRef> pages) {
+  absl::MutexLock lock(&mu_);
+  PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
+  if (allocation->sealed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("allocation ", allocation_id, " is already sealed"));
+  }
+  absl::Status checked = CheckPagesLocked(*allocation, pages);
+  if (!checked.ok()) {
+    return absl::Status(checked.code(),
+                        absl::StrCat("request ", allocation->request_id, ", allocation ",
+                                     allocation_id, ": ", checked.message()));
+  }
+  allocation->sealed = true;
+  Log().debug("sealed allocation {} (request {}, {} pages)", allocation_id, allocation->request_id,
+              pages.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> PagePool::Renew(uint64_t allocation_id, uint64_t lease_token,
+                                               absl::Duration lease) {
+  PDSERVE_ASSIGN_OR_RETURN(const absl::Duration granted, GrantedLease(lease));
+  absl::MutexLock lock(&mu_);
+  PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
+  allocation->expiry = options_.clock() + granted;
+  return granted;
+}
+
+absl::Status PagePool::Release(uint64_t allocation_id, uint64_t lease_token) {
+  absl::MutexLock lock(&mu_);
+  PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
+  Log().debug("released allocation {} (request {})", allocation_id, allocation->request_id);
+  FreeLocked(allocation_id);
+  ++releases_total_;
+  return absl::OkStatus();
+}
+
+int PagePool::CancelRequest(uint64_t request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_request_.find(request_id);
+  if (it == by_request_.end()) return 0;
+  const std::vector<uint64_t> ids = it->second;  // FreeLocked edits by_request_
+  for (uint64_t id : ids) FreeLocked(id);
+  cancellations_total_ += static_cast<int64_t>(ids.size());
+  Log().debug("cancelled request {}: freed {} allocations", request_id, ids.size());
+  return static_cast<int>(ids.size());
+}
+
+int PagePool::ExpireLeases(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> expired;
+  for (const auto& [id, allocation] : allocations_) {
+    if (allocation.expiry <= now) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    Log().debug("lease of allocation {} (request {}) expired", id, allocations_[id].request_id);
+    FreeLocked(id);
+  }
+  lease_expiries_total_ += static_cast<int64_t>(expired.size());
+  return static_cast<int>(expired.size());
+}
+
+void PagePool::FreeLocked(uint64_t allocation_id) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return;
+  for (int64_t slot : it->second.slots) {
+    std::memset(base_ + slot * options_.slot_bytes, 0, kScrubBytes);
+    free_slots_.push_back(slot);
+  }
+  auto owner = by_request_.find(it->second.request_id);
+  if (owner != by_request_.end()) {
+    std::erase(owner->second, allocation_id);
+    if (owner->second.empty()) by_request_.erase(owner);
+  }
+  allocations_.erase(it);
+}
+
+PagePoolUsage PagePool::Usage() const {
+  absl::MutexLock lock(&mu_);
+  PagePoolUsage usage;
+  usage.total_slots = options_.num_slots;
+  usage.free_slots = static_cast<int64_t>(free_slots_.size());
+  for (const auto& [id, allocation] : allocations_) {
+    const int64_t slots = static_cast<int64_t>(allocation.slots.size());
+    (allocation.sealed ? usage.sealed_slots : usage.allocated_slots) += slots;
+  }
+  usage.allocations = static_cast<int64_t>(allocations_.size());
+  usage.lease_expiries_total = lease_expiries_total_;
+  usage.releases_total = releases_total_;
+  usage.cancellations_total = cancellations_total_;
+  return usage;
+}
+
+}  // namespace pdserve

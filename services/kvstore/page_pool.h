@@ -1,0 +1,163 @@
+// PagePool: the KV store's host-memory page pool (DESIGN §2, §4 "KV pages", §6). One contiguous,
+// page-aligned allocation of `num_slots` slots of `slot_bytes` each, made once at creation; each
+// slot holds one encoded KV page (core/kv/kv_page.h). Pure logic: no gRPC, no transport (the
+// service registers base()..base()+pool_bytes() with the transport).
+//
+// Life of an allocation (one request owns it; the capability is its lease token):
+//   Allocate → allocated (peers write the slots one-sided: "written" is not observed here)
+//            → Seal (every page decodes and matches its PageRef) → sealed (peers read)
+//            → freed by Release, CancelRequest(request_id), or lease expiry.
+// Renew extends the lease in either state. Every call after Allocate presents the allocation id
+// and token: an unknown or already-freed allocation is NotFound, a wrong token PermissionDenied.
+// An allocation whose lease has run out is freed when the next call touches it (NotFound) or by
+// ExpireLeases, whichever comes first. Freed slots have their first bytes zeroed, so a stale
+// page never seals into a new allocation.
+//
+// Remote access: the transport cannot enforce per-slot rights (the rkey covers the whole pool,
+// see ucx_transport.h), so the pool enforces them at the control plane: slot addresses are only
+// handed to the allocation's owner, and a page is only meant to be read once sealed.
+//
+// Thread safety: all methods may be called from any thread (one mutex). The slot memory itself is
+// written and read by remote peers without the pool's involvement.
+#ifndef PDSERVE_SERVICES_KVSTORE_PAGE_POOL_H_
+#define PDSERVE_SERVICES_KVSTORE_PAGE_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace pdserve {
+
+struct PagePoolOptions {
+  int64_t slot_bytes = 128 << 10;  // ≥ 4 KiB, a multiple of 64: the largest page a slot holds
+  int64_t num_slots = 2048;        // ≥ 1
+  absl::Duration default_lease = absl::Seconds(10);  // > 0: what a lease of 0 means
+  absl::Duration max_lease = absl::Seconds(60);      // ≥ default_lease: longer leases are capped
+  std::function<absl::Time()> clock = [] { return absl::Now(); };  // injectable for tests
+
+  // InvalidArgument naming the field that is out of range.
+  absl::Status Validate() const;
+};
+
+struct PageAllocation {
+  uint64_t allocation_id = 0;
+  uint64_t lease_token = 0;    // random, nonzero; the capability for every later call
+  std::vector<int64_t> slots;  // slot of page i, in the order of the requested page_bytes
+  absl::Duration lease;        // as granted (default applied, capped at max_lease)
+};
+
+// One written page as the owner describes it at Seal (a PageRef with its slot resolved).
+struct SealedPageRef {
+  int64_t slot_offset = 0;     // byte offset of the page from base(): a slot start
+  uint32_t encoded_bytes = 0;  // the page is the slot's first encoded_bytes bytes
+  int32_t cache_layer = 0;
+  int32_t page_index = 0;
+  int32_t num_tokens = 0;
+};
+
+struct PagePoolUsage {
+  int64_t total_slots = 0;
+  int64_t free_slots = 0;
+  int64_t allocated_slots = 0;  // allocated, not yet sealed
+  int64_t sealed_slots = 0;
+  int64_t allocations = 0;
+  int64_t lease_expiries_total = 0;  // allocations freed because their lease ran out
+  int64_t releases_total = 0;        // allocations freed by Release
+  int64_t cancellations_total = 0;   // allocations freed by CancelRequest
+};
+
+class PagePool {
+ public:
+  // Validates `options` and maps the slot memory (page aligned). ResourceExhausted when the
+  // memory cannot be had.
+  static absl::StatusOr<std::unique_ptr<PagePool>> Create(PagePoolOptions options);
+  ~PagePool();
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+
+  uint8_t* base() const { return base_; }
+  int64_t slot_bytes() const { return options_.slot_bytes; }
+  int64_t num_slots() const { return options_.num_slots; }
+  int64_t pool_bytes() const { return options_.slot_bytes * options_.num_slots; }
+  const PagePoolOptions& options() const { return options_; }
+
+  // Reserves one slot per entry of `page_bytes` for `request_id`, all or nothing. `lease` of zero
+  // means the default; longer than max_lease is capped. InvalidArgument for no pages, a page of
+  // 0 bytes or larger than a slot, more pages than the pool has slots, or a negative lease;
+  // ResourceExhausted (naming free and needed slots) when too few slots are free.
+  absl::StatusOr<PageAllocation> Allocate(uint64_t request_id, std::span<const uint32_t> page_bytes,
+                                          absl::Duration lease);
+
+  // Checks every page and marks the allocation sealed. `pages` must name each slot of the
+  // allocation exactly once; each page must pass DecodeKvPage and its header must carry the
+  // allocation's request_id and the ref's cache_layer, page_index and num_tokens. InvalidArgument
+  // naming the page otherwise (the allocation stays unsealed and may be sealed again);
+  // FailedPrecondition when already sealed.
+  absl::Status Seal(uint64_t allocation_id, uint64_t lease_token,
+                    std::span<const SealedPageRef> pages);
+
+  // Extends the lease to now + `lease` (zero = default, capped at max_lease); returns the lease
+  // granted. InvalidArgument for a negative lease.
+  absl::StatusOr<absl::Duration> Renew(uint64_t allocation_id, uint64_t lease_token,
+                                       absl::Duration lease);
+
+  // Frees the allocation (allocated or sealed).
+  absl::Status Release(uint64_t allocation_id, uint64_t lease_token);
+
+  // Frees every allocation of `request_id`; returns how many (0 when it has none).
+  int CancelRequest(uint64_t request_id);
+
+  // Frees every allocation whose lease ended at or before `now`; returns how many.
+  int ExpireLeases(absl::Time now);
+
+  PagePoolUsage Usage() const;
+
+ private:
+  struct Allocation {
+    uint64_t request_id = 0;
+    uint64_t lease_token = 0;
+    std::vector<int64_t> slots;
+    absl::Time expiry;
+    bool sealed = false;
+  };
+
+  PagePool(PagePoolOptions options, uint8_t* base);
+  absl::StatusOr<absl::Duration> GrantedLease(absl::Duration lease) const;
+  // The live allocation `allocation_id` whose token is `lease_token`; frees it first if its
+  // lease has run out.
+  absl::StatusOr<Allocation*> FindLocked(uint64_t allocation_id, uint64_t lease_token)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckPagesLocked(const Allocation& allocation,
+                                std::span<const SealedPageRef> pages) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeLocked(uint64_t allocation_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const PagePoolOptions options_;
+  uint8_t* const base_;
+
+  mutable absl::Mutex mu_;
+  std::vector<int64_t> free_slots_ ABSL_GUARDED_BY(mu_);  // a stack
+  absl::flat_hash_map<uint64_t, Allocation> allocations_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> by_request_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_allocation_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::BitGen token_gen_ ABSL_GUARDED_BY(mu_);
+  int64_t lease_expiries_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t releases_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t cancellations_total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_KVSTORE_PAGE_POOL_H_
