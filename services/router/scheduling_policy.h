@@ -1,0 +1,60 @@
+// SchedulingPolicy: picks the worker that should take a request, from snapshots of the candidate
+// workers' load. Policies see only what the router knows: each worker's last reported queue plus
+// the work the router itself assigned since that report. Implementations keep at most a
+// round-robin cursor; Choose is thread-safe.
+#ifndef PDSERVE_SERVICES_ROUTER_SCHEDULING_POLICY_H_
+#define PDSERVE_SERVICES_ROUTER_SCHEDULING_POLICY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace pdserve {
+
+// One candidate worker as the registry sees it at the moment of the decision.
+struct WorkerCandidate {
+  std::string address;
+  int32_t queued_requests = 0;  // last report + requests the router assigned since
+  int64_t queued_tokens = 0;    // last report + tokens the router assigned since
+  bool healthy = true;
+};
+
+class SchedulingPolicy {
+ public:
+  virtual ~SchedulingPolicy() = default;
+  virtual const char* name() const = 0;
+  // Index into `candidates` of the chosen worker for a request of `request_tokens` tokens of work;
+  // only healthy candidates are chosen. -1 when none is healthy.
+  virtual int Choose(std::span<const WorkerCandidate> candidates, int64_t request_tokens) = 0;
+};
+
+// The default: fewest pending tokens; ties go to fewest requests, remaining ties round robin.
+class LeastPendingTokensPolicy : public SchedulingPolicy {
+ public:
+  const char* name() const override { return "least-tokens"; }
+  int Choose(std::span<const WorkerCandidate> candidates, int64_t request_tokens) override;
+
+ private:
+  std::atomic<uint64_t> cursor_{0};
+};
+
+// Healthy candidates in turn, ignoring load (a baseline for comparison).
+class RoundRobinPolicy : public SchedulingPolicy {
+ public:
+  const char* name() const override { return "round-robin"; }
+  int Choose(std::span<const WorkerCandidate> candidates, int64_t request_tokens) override;
+
+ private:
+  std::atomic<uint64_t> cursor_{0};
+};
+
+// "least-tokens" or "round-robin"; InvalidArgument naming the known policies otherwise.
+absl::StatusOr<std::unique_ptr<SchedulingPolicy>> MakeSchedulingPolicy(const std::string& name);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_ROUTER_SCHEDULING_POLICY_H_

@@ -1,0 +1,123 @@
+// WorkerRegistry: the router's view of its workers (prefill, decode, monolithic) and their load.
+// Workers come from static flags (the router polls their GetQueue every heartbeat interval and
+// reports the result here) or register themselves and send heartbeats. A worker is healthy while
+// it was heard from within `missed_heartbeats` intervals and no call to it failed since
+// (MarkFailed); the next successful heartbeat or poll makes it healthy again.
+//
+// Load: each worker's last reported queue plus what the router assigned since that report
+// (Acquire adds a request and its tokens, Release removes them), so that a burst of requests
+// between two reports is spread instead of piling onto the worker that looked idle.
+//
+// Thread-safe; the clock is injectable for tests.
+#ifndef PDSERVE_SERVICES_ROUTER_WORKER_REGISTRY_H_
+#define PDSERVE_SERVICES_ROUTER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "services/router/scheduling_policy.h"
+
+namespace pdserve {
+
+// Values match pdserve.v1.WorkerRole.
+enum class WorkerRole { kPrefill = 1, kDecode = 2, kMonolithic = 3 };
+const char* WorkerRoleName(WorkerRole role);
+
+struct WorkerLoad {
+  int32_t queued_requests = 0;
+  int64_t queued_tokens = 0;
+  int32_t running_requests = 0;
+};
+
+struct WorkerSnapshot {
+  WorkerRole role = WorkerRole::kDecode;
+  std::string address;
+  std::string kvstore_grpc_address;  // decode workers: their node's KV store
+  uint64_t calibration_hash = 0;
+  bool is_static = false;         // from flags: the router polls it
+  WorkerLoad reported;            // the last report
+  int32_t inflight_requests = 0;  // assigned by this router and not yet released
+  int64_t inflight_tokens = 0;
+  int32_t pending_requests = 0;  // reported + assigned since the report (what policies see)
+  int64_t pending_tokens = 0;
+  bool healthy = false;
+  absl::Duration since_heard = absl::ZeroDuration();
+};
+
+// A request's claim on a worker; give it back with Release exactly once.
+struct WorkerAssignment {
+  WorkerRole role = WorkerRole::kDecode;
+  std::string address;
+  std::string kvstore_grpc_address;
+  int64_t tokens = 0;
+  uint64_t report_epoch = 0;  // which report the assignment came after
+};
+
+class WorkerRegistry {
+ public:
+  struct Options {
+    absl::Duration heartbeat_interval = absl::Milliseconds(500);
+    int missed_heartbeats = 3;
+    std::function<absl::Time()> now;  // default absl::Now
+  };
+  explicit WorkerRegistry(Options options);
+
+  // A worker from flags: healthy from now until it misses `missed_heartbeats` polls.
+  void AddStatic(WorkerRole role, const std::string& address,
+                 const std::string& kvstore_grpc_address);
+  // RegisterWorker: adds or replaces the worker at `address`; it is healthy.
+  void Register(WorkerRole role, const std::string& address, const WorkerLoad& load,
+                uint64_t calibration_hash, const std::string& kvstore_grpc_address);
+  // A heartbeat or a successful poll. False when the address is unknown (register again).
+  bool Heartbeat(const std::string& address, const WorkerLoad& load);
+  // A call to the worker failed as if it were dead: unhealthy until its next heartbeat.
+  void MarkFailed(const std::string& address);
+
+  // Chooses a healthy worker of `role` with `policy` and assigns it `tokens` of work.
+  // Unavailable "no healthy <role> worker" when there is none.
+  absl::StatusOr<WorkerAssignment> Acquire(WorkerRole role, SchedulingPolicy& policy,
+                                           int64_t tokens);
+  void Release(const WorkerAssignment& assignment);
+
+  // Workers of `role` that are known (healthy or not).
+  int Count(WorkerRole role) const;
+  std::vector<WorkerSnapshot> List() const;
+  std::vector<std::string> StaticAddresses(WorkerRole role) const;
+  absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
+
+ private:
+  struct Worker {
+    WorkerRole role = WorkerRole::kDecode;
+    std::string kvstore_grpc_address;
+    uint64_t calibration_hash = 0;
+    bool is_static = false;
+    WorkerLoad reported;
+    uint64_t report_epoch = 0;
+    int32_t inflight_requests = 0;
+    int64_t inflight_tokens = 0;
+    int32_t since_report_requests = 0;
+    int64_t since_report_tokens = 0;
+    absl::Time last_heard;
+    bool failed = false;
+  };
+  bool HealthyLocked(const Worker& worker, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  WorkerSnapshot SnapshotLocked(const std::string& address, const Worker& worker,
+                                absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Time Now() const { return options_.now(); }
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // insertion order, for stable listing
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_ROUTER_WORKER_REGISTRY_H_
