@@ -1,0 +1,315 @@
+// KvStoreServer end to end, in process: the real gRPC service on 127.0.0.1:0 over FakeTransport,
+// driven through a generated stub. Allocate → Put pages into the returned slot addresses with
+// GetInfo's rkey → Seal → Get back → Renew → Release → usage back to baseline; a short lease is
+// reaped (polled with a deadline, no fixed sleep); bad inputs get the documented codes; bad
+// options are refused by Create.
+#include "services/kvstore/kvstore_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "core/kv/kv_page.h"
+#include "core/transport/fake_transport.h"
+#include "gtest/gtest.h"
+#include "pdserve/v1/kvstore.grpc.pb.h"
+
+namespace pdserve {
+namespace {
+
+namespace v1 = ::pdserve::v1;
+
+constexpr int64_t kSlotBytes = 4096;
+constexpr int kSlots = 16;
+
+std::string EncodedPage(uint64_t request_id, int cache_layer, int page_index, int num_tokens) {
+  KvPageHeader header;
+  header.request_id = request_id;
+  header.cache_layer = cache_layer;
+  header.page_index = page_index;
+  header.num_tokens = num_tokens;
+  header.layout.k = KvSectionLayout(4, {8}, KvElement::kF32, KvScaleMode::kNone);
+  header.layout.v = header.layout.k;
+  std::vector<float> values(static_cast<size_t>(header.layout.k.bytes() / 4));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 9) - 4.0f;
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values.data()),
+                                       values.size() * 4);
+  absl::StatusOr<std::string> page = EncodeKvPage(header, bytes, bytes);
+  EXPECT_TRUE(page.ok()) << page.status();
+  return page.ok() ? *page : std::string();
+}
+
+class KvStoreServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KvStoreOptions options;
+    options.pool_bytes = kSlots * kSlotBytes;
+    options.slot_bytes = kSlotBytes;
+    options.default_lease_seconds = 10;
+    options.max_lease_seconds = 30;
+    absl::StatusOr<std::unique_ptr<KvStoreServer>> server =
+        KvStoreServer::Create(options, server_transport_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = v1::KvStore::NewStub(MakeInternalChannel(server_->address()));
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->GetInfo(&context, v1::GetInfoRequest(), &info_).ok());
+  }
+
+  v1::PoolUsage Usage() {
+    grpc::ClientContext context;
+    v1::PoolUsage usage;
+    EXPECT_TRUE(stub_->GetPoolUsage(&context, v1::PoolUsageRequest(), &usage).ok());
+    return usage;
+  }
+
+  grpc::Status Allocate(uint64_t request_id, const std::vector<uint32_t>& page_bytes,
+                        double lease_seconds, v1::AllocateReply* reply) {
+    v1::AllocateRequest request;
+    request.set_request_id(request_id);
+    for (uint32_t bytes : page_bytes) request.add_page_bytes(bytes);
+    request.set_lease_seconds(lease_seconds);
+    grpc::ClientContext context;
+    return stub_->Allocate(&context, request, reply);
+  }
+
+  grpc::Status Seal(const v1::AllocateReply& allocation, const std::vector<v1::PageRef>& pages,
+                    uint64_t token) {
+    v1::SealRequest request;
+    request.set_allocation_id(allocation.allocation_id());
+    request.set_lease_token(token);
+    for (const v1::PageRef& page : pages) *request.add_pages() = page;
+    grpc::ClientContext context;
+    v1::SealReply reply;
+    return stub_->Seal(&context, request, &reply);
+  }
+
+  grpc::Status Renew(uint64_t id, uint64_t token, double seconds, v1::RenewReply* reply) {
+    v1::RenewRequest request;
+    request.set_allocation_id(id);
+    request.set_lease_token(token);
+    request.set_lease_seconds(seconds);
+    grpc::ClientContext context;
+    return stub_->Renew(&context, request, reply);
+  }
+
+  grpc::Status Release(uint64_t id, uint64_t token) {
+    v1::ReleaseRequest request;
+    request.set_allocation_id(id);
+    request.set_lease_token(token);
+    grpc::ClientContext context;
+    v1::ReleaseReply reply;
+    return stub_->Release(&context, request, &reply);
+  }
+
+  // Puts `page` at `address` through a client transport, as prefill does; returns its ref.
+  v1::PageRef Put(Endpoint& endpoint, const std::string& page, uint64_t address, int layer,
+                  int index, int tokens) {
+    EXPECT_TRUE(endpoint.Put(info_.pool_rkey(), page.data(), page.size(), address).ok());
+    v1::PageRef ref;
+    ref.set_cache_layer(layer);
+    ref.set_page_index(index);
+    ref.set_num_tokens(tokens);
+    ref.set_remote_address(address);
+    ref.set_encoded_bytes(static_cast<uint32_t>(page.size()));
+    return ref;
+  }
+
+  std::shared_ptr<FakeNetwork> network_ = std::make_shared<FakeNetwork>();
+  FakeTransport server_transport_{network_};
+  FakeTransport client_transport_{network_};
+  std::unique_ptr<KvStoreServer> server_;
+  std::unique_ptr<v1::KvStore::Stub> stub_;
+  v1::KvStoreInfo info_;
+};
+
+TEST_F(KvStoreServiceTest, GetInfoDescribesThePool) {
+  EXPECT_EQ(info_.worker_address(), server_transport_.address());
+  EXPECT_EQ(info_.pool_address(), server_->region().address());
+  EXPECT_EQ(info_.pool_rkey(), server_->region().packed_rkey());
+  EXPECT_EQ(info_.slot_bytes(), kSlotBytes);
+  EXPECT_EQ(info_.total_slots(), kSlots);
+  EXPECT_EQ(info_.transports(), "fake");
+  EXPECT_EQ(info_.default_lease_seconds(), 10.0);
+  const v1::PoolUsage usage = Usage();
+  EXPECT_EQ(usage.total_slots(), kSlots);
+  EXPECT_EQ(usage.free_slots(), kSlots);
+}
+
+TEST_F(KvStoreServiceTest, WriteSealReadRenewRelease) {
+  const std::string p0 = EncodedPage(42, 0, 0, 4);
+  const std::string p1 = EncodedPage(42, 0, 1, 2);
+  v1::AllocateReply allocation;
+  ASSERT_TRUE(Allocate(42, {static_cast<uint32_t>(p0.size()), static_cast<uint32_t>(p1.size())}, 0,
+                       &allocation)
+                  .ok());
+  ASSERT_EQ(allocation.slot_addresses_size(), 2);
+  EXPECT_EQ(allocation.lease_seconds(), 10.0);
+  for (uint64_t address : allocation.slot_addresses()) {
+    EXPECT_GE(address, info_.pool_address());
+    EXPECT_EQ((address - info_.pool_address()) % kSlotBytes, 0u);
+  }
+  v1::PoolUsage usage = Usage();
+  EXPECT_EQ(usage.allocated_slots(), 2);
+  EXPECT_EQ(usage.allocations(), 1);
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+      client_transport_.Connect(info_.worker_address());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const std::vector<v1::PageRef> refs = {
+      Put(**endpoint, p0, allocation.slot_addresses(0), 0, 0, 4),
+      Put(**endpoint, p1, allocation.slot_addresses(1), 0, 1, 2)};
+  const grpc::Status sealed = Seal(allocation, refs, allocation.lease_token());
+  ASSERT_TRUE(sealed.ok()) << sealed.error_message();
+  usage = Usage();
+  EXPECT_EQ(usage.allocated_slots(), 0);
+  EXPECT_EQ(usage.sealed_slots(), 2);
+
+  // Decode reads a sealed page back one-sided.
+  std::string read(p1.size(), '\0');
+  ASSERT_TRUE(
+      (*endpoint)->Get(info_.pool_rkey(), read.data(), read.size(), refs[1].remote_address()).ok());
+  EXPECT_EQ(read, p1);
+
+  v1::RenewReply renewed;
+  ASSERT_TRUE(Renew(allocation.allocation_id(), allocation.lease_token(), 5, &renewed).ok());
+  EXPECT_EQ(renewed.lease_seconds(), 5.0);
+  ASSERT_TRUE(Renew(allocation.allocation_id(), allocation.lease_token(), 1000, &renewed).ok());
+  EXPECT_EQ(renewed.lease_seconds(), 30.0);  // capped
+
+  ASSERT_TRUE(Release(allocation.allocation_id(), allocation.lease_token()).ok());
+  usage = Usage();
+  EXPECT_EQ(usage.free_slots(), kSlots);
+  EXPECT_EQ(usage.allocated_slots(), 0);
+  EXPECT_EQ(usage.sealed_slots(), 0);
+  EXPECT_EQ(usage.allocations(), 0);
+  EXPECT_EQ(usage.releases_total(), 1);
+  EXPECT_EQ(Release(allocation.allocation_id(), allocation.lease_token()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(KvStoreServiceTest, ShortLeaseIsReaped) {
+  v1::AllocateReply allocation;
+  ASSERT_TRUE(Allocate(7, {100, 100, 100}, 0.2, &allocation).ok());
+  EXPECT_NEAR(allocation.lease_seconds(), 0.2, 1e-9);
+  EXPECT_EQ(Usage().free_slots(), kSlots - 3);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  v1::PoolUsage usage = Usage();
+  while (usage.free_slots() != kSlots && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    usage = Usage();
+  }
+  EXPECT_EQ(usage.free_slots(), kSlots);
+  EXPECT_EQ(usage.allocations(), 0);
+  EXPECT_EQ(usage.lease_expiries_total(), 1);
+  v1::RenewReply renewed;
+  EXPECT_EQ(Renew(allocation.allocation_id(), allocation.lease_token(), 0, &renewed).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(KvStoreServiceTest, BadInputsGetDocumentedCodes) {
+  v1::AllocateReply reply;
+  EXPECT_EQ(Allocate(1, {}, 0, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Allocate(1, {kSlotBytes + 1}, 0, &reply).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Allocate(1, std::vector<uint32_t>(kSlots + 1, 10), 0, &reply).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Allocate(1, {10}, -1, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Allocate(1, {10}, std::numeric_limits<double>::quiet_NaN(), &reply).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Usage().free_slots(), kSlots);
+
+  v1::AllocateReply big;
+  ASSERT_TRUE(Allocate(1, std::vector<uint32_t>(kSlots - 1, 10), 0, &big).ok());
+  EXPECT_EQ(Allocate(2, {10, 10}, 0, &reply).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Usage().free_slots(), 1);
+
+  v1::AllocateReply small;
+  ASSERT_TRUE(Allocate(2, {100}, 0, &small).ok());
+  const uint64_t wrong = small.lease_token() + 1;
+  v1::RenewReply renewed;
+  EXPECT_EQ(Renew(small.allocation_id(), wrong, 0, &renewed).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Release(small.allocation_id(), wrong).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Release(small.allocation_id() + 1000, small.lease_token()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  // Seal: a page that was never written does not decode; an address outside the pool; a page of
+  // another request.
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+      client_transport_.Connect(info_.worker_address());
+  ASSERT_TRUE(endpoint.ok());
+  v1::PageRef unwritten;
+  unwritten.set_remote_address(small.slot_addresses(0));
+  unwritten.set_encoded_bytes(100);
+  unwritten.set_num_tokens(1);
+  EXPECT_EQ(Seal(small, {unwritten}, small.lease_token()).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PageRef outside = unwritten;
+  outside.set_remote_address(info_.pool_address() + kSlots * kSlotBytes);
+  EXPECT_EQ(Seal(small, {outside}, small.lease_token()).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  const v1::PageRef foreign =
+      Put(**endpoint, EncodedPage(3, 0, 0, 4), small.slot_addresses(0), 0, 0, 4);
+  const grpc::Status sealed = Seal(small, {foreign}, small.lease_token());
+  EXPECT_EQ(sealed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(sealed.error_message().find("belongs to request 3"), std::string::npos)
+      << sealed.error_message();
+  EXPECT_EQ(Seal(small, {foreign}, wrong).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Usage().sealed_slots(), 0);
+
+  // Cancellation frees every allocation of the request.
+  v1::CancelRequestRequest cancel;
+  cancel.set_request_id(1);
+  v1::CancelRequestReply cancelled;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->CancelRequest(&context, cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.released_allocations(), 1);
+  EXPECT_EQ(Usage().free_slots(), kSlots - 1);
+  EXPECT_EQ(Release(big.allocation_id(), big.lease_token()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(KvStoreServerTest, CreateRejectsBadOptions) {
+  FakeTransport transport(std::make_shared<FakeNetwork>());
+  const auto rejected = [&](KvStoreOptions options) {
+    return absl::IsInvalidArgument(KvStoreServer::Create(options, transport).status());
+  };
+  KvStoreOptions options;
+  options.slot_bytes = 1024;
+  EXPECT_TRUE(rejected(options));
+  options = KvStoreOptions();
+  options.slot_bytes = 4096 + 8;
+  EXPECT_TRUE(rejected(options));
+  options = KvStoreOptions();
+  options.pool_bytes = options.slot_bytes - 1;
+  EXPECT_TRUE(rejected(options));
+  options = KvStoreOptions();
+  options.default_lease_seconds = 0;
+  EXPECT_TRUE(rejected(options));
+  options = KvStoreOptions();
+  options.max_lease_seconds = 1;
+  EXPECT_TRUE(rejected(options));
+  EXPECT_TRUE(KvStoreOptions().Validate().ok());
+}
+
+TEST(KvStoreServerTest, ShutdownIsIdempotent) {
+  FakeTransport transport(std::make_shared<FakeNetwork>());
+  KvStoreOptions options;
+  options.pool_bytes = 4 * kSlotBytes;
+  options.slot_bytes = kSlotBytes;
+  absl::StatusOr<std::unique_ptr<KvStoreServer>> server = KvStoreServer::Create(options, transport);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->Shutdown(absl::ZeroDuration());
+  (*server)->Shutdown(absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace pdserve
