@@ -1,0 +1,155 @@
+#include "client/pdserve_client.h"
+
+#include <google/protobuf/stubs/common.h>
+
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pdserve {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace
+
+struct CancellationToken::State {
+  mutable absl::Mutex mu;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  grpc::ClientContext* context ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+CancellationToken::CancellationToken() : state_(std::make_shared<State>()) {}
+
+void CancellationToken::Cancel() {
+  absl::MutexLock lock(&state_->mu);
+  state_->cancelled = true;
+  if (state_->context != nullptr) state_->context->TryCancel();
+}
+
+bool CancellationToken::cancelled() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->cancelled;
+}
+
+bool CancellationToken::Attach(grpc::ClientContext* context) const {
+  absl::MutexLock lock(&state_->mu);
+  if (state_->cancelled) return false;
+  state_->context = context;
+  return true;
+}
+
+void CancellationToken::Detach() const {
+  absl::MutexLock lock(&state_->mu);
+  state_->context = nullptr;
+}
+
+GenerateRequest TextRequest(const std::string& text, int max_tokens) {
+  GenerateRequest request;
+  request.set_text(text);
+  request.set_max_tokens(max_tokens);
+  return request;
+}
+
+GenerateRequest TokenRequest(const std::vector<int>& token_ids, int max_tokens) {
+  GenerateRequest request;
+  request.mutable_token_ids()->mutable_ids()->Add(token_ids.begin(), token_ids.end());
+  request.set_max_tokens(max_tokens);
+  return request;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(const std::string& router_address) {
+  if (router_address.empty()) return absl::InvalidArgumentError("empty router address");
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel =
+      grpc::CreateCustomChannel(router_address, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<Client>(new Client(router_address, std::move(channel)));
+}
+
+Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      stub_(v1::Router::NewStub(channel_)) {}
+
+void Client::Configure(const CallOptions& options, grpc::ClientContext& context) {
+  absl::Time deadline = options.deadline;
+  if (options.timeout != absl::InfiniteDuration()) {
+    deadline = std::min(deadline, absl::Now() + options.timeout);
+  }
+  if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
+  context.set_wait_for_ready(false);  // an unreachable router is UNAVAILABLE at once
+}
+
+absl::StatusOr<GenerateResponse::Final> Client::GenerateStream(
+    const GenerateRequest& request, const CallOptions& options,
+    const std::function<void(const GenerateResponse::Token&)>& on_token) {
+  // A proto3 string must be UTF-8: the router could not even parse the request otherwise.
+  if (request.has_text() && !google::protobuf::internal::IsStructurallyValidUTF8(request.text())) {
+    return absl::InvalidArgumentError("prompt text is not valid UTF-8");
+  }
+  for (const std::string& stop : request.stop().stop_strings()) {
+    if (!google::protobuf::internal::IsStructurallyValidUTF8(stop)) {
+      return absl::InvalidArgumentError("a stop string is not valid UTF-8");
+    }
+  }
+  grpc::ClientContext context;
+  Configure(options, context);
+  if (options.cancellation && !options.cancellation->Attach(&context)) {
+    return absl::CancelledError("cancelled before the call started");
+  }
+  struct Detacher {
+    const std::optional<CancellationToken>& token;
+    ~Detacher() {
+      if (token) token->Detach();
+    }
+  } detacher{options.cancellation};
+
+  std::unique_ptr<grpc::ClientReader<GenerateResponse>> reader = stub_->Generate(&context, request);
+  GenerateResponse response;
+  std::optional<GenerateResponse::Final> final;
+  while (reader->Read(&response)) {
+    for (const GenerateResponse::Token& token : response.tokens()) {
+      if (on_token) on_token(token);
+    }
+    if (response.has_final()) final = response.final();
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  if (!final) return absl::InternalError("the router ended the stream without a final message");
+  return *std::move(final);
+}
+
+absl::StatusOr<GenerateResult> Client::Generate(const GenerateRequest& request,
+                                                const CallOptions& options) {
+  GenerateResult result;
+  auto final = GenerateStream(request, options, [&](const GenerateResponse::Token& token) {
+    if (token.id() >= 0) result.token_ids.push_back(token.id());
+    result.text += token.text();
+  });
+  if (!final.ok()) return final.status();
+  result.final = *std::move(final);
+  return result;
+}
+
+absl::StatusOr<v1::ListWorkersReply> Client::ListWorkers(const CallOptions& options) {
+  grpc::ClientContext context;
+  Configure(options, context);
+  if (options.cancellation && !options.cancellation->Attach(&context)) {
+    return absl::CancelledError("cancelled before the call started");
+  }
+  v1::ListWorkersReply reply;
+  grpc::Status status = stub_->ListWorkers(&context, v1::ListWorkersRequest(), &reply);
+  if (options.cancellation) options.cancellation->Detach();
+  if (!status.ok()) return FromGrpc(status);
+  return reply;
+}
+
+}  // namespace pdserve

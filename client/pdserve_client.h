@@ -1,0 +1,101 @@
+// pdserve C++ client SDK: talks to the router's pdserve.v1.Router service.
+//
+//   auto client = pdserve::Client::Create("127.0.0.1:50051");
+//   auto result = (*client)->Generate(pdserve::TextRequest("Once upon a time", 64));
+//   // result->text, result->token_ids, result->final.finish_reason(), .timings()
+//
+// Errors are absl::Status with the server's code and message: INVALID_ARGUMENT (bad request),
+// RESOURCE_EXHAUSTED (overloaded; retry later), UNAVAILABLE (the router is unreachable, or no
+// worker can take the request), DEADLINE_EXCEEDED, CANCELLED. The channel does not wait for the
+// router to come up, so an unreachable router fails promptly.
+//
+// Thread-safety: one Client may be used by many threads at once. A CancellationToken may be
+// cancelled from any thread; it cancels the call it is attached to (or the next one, if none is
+// running yet).
+#ifndef PDSERVE_CLIENT_PDSERVE_CLIENT_H_
+#define PDSERVE_CLIENT_PDSERVE_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pdserve/v1/router.grpc.pb.h"
+
+namespace pdserve {
+
+using GenerateRequest = v1::GenerateRequest;
+using GenerateResponse = v1::GenerateResponse;
+
+// A handle another thread can use to cancel a running call. Copies share one state. Once
+// cancelled it stays cancelled: a call started with it afterwards fails with CANCELLED at once.
+class CancellationToken {
+ public:
+  CancellationToken();
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Client;
+  struct State;
+  // Attaches a running call's context; false when already cancelled. Detach before the context
+  // is destroyed.
+  bool Attach(grpc::ClientContext* context) const;
+  void Detach() const;
+  std::shared_ptr<State> state_;
+};
+
+struct CallOptions {
+  // The call fails with DEADLINE_EXCEEDED at `deadline` or after `timeout`, whichever is earlier;
+  // the deadline propagates to every worker the request touches.
+  absl::Time deadline = absl::InfiniteFuture();
+  absl::Duration timeout = absl::InfiniteDuration();
+  std::optional<CancellationToken> cancellation;
+};
+
+struct GenerateResult {
+  std::vector<int> token_ids;
+  std::string text;
+  GenerateResponse::Final final;  // finish reason, usage, timings, workers
+};
+
+// Builders. max_tokens must be in [1, context − prompt length].
+GenerateRequest TextRequest(const std::string& text, int max_tokens);
+GenerateRequest TokenRequest(const std::vector<int>& token_ids, int max_tokens);
+
+class Client {
+ public:
+  // `router_address` is "host:port". Does not connect yet; InvalidArgument for an empty address.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(const std::string& router_address);
+
+  // Runs the request to its end and returns all tokens and text.
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const CallOptions& options = {});
+
+  // Calls `on_token` (on the calling thread) for each token as it arrives, then returns the final
+  // message. Text-only entries (id -1) may carry text held back at the end of a stream.
+  absl::StatusOr<GenerateResponse::Final> GenerateStream(
+      const GenerateRequest& request, const CallOptions& options,
+      const std::function<void(const GenerateResponse::Token&)>& on_token);
+
+  absl::StatusOr<v1::ListWorkersReply> ListWorkers(const CallOptions& options = {});
+
+  const std::string& address() const { return address_; }
+
+ private:
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel);
+  static void Configure(const CallOptions& options, grpc::ClientContext& context);
+
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Router::Stub> stub_;  // thread-safe
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CLIENT_PDSERVE_CLIENT_H_

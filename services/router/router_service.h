@@ -1,0 +1,139 @@
+// The router: pdserve.v1.Router. Generate validates a request, admits it (or answers
+// RESOURCE_EXHAUSTED), picks a decode worker and then a prefill worker with the scheduling policy,
+// runs Prefill (KV into the decode worker's node-local KV store) and then Decode, and relays the
+// tokens to the client with text deltas, stop strings and a final message with timings. With only
+// monolithic workers registered it sends the prompt straight to one of them.
+//
+// Every downstream call is a child of the client's call (deadline and cancellation propagate);
+// a worker that fails as if dead is marked unhealthy and the client gets UNAVAILABLE; a decode
+// stream that breaks makes the router release the request's pages in the KV store at once.
+//
+// Ownership: RouterServer owns the service and its gRPC server. RouterService is thread-safe
+// (each Generate runs on its own gRPC thread); it owns a thread that polls static workers.
+#ifndef PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
+#define PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/model/tokenizer.h"
+#include "pdserve/v1/decode.grpc.pb.h"
+#include "pdserve/v1/prefill.grpc.pb.h"
+#include "pdserve/v1/router.grpc.pb.h"
+#include "services/common/service_server.h"
+#include "services/router/request_validation.h"
+#include "services/router/scheduling_policy.h"
+#include "services/router/worker_registry.h"
+
+namespace pdserve {
+
+struct StaticDecodeWorker {
+  std::string address;               // its Decode service
+  std::string kvstore_grpc_address;  // the KV store on its node
+};
+
+struct RouterOptions {
+  std::string listen_address = "127.0.0.1:0";
+  // The model's tokenizer and limits, for validation and detokenization (no weights needed).
+  std::shared_ptr<const Tokenizer> tokenizer;
+  int max_context = 0;
+  int vocab_size = 0;
+  // Workers from flags; the router polls their GetQueue every heartbeat interval.
+  std::vector<std::string> prefill_workers;
+  std::vector<StaticDecodeWorker> decode_workers;
+  std::vector<std::string> monolithic_workers;
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  int max_inflight = 256;                                // admitted Generate calls at once
+  std::string policy = "least-tokens";                   // or "round-robin"
+  absl::Duration default_deadline = absl::Seconds(600);  // when the client sets none
+  absl::Duration shutdown_grace = absl::Seconds(5);
+
+  // InvalidArgument naming the first bad field.
+  absl::Status Validate() const;
+};
+
+class RouterService final : public v1::Router::Service {
+ public:
+  static absl::StatusOr<std::unique_ptr<RouterService>> Create(const RouterOptions& options);
+  ~RouterService() override;
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerReply* reply) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatReply* reply) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersReply* reply) override;
+
+  WorkerRegistry& registry() { return registry_; }
+  int inflight() const { return inflight_.load(); }
+
+ private:
+  struct Call;
+  RouterService(const RouterOptions& options, std::unique_ptr<SchedulingPolicy> policy);
+
+  absl::Status RunDisaggregated(Call& call);
+  absl::Status RunMonolithic(Call& call);
+  // Streams a Decode call's tokens to the client and writes the final message.
+  absl::Status RelayDecode(Call& call, const std::string& address, const v1::DecodeRequest& request,
+                           const std::string& kvstore_address);
+  absl::Status WriteFinal(Call& call, v1::FinishReason reason, v1::GenerateResponse& last);
+  // The client-facing error for a failed downstream call; marks the worker failed when it looks
+  // dead.
+  absl::Status DownstreamError(Call& call, const char* role, const std::string& address,
+                               const grpc::Status& status);
+  void CancelKv(const std::string& kvstore_address, uint64_t request_id);
+  std::unique_ptr<grpc::ClientContext> DownstreamContext(const Call& call) const;
+  std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+  void PollLoop();
+  void PollOnce();
+
+  const RouterOptions options_;
+  const ValidationLimits limits_;
+  std::unique_ptr<SchedulingPolicy> policy_;
+  WorkerRegistry registry_;
+  std::atomic<int> inflight_{0};
+
+  absl::Mutex channels_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(channels_mu_);
+
+  absl::Mutex poll_mu_;
+  bool stopping_ ABSL_GUARDED_BY(poll_mu_) = false;
+  std::thread poller_;
+};
+
+// The router service together with its gRPC server (health + the ready line).
+class RouterServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Start(const RouterOptions& options);
+  ~RouterServer();
+
+  const std::string& address() const { return server_->address(); }
+  RouterService& service() { return *service_; }
+  ServiceServer& server() { return *server_; }
+  void Shutdown(absl::Duration grace);
+
+ private:
+  RouterServer() = default;
+  std::unique_ptr<RouterService> service_;  // outlives server_
+  std::unique_ptr<ServiceServer> server_;
+};
+
+// Starts the router, prints "PDSERVE_READY router <address>", serves until SIGINT/SIGTERM (the
+// caller has blocked them with BlockShutdownSignals), then stops gracefully.
+absl::Status RunRouter(const RouterOptions& options);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
