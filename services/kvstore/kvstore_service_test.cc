@@ -2,7 +2,7 @@
 // driven through a generated stub. Allocate → Put pages into the returned slot addresses with
 // GetInfo's rkey → Seal → Get back → Renew → Release → usage back to baseline; a short lease is
 // reaped (polled with a deadline, no fixed sleep); bad inputs get the documented codes; bad
-// options are refused by Create.
+// options are refused by Create. One round trip runs over the real UcxTransport (tcp).
 #include "services/kvstore/kvstore_service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "core/kv/kv_page.h"
 #include "core/transport/fake_transport.h"
+#include "core/transport/ucx_transport.h"
 #include "gtest/gtest.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 
@@ -298,6 +299,72 @@ TEST(KvStoreServerTest, CreateRejectsBadOptions) {
   options.max_lease_seconds = 1;
   EXPECT_TRUE(rejected(options));
   EXPECT_TRUE(KvStoreOptions().Validate().ok());
+}
+
+// The same write → seal → read path with the pool registered through UCX (tcp, two workers in
+// this process); skipped where UCX cannot open tcp.
+TEST(KvStoreServerTest, RoundTripOverUcx) {
+  UcxTransportOptions ucx;
+  ucx.transports = "tcp";
+  absl::StatusOr<std::unique_ptr<UcxTransport>> server_transport = UcxTransport::Create(ucx);
+  absl::StatusOr<std::unique_ptr<UcxTransport>> client_transport = UcxTransport::Create(ucx);
+  if (!server_transport.ok() || !client_transport.ok()) {
+    GTEST_SKIP() << "UCX cannot open tcp: " << server_transport.status();
+  }
+  KvStoreOptions options;
+  options.pool_bytes = 8 * kSlotBytes;
+  options.slot_bytes = kSlotBytes;
+  absl::StatusOr<std::unique_ptr<KvStoreServer>> server =
+      KvStoreServer::Create(options, **server_transport);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::KvStore::NewStub(MakeInternalChannel((*server)->address()));
+  v1::KvStoreInfo info;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->GetInfo(&context, v1::GetInfoRequest(), &info).ok());
+  }
+  EXPECT_FALSE(info.transports().empty());
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+      (*client_transport)->Connect(info.worker_address());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+
+  const std::string page = EncodedPage(9, 2, 0, 3);
+  v1::AllocateRequest allocate;
+  allocate.set_request_id(9);
+  allocate.add_page_bytes(static_cast<uint32_t>(page.size()));
+  v1::AllocateReply allocation;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->Allocate(&context, allocate, &allocation).ok());
+  }
+  const uint64_t address = allocation.slot_addresses(0);
+  ASSERT_TRUE((*endpoint)->Put(info.pool_rkey(), page.data(), page.size(), address).ok());
+  v1::SealRequest seal;
+  seal.set_allocation_id(allocation.allocation_id());
+  seal.set_lease_token(allocation.lease_token());
+  v1::PageRef* ref = seal.add_pages();
+  ref->set_cache_layer(2);
+  ref->set_page_index(0);
+  ref->set_num_tokens(3);
+  ref->set_remote_address(address);
+  ref->set_encoded_bytes(static_cast<uint32_t>(page.size()));
+  {
+    grpc::ClientContext context;
+    v1::SealReply reply;
+    const grpc::Status sealed = stub->Seal(&context, seal, &reply);
+    ASSERT_TRUE(sealed.ok()) << sealed.error_message();
+  }
+  std::string read(page.size(), '\0');
+  ASSERT_TRUE((*endpoint)->Get(info.pool_rkey(), read.data(), read.size(), address).ok());
+  EXPECT_EQ(read, page);
+  v1::ReleaseRequest release;
+  release.set_allocation_id(allocation.allocation_id());
+  release.set_lease_token(allocation.lease_token());
+  grpc::ClientContext context;
+  v1::ReleaseReply released;
+  EXPECT_TRUE(stub->Release(&context, release, &released).ok());
+  endpoint->reset();
+  server->reset();
 }
 
 TEST(KvStoreServerTest, ShutdownIsIdempotent) {
