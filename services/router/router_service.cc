@@ -157,7 +157,7 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   call.monolithic = monolithic;
   absl::Status status = monolithic ? RunMonolithic(call) : RunDisaggregated(call);
   if (!status.ok()) {
-    Log()->info("request {} ({:016x}) failed: {}", call.request_id, call.id, status.ToString());
+    Log()->info("request {} (id {:016x}) failed: {}", call.request_id, call.id, status.ToString());
   }
   return ToGrpcStatus(status);
 }

@@ -272,6 +272,28 @@ TEST_F(RouterServiceTest, RelaysTokensTextAndTimings) {
   EXPECT_EQ(result->token_ids, expected);
 }
 
+TEST_F(RouterServiceTest, ManyConcurrentCallersShareOneClient) {
+  decode_.script_ = ByteTokenizer::Ids("abc");
+  decode_.delay_ = absl::Milliseconds(2);
+  StartRouter(Options());
+  constexpr int kThreads = 16;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 4; ++k) {
+        auto result = client_->Generate(TextRequest("q", 10));
+        if (result.ok() && result->text == "Habc") ++ok;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kThreads * 4);
+  EXPECT_EQ(router_->service().inflight(), 0);
+  auto list = router_->service().registry().List();
+  for (const WorkerSnapshot& w : list) EXPECT_EQ(w.inflight_tokens, 0) << w.address;
+}
+
 TEST_F(RouterServiceTest, StopStringEndsTheStreamAndCancelsDecode) {
   std::string script = "abcSTOP";
   script += std::string(200, 'z');
