@@ -83,8 +83,17 @@ class UcxMemoryRegion final : public MemoryRegion {
 
 // Progresses `worker` until every request in `requests` completed or `deadline` passed; frees
 // the completed ones (removing them) and returns the first failure among them.
-ucs_status_t WaitRequests(ucp_worker_h worker, std::vector<void*>& requests, absl::Time deadline,
-                          const std::atomic<int>* ep_error) {
+ucs_status_t WaitRequests(UcxTransport* transport, std::vector<void*>& requests,
+                          absl::Time deadline, const std::atomic<int>* ep_error) {
+  if (requests.empty()) return UCS_OK;
+  ucp_worker_h worker = transport->worker();
+  // While a caller progresses the worker itself, the progress thread stands back.
+  std::atomic<int>& waiters = transport->waiters();
+  waiters.fetch_add(1);
+  struct Leave {
+    std::atomic<int>& waiters;
+    ~Leave() { waiters.fetch_sub(1); }
+  } leave{waiters};
   ucs_status_t first_error = UCS_OK;
   int idle = 0;
   while (!requests.empty()) {
@@ -168,7 +177,6 @@ void UcxEndpoint::Close(bool force) {
   for (auto& [key, rkey] : rkeys_) ucp_rkey_destroy(rkey);
   rkeys_.clear();
   if (ep_ == nullptr) return;
-  ucp_worker_h worker = transport_->worker();
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -176,7 +184,7 @@ void UcxEndpoint::Close(bool force) {
   if (UCS_PTR_IS_PTR(request)) {
     std::vector<void*> requests = {request};
     absl::Duration bound = std::min(transport_->options().timeout, absl::Seconds(2));
-    if (WaitRequests(worker, requests, absl::Now() + bound, nullptr) == UCS_ERR_TIMED_OUT &&
+    if (WaitRequests(transport_, requests, absl::Now() + bound, nullptr) == UCS_ERR_TIMED_OUT &&
         !force) {
       // The peer did not answer the graceful close: release the request, then force.
       for (void* r : requests) ucp_request_free(r);
@@ -185,7 +193,7 @@ void UcxEndpoint::Close(bool force) {
       request = ucp_ep_close_nbx(ep_, &param);
       if (UCS_PTR_IS_PTR(request)) {
         requests.push_back(request);
-        WaitRequests(worker, requests, absl::Now() + bound, nullptr);
+        WaitRequests(transport_, requests, absl::Now() + bound, nullptr);
       }
     }
     for (void* r : requests) ucp_request_free(r);  // released by UCX once complete
@@ -225,8 +233,8 @@ absl::Status UcxEndpoint::Open(const ucp_address_t* address) {
   if (UCS_PTR_IS_ERR(flush)) status = UCS_PTR_STATUS(flush);
   if (UCS_PTR_IS_PTR(flush)) {
     std::vector<void*> requests = {flush};
-    status = WaitRequests(transport_->worker(), requests,
-                          absl::Now() + transport_->options().timeout, &error_);
+    status =
+        WaitRequests(transport_, requests, absl::Now() + transport_->options().timeout, &error_);
     for (void* r : requests) ucp_request_free(r);
   }
   if (status == UCS_OK && error_.load() != UCS_OK) status = ucs_status_t(error_.load());
@@ -296,8 +304,8 @@ absl::Status UcxEndpoint::RunBatch(bool put, const std::string& packed_rkey,
     if (UCS_PTR_IS_ERR(flush)) status = UCS_PTR_STATUS(flush);
     if (UCS_PTR_IS_PTR(flush)) requests.push_back(flush);
   }
-  ucs_status_t waited = WaitRequests(transport_->worker(), requests,
-                                     absl::Now() + transport_->options().timeout, &error_);
+  ucs_status_t waited =
+      WaitRequests(transport_, requests, absl::Now() + transport_->options().timeout, &error_);
   if (status == UCS_OK) status = waited;
   if (status == UCS_OK && error_.load() != UCS_OK) status = ucs_status_t(error_.load());
   if (status == UCS_OK) return absl::OkStatus();
@@ -306,7 +314,7 @@ absl::Status UcxEndpoint::RunBatch(bool put, const std::string& packed_rkey,
   int expected = UCS_OK;
   error_.compare_exchange_strong(expected, status);
   Close(/*force=*/true);
-  WaitRequests(transport_->worker(), requests, absl::Now() + absl::Seconds(1), nullptr);
+  WaitRequests(transport_, requests, absl::Now() + absl::Seconds(1), nullptr);
   for (void* r : requests) ucp_request_free(r);
   absl::Status failure = Failure(what, status);
   Log()->error("{}", failure.ToString());
@@ -411,18 +419,32 @@ UcxTransport::~UcxTransport() {
 }
 
 void UcxTransport::ProgressLoop() {
+  // Spin while there is traffic (and for progress_spin after it), then sleep on the event fd.
+  // UCX's tcp iface can leave bytes in a socket after its edge-triggered event fired, so a
+  // wakeup can be missed; the poll timeout bounds that stall to progress_poll.
   const int poll_ms = std::max<int>(1, absl::ToInt64Milliseconds(options_.progress_poll));
+  absl::Time last_activity = absl::Now();
   while (!stop_.load(std::memory_order_relaxed)) {
-    while (ucp_worker_progress(worker_) != 0) {
+    if (waiters().load(std::memory_order_relaxed) > 0) {
+      usleep(100);
+      continue;
+    }
+    if (ucp_worker_progress(worker_) != 0) {
+      last_activity = absl::Now();
+      continue;
+    }
+    if (absl::Now() - last_activity < options_.progress_spin) {
+      std::this_thread::yield();
+      continue;
     }
     if (event_fd_ < 0) {
-      usleep(poll_ms * 1000 / 10 + 1);
+      usleep(50);
       continue;
     }
     ucs_status_t status = ucp_worker_arm(worker_);
     if (status == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
     pollfd fd{event_fd_, POLLIN, 0};
-    poll(&fd, 1, poll_ms);
+    if (poll(&fd, 1, poll_ms) > 0) last_activity = absl::Now();
   }
 }
 

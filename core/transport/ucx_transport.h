@@ -3,8 +3,8 @@
 // mode MULTI) plus a background progress thread: UCX's tcp transport (and shared-memory
 // transports without a zero-copy RMA lane) emulate one-sided RMA with active messages, so the
 // TARGET's worker must keep progressing even when its own threads are idle. The thread sleeps on
-// the worker's event fd (ucp_worker_get_efd/ucp_worker_arm) with a short poll timeout and stops
-// in the destructor.
+// the worker's event fd (ucp_worker_get_efd/ucp_worker_arm) with a short poll timeout when idle,
+// spins while traffic flows (progress_spin), and stops in the destructor.
 //
 // Address format: Transport::address() is "PDUCX1" + host name + '\0' + the ucp worker address,
 // so Connect knows whether the peer shares this host (for require_shared_memory).
@@ -65,6 +65,9 @@ struct UcxTransportOptions {
   absl::Duration timeout = absl::Seconds(10);
   // Progress thread poll timeout when idle (bounds the stop latency of the destructor too).
   absl::Duration progress_poll = absl::Milliseconds(5);
+  // The progress thread keeps polling the worker this long after the last event before it
+  // sleeps on the event fd (one core busy while transfers target this process).
+  absl::Duration progress_spin = absl::Milliseconds(1);
 };
 
 class UcxTransport final : public Transport {
@@ -87,6 +90,8 @@ class UcxTransport final : public Transport {
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
   const std::string& host() const { return host_; }
+  // Threads now progressing this worker inside a call (internal; the progress thread yields).
+  std::atomic<int>& waiters() { return waiters_; }
 
  private:
   explicit UcxTransport(const UcxTransportOptions& options) : options_(options) {}
@@ -102,6 +107,7 @@ class UcxTransport final : public Transport {
   std::string available_transports_;
   std::string available_resources_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> waiters_{0};
   std::thread progress_thread_;
 };
 
