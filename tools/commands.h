@@ -13,6 +13,12 @@ absl::Status RunBench();
 absl::Status RunMakeModel();
 absl::Status RunConvert();
 absl::Status RunCalibrate();
+absl::Status RunKvStoreCommand();
+absl::Status RunPrefillCommand();
+absl::Status RunDecodeCommand();
+absl::Status RunRouterCommand();
+absl::Status RunUp();
+absl::Status RunClient();
 
 }  // namespace pdserve::cli
 

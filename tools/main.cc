@@ -30,7 +30,14 @@ constexpr char kUsage[] =
     "              [--seed S] [--dtype f32|f16|bf16]\n"
     "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards "
     "N]\n"
-    "KV technique flags (generate, eval, bench): --swiftkv-layer L [--across-kv G]\n"
+    "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
+    "              [--decode-workers D] [--monolithic] [--listen HOST:PORT]: the whole cluster\n"
+    "  client      --router HOST:PORT --prompt TEXT [--max-tokens N] [--timings]\n"
+    "  router      --model PATH [--listen A] [--policy least-tokens|round-robin]\n"
+    "  kvstore     [--listen A] [--pool-mib M] [--slot-kib K] [--lease-seconds S]\n"
+    "  prefill     --model PATH --router A [KV technique flags]\n"
+    "  decode      --model PATH --router A (--kvstore A [KV technique flags] | --monolithic)\n"
+    "KV technique flags (generate, eval, bench, up): --swiftkv-layer L [--across-kv G]\n"
     "  [--swiftkv-recovery] [--calibration FILE] [--zack [--zack-rho R]]\n"
     "  [--fp8 off|per-token|per-page] [--kcache-topn N [--kcache-full-layers L]\n"
     "  [--kcache-sink S] [--kcache-recent R] [--kcache-renormalize]]\n"
@@ -68,6 +75,18 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunConvert();
   } else if (command == "calibrate") {
     status = pdserve::cli::RunCalibrate();
+  } else if (command == "up") {
+    status = pdserve::cli::RunUp();
+  } else if (command == "client") {
+    status = pdserve::cli::RunClient();
+  } else if (command == "router") {
+    status = pdserve::cli::RunRouterCommand();
+  } else if (command == "kvstore") {
+    status = pdserve::cli::RunKvStoreCommand();
+  } else if (command == "prefill") {
+    status = pdserve::cli::RunPrefillCommand();
+  } else if (command == "decode") {
+    status = pdserve::cli::RunDecodeCommand();
   } else if (command == "help" || command.empty()) {
     std::fprintf(command.empty() ? stderr : stdout, "%s\n", kUsage);
     return command.empty() ? 1 : 0;

@@ -66,13 +66,16 @@ absl::StatusOr<CompressionProfile> ProfileFromFlags() {
 }
 
 absl::StatusOr<PreparedModel> PrepareModelFromFlags(const ModelWeights& weights,
-                                                    const CompressionProfile& profile) {
+                                                    const CompressionProfile& profile,
+                                                    uint64_t* calibration_hash) {
+  if (calibration_hash != nullptr) *calibration_hash = 0;
   const std::string path = absl::GetFlag(FLAGS_calibration);
   std::optional<Calibration> calibration;
   if (!path.empty()) {
     PDSERVE_ASSIGN_OR_RETURN(calibration, ReadCalibrationFile(path));
-    GetLogger("cli")->info("calibration {} (content hash {:016x})", path,
-                           CalibrationHash(*calibration));
+    const uint64_t hash = CalibrationHash(*calibration);
+    GetLogger("cli")->info("calibration {} (content hash {:016x})", path, hash);
+    if (calibration_hash != nullptr) *calibration_hash = hash;
   } else if (profile.needs_calibration()) {
     return absl::InvalidArgumentError("--zack and --swiftkv-recovery need --calibration FILE");
   }

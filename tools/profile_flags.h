@@ -31,9 +31,11 @@ namespace pdserve::cli {
 absl::StatusOr<CompressionProfile> ProfileFromFlags();
 
 // The model and KV compression to run: the profile applied to `weights` with the --calibration
-// file (read only when given). Logs the profile and, with a calibration, its content hash.
+// file (read only when given). Logs the profile and, with a calibration, its content hash, which
+// it also stores in *calibration_hash when given (0 without a calibration).
 absl::StatusOr<PreparedModel> PrepareModelFromFlags(const ModelWeights& weights,
-                                                    const CompressionProfile& profile);
+                                                    const CompressionProfile& profile,
+                                                    uint64_t* calibration_hash = nullptr);
 
 }  // namespace pdserve::cli
 

@@ -293,4 +293,21 @@ absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   return page;
 }
 
+absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes) {
+  ByteReader reader(bytes, "KV page head");
+  KvPageView page;
+  PDSERVE_ASSIGN_OR_RETURN(page.header, ReadHeader(reader));
+  const KvLayerLayout& layout = page.header.layout;
+  PDSERVE_ASSIGN_OR_RETURN(page.k, reader.ReadBytes(layout.k.bytes(), "the K section"));
+  if (reader.remaining() != 0) {
+    return reader.Error(absl::StrCat(reader.remaining(), " bytes after the K section"));
+  }
+  const std::string context =
+      absl::StrCat("KV page head (request ", page.header.request_id, ", cache layer ",
+                   page.header.cache_layer, ", page ", page.header.page_index, "): ");
+  PDSERVE_RETURN_IF_ERROR(
+      WithPrefix(context, CheckSection("K", layout.k, page.header.num_tokens, page.k)));
+  return page;
+}
+
 }  // namespace pdserve

@@ -65,6 +65,12 @@ int64_t KvPageVOffset(const KvLayerLayout& layout);
 // within `bytes`; allocates O(heads).
 absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes);
 
+// Decodes the first KvPageVOffset(layout) bytes of a page — its header and K section — for a
+// receiver that leaves V where it is. The same header and K content rules as DecodeKvPage, but no
+// checksum (it covers V): use it only on bytes whose page a trusted party already verified (the
+// KV store checks every page at Seal). v is empty in the result.
+absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_CORE_KV_KV_PAGE_H_

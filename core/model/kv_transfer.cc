@@ -81,7 +81,7 @@ absl::Status ImportKvPage(LlamaEngine& engine, int sequence, const KvPageView& p
         context, "the page holds ", h.num_tokens, " tokens; the sequence's page holds ", expected));
   }
   if (static_cast<int64_t>(page.k.size()) != layout.k.bytes() ||
-      static_cast<int64_t>(page.v.size()) != layout.v.bytes()) {
+      (write_v && static_cast<int64_t>(page.v.size()) != layout.v.bytes())) {
     return absl::InvalidArgumentError(absl::StrCat(context, "sections of ", page.k.size(), " and ",
                                                    page.v.size(), " bytes; the layout needs ",
                                                    layout.k.bytes(), " and ", layout.v.bytes()));

@@ -30,7 +30,8 @@ absl::StatusOr<std::string> EncodeSequencePage(LlamaEngine& engine, int sequence
                                                uint64_t calibration_hash);
 
 // Copies a decoded page into the sequence's page header.page_index of header.cache_layer: K, and
-// V when write_v (a decode worker whose value tier already holds a KCache layer's V skips it).
+// V when write_v (a decode worker whose value tier already holds a KCache layer's V skips it;
+// page.v may then be empty, as DecodeKvPageHead leaves it).
 // Slots beyond num_tokens are copied too (zeros in a decoded page). NotFound for an unknown
 // sequence; InvalidArgument naming the mismatch when the cache layer is not the engine's, the
 // layout differs from the engine's plan for it, the page index is beyond the sequence's pages or

@@ -1,0 +1,54 @@
+#include "services/common/kvstore_connection.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+#include "services/common/grpc_status.h"
+#include "services/common/service_server.h"
+
+namespace pdserve {
+
+absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
+    const std::string& grpc_address) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = connections_.find(grpc_address);
+    if (it != connections_.end()) return it->second;
+  }
+  auto stub = v1::KvStore::NewStub(MakeInternalChannel(grpc_address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::KvStoreInfo info;
+  grpc::Status rpc = stub->GetInfo(&context, v1::GetInfoRequest(), &info);
+  if (!rpc.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("KV store ", grpc_address, " did not answer GetInfo: ", rpc.error_message()));
+  }
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = transport_.Connect(info.worker_address());
+  if (!endpoint.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach KV store ", grpc_address,
+                     " over the transport: ", endpoint.status().message()));
+  }
+  std::shared_ptr<Endpoint> shared_endpoint = std::move(*endpoint);
+  std::string lanes;
+  for (const std::string& lane : shared_endpoint->transports_in_use()) {
+    absl::StrAppend(&lanes, lanes.empty() ? "" : ",", lane);
+  }
+  GetLogger("transport")
+      ->info("connected to KV store {} (transports in use: {})", grpc_address,
+             lanes.empty() ? "unknown" : lanes);
+  auto connection = std::make_shared<KvStoreConnection>(grpc_address, std::move(stub),
+                                                        std::move(info), shared_endpoint);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = connections_.emplace(grpc_address, connection);
+  return it->second;
+}
+
+void KvStoreConnections::Forget(const std::string& grpc_address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.erase(grpc_address);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,58 @@
+// KvStoreConnection: what a worker needs to move pages to or from one KV store — its gRPC stub,
+// its GetInfo (pool key, slot size), and a transport endpoint to its UCX worker. KvStoreConnections
+// caches one per KV store address and opens it on first use; a connection whose transfers failed
+// is dropped (Forget) so that the next request reconnects.
+#ifndef PDSERVE_SERVICES_COMMON_KVSTORE_CONNECTION_H_
+#define PDSERVE_SERVICES_COMMON_KVSTORE_CONNECTION_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/transport/transport.h"
+#include "pdserve/v1/kvstore.grpc.pb.h"
+
+namespace pdserve {
+
+class KvStoreConnection {
+ public:
+  KvStoreConnection(std::string address, std::unique_ptr<v1::KvStore::Stub> stub,
+                    v1::KvStoreInfo info, std::shared_ptr<Endpoint> endpoint)
+      : address_(std::move(address)),
+        stub_(std::move(stub)),
+        info_(std::move(info)),
+        endpoint_(std::move(endpoint)) {}
+
+  const std::string& address() const { return address_; }
+  v1::KvStore::Stub& stub() { return *stub_; }
+  const v1::KvStoreInfo& info() const { return info_; }
+  const std::shared_ptr<Endpoint>& endpoint() const { return endpoint_; }
+
+ private:
+  std::string address_;
+  std::unique_ptr<v1::KvStore::Stub> stub_;
+  v1::KvStoreInfo info_;
+  std::shared_ptr<Endpoint> endpoint_;
+};
+
+class KvStoreConnections {
+ public:
+  explicit KvStoreConnections(Transport& transport) : transport_(transport) {}
+
+  // The connection to the KV store at `grpc_address`, opened when needed: Unavailable naming the
+  // address when its GetInfo or the transport connect fails.
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> Get(const std::string& grpc_address);
+  // Drops the cached connection (after a failed transfer).
+  void Forget(const std::string& grpc_address);
+
+ private:
+  Transport& transport_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<KvStoreConnection>> connections_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_COMMON_KVSTORE_CONNECTION_H_

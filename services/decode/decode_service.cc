@@ -1,0 +1,178 @@
+#include "services/decode/decode_service.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/base/logging.h"
+#include "services/common/grpc_status.h"
+#include "services/common/router_registration.h"
+#include "services/common/service_server.h"
+#include "services/common/shutdown_signal.h"
+
+namespace pdserve {
+namespace {
+
+// How often the handler looks at its call for cancellation while no token comes.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
+constexpr absl::Duration kStoreCallTimeout = absl::Seconds(5);
+
+absl::Status CallStore(KvStoreConnection& store, const v1::PageManifest& manifest, bool release,
+                       double* lease_seconds) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
+  grpc::Status rpc;
+  if (release) {
+    v1::ReleaseRequest request;
+    request.set_allocation_id(manifest.allocation_id());
+    request.set_lease_token(manifest.lease_token());
+    v1::ReleaseReply reply;
+    rpc = store.stub().Release(&context, request, &reply);
+  } else {
+    v1::RenewRequest request;
+    request.set_allocation_id(manifest.allocation_id());
+    request.set_lease_token(manifest.lease_token());
+    v1::RenewReply reply;
+    rpc = store.stub().Renew(&context, request, &reply);
+    if (rpc.ok() && lease_seconds != nullptr) *lease_seconds = reply.lease_seconds();
+  }
+  return FromGrpcStatus(rpc);
+}
+
+}  // namespace
+
+absl::StatusOr<DecodeJob> DecodeService::MakeJob(const v1::DecodeRequest& request) {
+  DecodeJob job;
+  job.request_id = request.request_id();
+  job.sampling.temperature = request.sampling().temperature();
+  job.sampling.top_p = request.sampling().top_p() == 0 ? 1.0f : request.sampling().top_p();
+  job.sampling.top_k = request.sampling().top_k();
+  job.sampling.seed = request.sampling().seed();
+  job.max_tokens = request.max_tokens();
+  job.stop_ids.assign(request.stop().stop_token_ids().begin(),
+                      request.stop().stop_token_ids().end());
+  if (worker_.monolithic()) {
+    if (request.has_manifest()) {
+      return absl::InvalidArgumentError("this worker is monolithic: send the prompt, not pages");
+    }
+    job.prompt.assign(request.prompt().begin(), request.prompt().end());
+    return job;
+  }
+  if (!request.has_manifest()) {
+    return absl::InvalidArgumentError("this decode worker needs a page manifest");
+  }
+  job.manifest = request.manifest();
+  job.first_token = request.first_token();
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> store =
+      stores_->Get(job.manifest.kvstore_grpc_address());
+  if (!store.ok()) return store.status();
+  job.store = *store;
+  return job;
+}
+
+grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
+                                   grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  absl::StatusOr<DecodeJob> job = MakeJob(*request);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  // The pages are released on every ending, once the scheduler is done with them.
+  absl::Cleanup release = [&] {
+    if (job->store == nullptr) return;
+    absl::Status status = CallStore(*job->store, job->manifest, /*release=*/true, nullptr);
+    if (!status.ok() && !absl::IsNotFound(status)) {
+      GetLogger("decode")->warn("request {}: releasing its pages failed: {}", job->request_id,
+                                std::string(status.message()));
+    }
+  };
+  absl::StatusOr<DecodeStart> start = worker_.Start(*job);
+  if (!start.ok()) {
+    if (absl::IsUnavailable(start.status()) && job->store != nullptr) {
+      stores_->Forget(job->store->address());
+    }
+    return ToGrpcStatus(start.status());
+  }
+  return Relay(context, *job, *start, writer);
+}
+
+grpc::Status DecodeService::Relay(grpc::ServerContext* context, const DecodeJob& job,
+                                  const DecodeStart& start,
+                                  grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  DecodeStream& stream = *start.stream;
+  // Stops the scheduler's work on this request and waits until it no longer reads its pages.
+  auto abandon = [&](grpc::Status status) {
+    stream.Cancel();
+    stream.WaitFinished(absl::Now() + absl::Seconds(10));
+    return status;
+  };
+  double lease_seconds = start.lease_seconds;
+  absl::Time renewed = absl::Now();
+  bool first = true;
+  while (true) {
+    DecodeStream::Taken taken = stream.Take(absl::Now() + kPollInterval);
+    if (context->IsCancelled()) {
+      return abandon(grpc::Status(grpc::StatusCode::CANCELLED, "the caller cancelled"));
+    }
+    if (!taken.tokens.empty() || taken.finished) {
+      v1::DecodeResponse response;
+      for (int32_t token : taken.tokens) response.add_tokens(token);
+      if (first) response.set_transfer_seconds(start.transfer_seconds);
+      first = false;
+      if (taken.finished && taken.status.ok()) {
+        response.set_done(true);
+        response.set_finish_reason(taken.reason);
+      }
+      if ((response.tokens_size() > 0 || response.done()) && !writer->Write(response)) {
+        return abandon(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+      }
+      if (taken.finished) return ToGrpcStatus(taken.status);
+    }
+    if (job.store != nullptr && lease_seconds > 0 &&
+        absl::Now() - renewed > absl::Seconds(lease_seconds / 3)) {
+      absl::Status status = CallStore(*job.store, job.manifest, /*release=*/false, &lease_seconds);
+      if (!status.ok()) {
+        return abandon(ToGrpcStatus(absl::Status(
+            status.code(), absl::StrCat("renewing the lease of its pages: ", status.message()))));
+      }
+      renewed = absl::Now();
+    }
+  }
+}
+
+grpc::Status DecodeService::GetQueue(grpc::ServerContext* /*context*/,
+                                     const v1::GetQueueRequest* /*request*/,
+                                     v1::QueueStatus* reply) {
+  *reply = worker_.queue();
+  return grpc::Status::OK;
+}
+
+absl::Status RunDecodeServer(const DecodeServerOptions& options, DecodeWorker& worker,
+                             Transport* transport) {
+  std::unique_ptr<KvStoreConnections> stores;
+  if (transport != nullptr) stores = std::make_unique<KvStoreConnections>(*transport);
+  DecodeService service(worker, stores.get());
+  absl::StatusOr<std::unique_ptr<ServiceServer>> server =
+      ServiceServer::Start(options.listen_address, {&service});
+  if (!server.ok()) return server.status();
+  std::unique_ptr<RouterRegistration> registration;
+  if (!options.router_address.empty()) {
+    v1::RegisterWorkerRequest request;
+    request.set_role(worker.monolithic() ? v1::WORKER_ROLE_MONOLITHIC : v1::WORKER_ROLE_DECODE);
+    request.set_address((*server)->address());
+    request.set_calibration_hash(options.calibration_hash);
+    request.set_kvstore_grpc_address(options.kvstore_address);
+    registration = std::make_unique<RouterRegistration>(options.router_address, request,
+                                                        [&worker] { return worker.queue(); });
+  }
+  const char* role = worker.monolithic() ? "monolithic" : "decode";
+  GetLogger("decode")->info("{} worker serving on {}", role, (*server)->address());
+  (*server)->AnnounceReady(role);
+  const int signal_number = WaitForShutdownSignal();
+  GetLogger("decode")->info("signal {}: draining", signal_number);
+  (*server)->SetServing(false);
+  registration.reset();
+  (*server)->Shutdown(absl::Seconds(10));
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve

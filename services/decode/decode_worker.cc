@@ -1,0 +1,389 @@
+#include "services/decode/decode_worker.h"
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/kv/kv_page.h"
+#include "core/model/generator.h"
+#include "core/model/kv_transfer.h"
+#include "services/common/grpc_status.h"
+
+namespace pdserve {
+namespace {
+
+constexpr absl::Duration kStoreCallTimeout = absl::Seconds(5);
+
+}  // namespace
+
+// One page as pulled from the KV store: whole, or (V left remote) its header and K bytes.
+struct DecodeWorker::StagedPage {
+  v1::PageRef ref;
+  std::string bytes;
+  bool v_remote = false;
+};
+
+struct DecodeWorker::Admission {
+  DecodeJob job;
+  std::shared_ptr<DecodeStream> stream;
+  std::vector<StagedPage> pages;
+  std::shared_ptr<RemotePageSource> source;
+};
+
+struct DecodeWorker::Live {
+  std::shared_ptr<DecodeStream> stream;
+  std::shared_ptr<RemotePageSource> source;  // null: every page is local
+  int sequence = -1;
+  Sampler sampler;
+  int max_tokens = 0;
+  std::vector<int32_t> stop_ids;
+  int produced = 0;
+  int32_t next = -1;  // the token the next step feeds
+
+  Live(const DecodeJob& job, std::shared_ptr<DecodeStream> s)
+      : stream(std::move(s)),
+        sampler(job.sampling),
+        max_tokens(job.max_tokens),
+        stop_ids(job.stop_ids) {}
+};
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
+    std::unique_ptr<LlamaEngine> engine, RemoteValueTier* tier,
+    const DecodeWorkerOptions& options) {
+  if (engine == nullptr) return absl::InvalidArgumentError("decode worker needs an engine");
+  if (options.max_queued_requests < 1) {
+    return absl::InvalidArgumentError("max queued requests must be ≥ 1");
+  }
+  if (engine->options().max_batch_tokens < engine->options().max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max batch tokens (", engine->options().max_batch_tokens,
+        ") must cover one decode step of every sequence (", engine->options().max_sequences, ")"));
+  }
+  return std::unique_ptr<DecodeWorker>(new DecodeWorker(std::move(engine), tier, options));
+}
+
+DecodeWorker::DecodeWorker(std::unique_ptr<LlamaEngine> engine, RemoteValueTier* tier,
+                           const DecodeWorkerOptions& options)
+    : engine_(std::move(engine)), tier_(tier), options_(options) {
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
+
+DecodeWorker::~DecodeWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  scheduler_.join();
+}
+
+v1::QueueStatus DecodeWorker::queue() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::QueueStatus status;
+  status.set_queued_requests(static_cast<int32_t>(admissions_.size()));
+  status.set_queued_tokens(queued_tokens_);
+  status.set_running_requests(live_count_);
+  return status;
+}
+
+absl::Status DecodeWorker::CheckJob(const DecodeJob& job) const {
+  PDSERVE_RETURN_IF_ERROR(job.sampling.Validate());
+  const int vocab = engine_->config().vocab_size;
+  auto check_token = [vocab](int32_t id, const char* what) -> absl::Status {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", id, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+    return absl::OkStatus();
+  };
+  int prompt_tokens = 0;
+  if (options_.monolithic) {
+    if (job.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+    for (int32_t id : job.prompt) PDSERVE_RETURN_IF_ERROR(check_token(id, "prompt token"));
+    prompt_tokens = static_cast<int>(job.prompt.size());
+  } else {
+    if (job.store == nullptr || job.manifest.pages().empty()) {
+      return absl::InvalidArgumentError("a disaggregated decode needs a page manifest");
+    }
+    if (job.manifest.calibration_hash() != options_.calibration_hash) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the pages were made with calibration ", absl::Hex(job.manifest.calibration_hash()),
+          " but this decode worker runs calibration ", absl::Hex(options_.calibration_hash)));
+    }
+    PDSERVE_RETURN_IF_ERROR(check_token(job.first_token, "first token"));
+    prompt_tokens = job.manifest.num_tokens();
+    const int pages = NumKvPages(std::max(prompt_tokens, 1), engine_->options().kv_page_size);
+    const size_t expected = engine_->plan().caches.size() * static_cast<size_t>(pages);
+    if (prompt_tokens < 1 || static_cast<size_t>(job.manifest.pages_size()) != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the manifest lists ", job.manifest.pages_size(), " pages for ",
+                       prompt_tokens, " tokens; this model's KV plan needs ", expected));
+    }
+  }
+  for (int32_t id : job.stop_ids) PDSERVE_RETURN_IF_ERROR(check_token(id, "stop token"));
+  if (job.max_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max tokens ", job.max_tokens, " < 1"));
+  }
+  if (static_cast<int64_t>(prompt_tokens) + job.max_tokens > engine_->max_context()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", prompt_tokens, " tokens) + max tokens (", job.max_tokens,
+                     ") exceed this worker's context of ", engine_->max_context(), " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeWorker::PullPages(Admission& admission, double* lease_seconds) {
+  const v1::PageManifest& manifest = admission.job.manifest;
+  KvStoreConnection& store = *admission.job.store;
+  // The pages are this decoder's from now on: take the lease over before reading.
+  {
+    v1::RenewRequest request;
+    request.set_allocation_id(manifest.allocation_id());
+    request.set_lease_token(manifest.lease_token());
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
+    v1::RenewReply reply;
+    grpc::Status rpc = store.stub().Renew(&context, request, &reply);
+    *lease_seconds = reply.lease_seconds();
+    if (!rpc.ok()) {
+      absl::Status status = FromGrpcStatus(rpc);
+      return absl::Status(status.code(),
+                          absl::StrCat("renewing the lease of request ", manifest.request_id(),
+                                       " at KV store ", store.address(), ": ", status.message()));
+    }
+  }
+  const KvPlan& plan = engine_->plan();
+  const int page_size = engine_->options().kv_page_size;
+  std::vector<TransferOp> ops;
+  admission.pages.resize(manifest.pages_size());
+  for (int i = 0; i < manifest.pages_size(); ++i) {
+    const v1::PageRef& ref = manifest.pages(i);
+    if (ref.cache_layer() < 0 || ref.cache_layer() >= static_cast<int>(plan.caches.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("manifest page ", i, " names cache layer ", ref.cache_layer()));
+    }
+    const KvLayerLayout& layout = plan.caches[ref.cache_layer()].layout;
+    const int64_t full = KvPageVOffset(layout) + layout.v.bytes() + 8;
+    if (ref.encoded_bytes() != full) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest page ", i, " is ",
+                                                     ref.encoded_bytes(),
+                                                     " bytes; this model's pages of cache "
+                                                     "layer ",
+                                                     ref.cache_layer(), " are ", full));
+    }
+    StagedPage& page = admission.pages[i];
+    page.ref = ref;
+    page.v_remote =
+        tier_ != nullptr && plan.caches[ref.cache_layer()].kcache && ref.num_tokens() == page_size;
+    page.bytes.resize(page.v_remote ? KvPageVOffset(layout) : full);
+    ops.push_back(TransferOp{page.bytes.data(), page.bytes.size(), ref.remote_address()});
+  }
+  absl::Status status = store.endpoint()->GetBatch(manifest.pool_rkey(), ops);
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat("reading the pages of request ",
+                                               manifest.request_id(), " from KV store ",
+                                               store.address(), ": ", status.message()));
+  }
+  if (tier_ != nullptr) {
+    admission.source = std::make_shared<RemotePageSource>(store.endpoint(), manifest.pool_rkey());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodeStart> DecodeWorker::Start(DecodeJob job) {
+  PDSERVE_RETURN_IF_ERROR(CheckJob(job));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(admissions_.size()) >= options_.max_queued_requests) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("decode queue full (", admissions_.size(), " requests); retry later"));
+    }
+  }
+  auto admission = std::make_unique<Admission>();
+  admission->job = std::move(job);
+  admission->stream = std::make_shared<DecodeStream>();
+  DecodeStart start;
+  start.stream = admission->stream;
+  if (!options_.monolithic) {
+    const absl::Time begin = absl::Now();
+    PDSERVE_RETURN_IF_ERROR(PullPages(*admission, &start.lease_seconds));
+    start.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - begin);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_tokens_ +=
+        admission->job.max_tokens + static_cast<int64_t>(admission->job.prompt.size());
+    admissions_.push_back(std::move(admission));
+  }
+  cv_.notify_all();
+  return start;
+}
+
+absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
+  if (options_.monolithic) {
+    PDSERVE_ASSIGN_OR_RETURN(live.sequence, engine_->AddSequence());
+    PDSERVE_ASSIGN_OR_RETURN(std::span<const float> logits,
+                             Prefill(*engine_, live.sequence, admission.job.prompt));
+    live.next = live.sampler.Sample(logits);
+    return absl::OkStatus();
+  }
+  const v1::PageManifest& manifest = admission.job.manifest;
+  PDSERVE_ASSIGN_OR_RETURN(live.sequence, engine_->AddSequenceWithTokens(manifest.num_tokens()));
+  for (StagedPage& page : admission.pages) {
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(page.bytes.data()),
+                                         page.bytes.size());
+    absl::StatusOr<KvPageView> view = page.v_remote ? DecodeKvPageHead(bytes) : DecodeKvPage(bytes);
+    if (!view.ok()) {
+      return absl::Status(view.status().code(),
+                          absl::StrCat("page ", page.ref.page_index(), " of cache layer ",
+                                       page.ref.cache_layer(), ": ", view.status().message()));
+    }
+    if (view->header.request_id != manifest.request_id() ||
+        view->header.calibration_hash != manifest.calibration_hash() ||
+        view->header.cache_layer != page.ref.cache_layer() ||
+        view->header.page_index != page.ref.page_index()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "page at ", page.ref.remote_address(), " is not page ", page.ref.page_index(),
+          " of cache layer ", page.ref.cache_layer(), " of request ", manifest.request_id()));
+    }
+    PDSERVE_RETURN_IF_ERROR(ImportKvPage(*engine_, live.sequence, *view, !page.v_remote));
+    if (page.v_remote) {
+      PDSERVE_ASSIGN_OR_RETURN(
+          KvPageSlots slots,
+          engine_->SequencePage(live.sequence, page.ref.cache_layer(), page.ref.page_index()));
+      const KvLayerLayout& layout = engine_->plan().caches[page.ref.cache_layer()].layout;
+      tier_->MapRemote(slots.tier_section, slots.page_id, admission.source,
+                       page.ref.remote_address() + KvPageVOffset(layout));
+    }
+  }
+  live.source = admission.source;
+  live.next = admission.job.first_token;
+  return absl::OkStatus();
+}
+
+bool DecodeWorker::Emit(Live& live, int32_t token) {
+  ++live.produced;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --queued_tokens_;
+  }
+  if (std::find(live.stop_ids.begin(), live.stop_ids.end(), token) != live.stop_ids.end()) {
+    live.stream->PushLast(token, v1::FINISH_REASON_STOP_TOKEN);
+    return true;
+  }
+  if (live.produced >= live.max_tokens) {
+    live.stream->PushLast(token, v1::FINISH_REASON_LENGTH);
+    return true;
+  }
+  live.stream->Push(token);
+  live.next = token;
+  return false;
+}
+
+void DecodeWorker::Retire(Live& live) {
+  if (live.sequence >= 0) (void)engine_->RemoveSequence(live.sequence);
+  live.sequence = -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  queued_tokens_ -= live.max_tokens - live.produced;
+  --live_count_;
+}
+
+void DecodeWorker::Admit() {
+  while (static_cast<int>(live_.size()) < engine_->options().max_sequences) {
+    std::unique_ptr<Admission> admission;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (admissions_.empty()) return;
+      admission = std::move(admissions_.front());
+      admissions_.pop_front();
+      queued_tokens_ -= static_cast<int64_t>(admission->job.prompt.size());
+      ++live_count_;
+    }
+    auto live = std::make_unique<Live>(admission->job, admission->stream);
+    if (admission->stream->cancelled()) {
+      Retire(*live);
+      live->stream->Fail(absl::CancelledError("cancelled before decoding started"));
+      continue;
+    }
+    absl::Status status = Import(*admission, *live);
+    if (!status.ok()) {
+      Retire(*live);
+      live->stream->Fail(status);
+      continue;
+    }
+    // The first token: prefill's (disaggregated) or the local prefill's.
+    if (Emit(*live, live->next)) {
+      Retire(*live);
+      continue;
+    }
+    live_.push_back(std::move(live));
+  }
+}
+
+void DecodeWorker::Step() {
+  // Cancelled requests leave before the step.
+  for (auto& live : live_) {
+    if (live->stream->cancelled()) {
+      Retire(*live);
+      live->stream->Fail(absl::CancelledError("cancelled"));
+    }
+  }
+  std::erase_if(live_, [](const std::unique_ptr<Live>& live) { return live->sequence < 0; });
+  if (live_.empty()) return;
+  std::vector<ForwardChunk> chunks;
+  chunks.reserve(live_.size());
+  for (auto& live : live_) chunks.push_back(ForwardChunk{live->sequence, {&live->next, 1}});
+  absl::StatusOr<std::span<const float>> logits = engine_->Forward(chunks);
+  if (!logits.ok()) {
+    GetLogger("decode")->error("decode step over {} sequences failed: {}", live_.size(),
+                               std::string(logits.status().message()));
+    for (auto& live : live_) {
+      Retire(*live);
+      live->stream->Fail(logits.status());
+    }
+    live_.clear();
+    return;
+  }
+  const size_t vocab = engine_->config().vocab_size;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    Live& live = *live_[i];
+    if (live.source != nullptr && live.source->failed()) {
+      Retire(live);
+      live.stream->Fail(absl::UnavailableError(absl::StrCat(
+          "fetching V pages from the KV store failed: ", live.source->failure().message())));
+      continue;
+    }
+    const int32_t token = live.sampler.Sample(logits->subspan(i * vocab, vocab));
+    if (Emit(live, token)) Retire(live);
+  }
+  std::erase_if(live_, [](const std::unique_ptr<Live>& live) { return live->sequence < 0; });
+}
+
+void DecodeWorker::SchedulerLoop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !admissions_.empty() || !live_.empty(); });
+      if (stop_) break;
+    }
+    Admit();
+    Step();
+  }
+  for (auto& live : live_) {
+    Retire(*live);
+    live->stream->Fail(absl::UnavailableError("decode worker shutting down"));
+  }
+  live_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& admission : admissions_) {
+    admission->stream->Fail(absl::UnavailableError("decode worker shutting down"));
+  }
+  admissions_.clear();
+}
+
+}  // namespace pdserve

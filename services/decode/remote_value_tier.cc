@@ -1,0 +1,82 @@
+#include "services/decode/remote_value_tier.h"
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+namespace pdserve {
+
+absl::Status RemotePageSource::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void RemotePageSource::RecordFailure(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_.ok()) failure_ = status;
+  failed_.store(true, std::memory_order_release);
+}
+
+absl::StatusOr<std::unique_ptr<RemoteValueTier>> RemoteValueTier::Create(
+    int page_size, int num_pages, std::vector<KvSectionLayout> sections) {
+  const int num_sections = static_cast<int>(sections.size());
+  absl::StatusOr<std::unique_ptr<InProcessValueTier>> local =
+      InProcessValueTier::Create(page_size, num_pages, std::move(sections));
+  if (!local.ok()) return local.status();
+  return std::unique_ptr<RemoteValueTier>(
+      new RemoteValueTier(std::move(*local), num_sections, num_pages));
+}
+
+RemoteValueTier::RemoteValueTier(std::unique_ptr<InProcessValueTier> local, int num_sections,
+                                 int num_pages)
+    : local_(std::move(local)), remote_(num_sections, std::vector<Remote>(num_pages)) {}
+
+uint8_t* RemoteValueTier::WritablePage(int section, int32_t page) {
+  remote(section, page) = Remote{};
+  return local_->WritablePage(section, page);
+}
+
+void RemoteValueTier::MapRemote(int section, int32_t page, std::shared_ptr<RemotePageSource> source,
+                                uint64_t v_address) {
+  remote(section, page) = Remote{std::move(source), v_address};
+}
+
+const uint8_t* RemoteValueTier::FetchHead(int section, int32_t page, int head) {
+  const KvSectionLayout& l = layout(section);
+  const int64_t row_bytes = int64_t{l.page_size()} * l.dim(head) * l.element_bytes();
+  const int64_t scale_bytes = int64_t{l.scales_per_head()} * 4;
+  bytes_fetched_.fetch_add(row_bytes + scale_bytes, std::memory_order_relaxed);
+  uint8_t* mirror = local_->WritablePage(section, page);
+  const Remote& r = remote(section, page);
+  if (r.source == nullptr) return mirror;
+
+  std::array<TransferOp, 2> ops;
+  int n = 0;
+  if (row_bytes > 0) {
+    ops[n++] = TransferOp{mirror + l.head_offset(head), static_cast<size_t>(row_bytes),
+                          r.v_address + static_cast<uint64_t>(l.head_offset(head))};
+  }
+  if (scale_bytes > 0) {
+    ops[n++] = TransferOp{mirror + l.scale_offset(head), static_cast<size_t>(scale_bytes),
+                          r.v_address + static_cast<uint64_t>(l.scale_offset(head))};
+  }
+  if (n == 0) return mirror;
+  if (r.source->failed()) {
+    std::memset(mirror + l.head_offset(head), 0, row_bytes);
+    return mirror;
+  }
+  absl::Status status = r.source->endpoint().GetBatch(r.source->rkey(), {ops.data(), size_t(n)});
+  if (!status.ok()) {
+    r.source->RecordFailure(status);
+    std::memset(mirror + l.head_offset(head), 0, row_bytes);
+    for (int i = 0; i < l.scales_per_head(); ++i) {
+      const float one = 1.0f;
+      std::memcpy(mirror + l.scale_offset(head) + 4 * i, &one, 4);
+    }
+    return mirror;
+  }
+  remote_bytes_.fetch_add(row_bytes + scale_bytes, std::memory_order_relaxed);
+  return mirror;
+}
+
+}  // namespace pdserve

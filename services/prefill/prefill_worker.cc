@@ -1,0 +1,458 @@
+#include "services/prefill/prefill_worker.h"
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/kv/kv_page.h"
+#include "core/model/kv_transfer.h"
+#include "services/common/grpc_status.h"
+
+namespace pdserve {
+namespace {
+
+constexpr absl::Duration kStoreCallTimeout = absl::Seconds(5);
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+int64_t EncodedKvPageBytes(const KvLayerLayout& layout) {
+  return KvPageVOffset(layout) + layout.v.bytes() + 8;  // + the trailing checksum
+}
+
+struct PrefillWorker::Pending {
+  PrefillJob job;
+  absl::Time arrival;
+  int pages_per_cache = 0;
+  // The allocation: slot i·pages_per_cache + p holds page p of cache layer i.
+  uint64_t allocation_id = 0;
+  uint64_t lease_token = 0;
+  std::vector<uint64_t> slots;
+  std::vector<uint32_t> encoded_bytes;  // per cache layer
+
+  // Set by the batcher, then `finished` under mu.
+  double queue_seconds = 0;
+  double compute_seconds = 0;
+  absl::Time compute_end;
+  int32_t first_token = -1;
+  absl::Status status;
+  bool finished = false;
+  // Set by the sender.
+  absl::Status write_status;
+  absl::Time writes_done;
+
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+struct PrefillWorker::PageWrite {
+  std::shared_ptr<Pending> pending;
+  KvPageHeader header;
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  uint64_t remote_address = 0;
+};
+
+// Hands each cache layer's pages of the batch's sequences to the sender as soon as the engine
+// has stored them.
+class PrefillWorker::LayerStreamer final : public ForwardObserver {
+ public:
+  LayerStreamer(PrefillWorker& worker, const std::vector<std::shared_ptr<Pending>>& batch,
+                const std::vector<int>& sequences)
+      : worker_(worker), batch_(batch), sequences_(sequences) {}
+
+  void LayerInput(int, const float*, int) override {}
+  void Queries(int, const float*, int64_t, int) override {}
+  void CachedKv(int, const float*, const float*, int64_t, int) override {}
+
+  void CacheLayerStored(int cache_layer) override {
+    const LlamaEngine& engine = *worker_.engine_;
+    const KvLayerLayout& layout = engine.plan().caches[cache_layer].layout;
+    const int page_size = engine.options().kv_page_size;
+    for (size_t b = 0; b < batch_.size(); ++b) {
+      const std::shared_ptr<Pending>& pending = batch_[b];
+      if (!pending->status.ok()) continue;
+      const int n = static_cast<int>(pending->job.prompt.size());
+      std::vector<PageWrite> writes;
+      for (int p = 0; p < pending->pages_per_cache; ++p) {
+        absl::StatusOr<KvPageSlots> slots =
+            worker_.engine_->SequencePage(sequences_[b], cache_layer, p);
+        if (!slots.ok()) {
+          pending->status = slots.status();
+          break;
+        }
+        PageWrite write;
+        write.pending = pending;
+        write.header.calibration_hash = worker_.options_.calibration_hash;
+        write.header.request_id = pending->job.request_id;
+        write.header.cache_layer = cache_layer;
+        write.header.page_index = p;
+        write.header.num_tokens = std::min(page_size, n - p * page_size);
+        write.header.layout = layout;
+        write.k = slots->k;
+        write.v = slots->v;
+        write.remote_address = pending->slots[cache_layer * pending->pages_per_cache + p];
+        writes.push_back(std::move(write));
+      }
+      worker_.EnqueueWrites(std::move(writes));
+    }
+  }
+
+ private:
+  PrefillWorker& worker_;
+  const std::vector<std::shared_ptr<Pending>>& batch_;
+  const std::vector<int>& sequences_;
+};
+
+absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
+    std::unique_ptr<LlamaEngine> engine, const PrefillWorkerOptions& options) {
+  if (engine == nullptr) return absl::InvalidArgumentError("prefill worker needs an engine");
+  if (options.max_queued_requests < 1) {
+    return absl::InvalidArgumentError("max queued requests must be ≥ 1");
+  }
+  return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(engine), options));
+}
+
+PrefillWorker::PrefillWorker(std::unique_ptr<LlamaEngine> engine,
+                             const PrefillWorkerOptions& options)
+    : engine_(std::move(engine)), options_(options) {
+  batcher_ = std::thread([this] { BatcherLoop(); });
+  sender_ = std::thread([this] { SenderLoop(); });
+}
+
+PrefillWorker::~PrefillWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  queue_cv_.notify_all();
+  batcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    send_stop_ = true;
+  }
+  send_cv_.notify_all();
+  sender_.join();
+}
+
+v1::QueueStatus PrefillWorker::queue() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::QueueStatus status;
+  status.set_queued_requests(static_cast<int32_t>(queue_.size()));
+  status.set_queued_tokens(queued_tokens_);
+  status.set_running_requests(running_);
+  return status;
+}
+
+absl::Status PrefillWorker::Allocate(Pending& pending) {
+  const KvPlan& plan = engine_->plan();
+  const int page_size = engine_->options().kv_page_size;
+  pending.pages_per_cache = NumKvPages(static_cast<int>(pending.job.prompt.size()), page_size);
+  v1::AllocateRequest request;
+  request.set_request_id(pending.job.request_id);
+  request.set_lease_seconds(pending.job.lease_seconds);
+  for (const CachePlan& cache : plan.caches) {
+    const int64_t bytes = EncodedKvPageBytes(cache.layout);
+    pending.encoded_bytes.push_back(static_cast<uint32_t>(bytes));
+    for (int p = 0; p < pending.pages_per_cache; ++p) {
+      request.add_page_bytes(static_cast<uint32_t>(bytes));
+    }
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
+  v1::AllocateReply reply;
+  grpc::Status rpc = pending.job.store->stub().Allocate(&context, request, &reply);
+  if (!rpc.ok()) {
+    absl::Status status = FromGrpcStatus(rpc);
+    return absl::Status(status.code(), absl::StrCat("KV store ", pending.job.store->address(),
+                                                    " Allocate: ", status.message()));
+  }
+  pending.allocation_id = reply.allocation_id();
+  pending.lease_token = reply.lease_token();
+  pending.slots.assign(reply.slot_addresses().begin(), reply.slot_addresses().end());
+  if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size())) {
+    Release(pending);
+    return absl::InternalError(absl::StrCat("KV store ", pending.job.store->address(), " gave ",
+                                            pending.slots.size(), " slots for ",
+                                            request.page_bytes_size(), " pages"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefillWorker::Seal(Pending& pending) {
+  v1::SealRequest request;
+  request.set_allocation_id(pending.allocation_id);
+  request.set_lease_token(pending.lease_token);
+  const int page_size = engine_->options().kv_page_size;
+  const int n = static_cast<int>(pending.job.prompt.size());
+  for (size_t c = 0; c < pending.encoded_bytes.size(); ++c) {
+    for (int p = 0; p < pending.pages_per_cache; ++p) {
+      v1::PageRef* page = request.add_pages();
+      page->set_cache_layer(static_cast<int32_t>(c));
+      page->set_page_index(p);
+      page->set_num_tokens(std::min(page_size, n - p * page_size));
+      page->set_remote_address(pending.slots[c * pending.pages_per_cache + p]);
+      page->set_encoded_bytes(pending.encoded_bytes[c]);
+    }
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
+  v1::SealReply reply;
+  grpc::Status rpc = pending.job.store->stub().Seal(&context, request, &reply);
+  if (!rpc.ok()) {
+    absl::Status status = FromGrpcStatus(rpc);
+    return absl::Status(status.code(), absl::StrCat("KV store ", pending.job.store->address(),
+                                                    " Seal: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+void PrefillWorker::Release(Pending& pending) {
+  if (pending.allocation_id == 0) return;
+  v1::ReleaseRequest request;
+  request.set_allocation_id(pending.allocation_id);
+  request.set_lease_token(pending.lease_token);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
+  v1::ReleaseReply reply;
+  grpc::Status rpc = pending.job.store->stub().Release(&context, request, &reply);
+  if (!rpc.ok()) {
+    // The lease will free the pages; nothing else can be done here.
+    GetLogger("prefill")->warn(
+        "request {}: releasing its pages failed ({}); they expire with "
+        "their lease",
+        pending.job.request_id, rpc.error_message());
+  }
+  pending.allocation_id = 0;
+}
+
+absl::StatusOr<PrefillOutcome> PrefillWorker::Run(PrefillJob job) {
+  const int n = static_cast<int>(job.prompt.size());
+  if (n < 1) return absl::InvalidArgumentError("the prompt has no tokens");
+  if (n >= engine_->max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n,
+                                                   " tokens leaves no room in the ",
+                                                   engine_->max_context(), "-token context"));
+  }
+  const int vocab = engine_->config().vocab_size;
+  for (int32_t id : job.prompt) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " is outside [0, ", vocab, ")"));
+    }
+  }
+  PDSERVE_RETURN_IF_ERROR(job.sampling.Validate());
+  if (job.store == nullptr) return absl::InvalidArgumentError("no KV store given");
+
+  auto pending = std::make_shared<Pending>();
+  pending->job = std::move(job);
+  pending->arrival = absl::Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(queue_.size()) >= options_.max_queued_requests) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("prefill queue full (", queue_.size(), " requests); retry later"));
+    }
+  }
+  PDSERVE_RETURN_IF_ERROR(Allocate(*pending));
+  absl::Cleanup release = [&] { Release(*pending); };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(pending);
+    queued_tokens_ += n;
+  }
+  queue_cv_.notify_one();
+  {
+    std::unique_lock<std::mutex> lock(pending->mu);
+    pending->cv.wait(lock, [&] { return pending->finished; });
+  }
+  PDSERVE_RETURN_IF_ERROR(pending->status);
+  PDSERVE_RETURN_IF_ERROR(pending->write_status);
+  PDSERVE_RETURN_IF_ERROR(Seal(*pending));
+
+  PrefillOutcome outcome;
+  outcome.first_token = pending->first_token;
+  outcome.queue_seconds = pending->queue_seconds;
+  outcome.compute_seconds = pending->compute_seconds;
+  outcome.transfer_seconds = std::max(0.0, Seconds(pending->writes_done - pending->compute_end));
+  v1::PageManifest& manifest = outcome.manifest;
+  manifest.set_request_id(pending->job.request_id);
+  manifest.set_calibration_hash(options_.calibration_hash);
+  manifest.set_num_tokens(n);
+  manifest.set_kvstore_grpc_address(pending->job.store->address());
+  manifest.set_kvstore_worker_address(pending->job.store->info().worker_address());
+  manifest.set_pool_rkey(pending->job.store->info().pool_rkey());
+  manifest.set_allocation_id(pending->allocation_id);
+  manifest.set_lease_token(pending->lease_token);
+  const int page_size = engine_->options().kv_page_size;
+  for (size_t c = 0; c < pending->encoded_bytes.size(); ++c) {
+    for (int p = 0; p < pending->pages_per_cache; ++p) {
+      v1::PageRef* page = manifest.add_pages();
+      page->set_cache_layer(static_cast<int32_t>(c));
+      page->set_page_index(p);
+      page->set_num_tokens(std::min(page_size, n - p * page_size));
+      page->set_remote_address(pending->slots[c * pending->pages_per_cache + p]);
+      page->set_encoded_bytes(pending->encoded_bytes[c]);
+    }
+  }
+  pending->allocation_id = 0;  // the pages now belong to the manifest's holder
+  return outcome;
+}
+
+std::vector<std::shared_ptr<PrefillWorker::Pending>> PrefillWorker::TakeBatch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+  std::vector<std::shared_ptr<Pending>> batch;
+  int64_t tokens = 0;
+  const int budget = engine_->options().max_batch_tokens;
+  const int max_sequences = engine_->options().max_sequences;
+  while (!queue_.empty() && static_cast<int>(batch.size()) < max_sequences) {
+    const int64_t n = static_cast<int64_t>(queue_.front()->job.prompt.size());
+    if (!batch.empty() && tokens + n > budget) break;
+    tokens += n;
+    queued_tokens_ -= n;
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  running_ = static_cast<int>(batch.size());
+  return batch;
+}
+
+void PrefillWorker::BatcherLoop() {
+  while (true) {
+    std::vector<std::shared_ptr<Pending>> batch = TakeBatch();
+    if (batch.empty()) return;  // stopping
+    RunBatch(batch);
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = 0;
+  }
+}
+
+absl::Status PrefillWorker::ForwardBatch(const std::vector<std::shared_ptr<Pending>>& batch,
+                                         std::vector<int>& sequences) {
+  for (size_t b = 0; b < batch.size(); ++b) {
+    PDSERVE_ASSIGN_OR_RETURN(int sequence, engine_->AddSequence());
+    sequences.push_back(sequence);
+  }
+  // A prompt beyond the budget runs alone: its leading chunks first, unobserved.
+  const size_t budget = engine_->options().max_batch_tokens;
+  std::vector<ForwardChunk> chunks;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    std::span<const int32_t> prompt(batch[b]->job.prompt);
+    while (prompt.size() > budget) {
+      ForwardChunk lead{sequences[b], prompt.first(budget)};
+      PDSERVE_RETURN_IF_ERROR(engine_->Forward({&lead, 1}).status());
+      prompt = prompt.subspan(budget);
+    }
+    chunks.push_back(ForwardChunk{sequences[b], prompt});
+  }
+  LayerStreamer streamer(*this, batch, sequences);
+  engine_->set_observer(&streamer);
+  absl::StatusOr<std::span<const float>> logits = engine_->Forward(chunks);
+  engine_->set_observer(nullptr);
+  const absl::Time end = absl::Now();
+  if (!logits.ok()) return logits.status();
+  const size_t vocab = engine_->config().vocab_size;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Sampler sampler(batch[b]->job.sampling);
+    batch[b]->first_token = sampler.Sample(logits->subspan(b * vocab, vocab));
+    batch[b]->compute_end = end;
+  }
+  return absl::OkStatus();
+}
+
+void PrefillWorker::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch) {
+  const absl::Time start = absl::Now();
+  for (const auto& pending : batch) pending->queue_seconds = Seconds(start - pending->arrival);
+  std::vector<int> sequences;
+  absl::Status status = ForwardBatch(batch, sequences);
+  const double compute = Seconds(absl::Now() - start);
+  // The sender reads the engine's pages: they must stay until every write has gone out.
+  WaitForWrites();
+  for (int sequence : sequences) (void)engine_->RemoveSequence(sequence);
+  if (!status.ok()) {
+    GetLogger("prefill")->warn("prefill batch of {} failed: {}", batch.size(),
+                               std::string(status.message()));
+  }
+  for (const auto& pending : batch) {
+    std::lock_guard<std::mutex> lock(pending->mu);
+    if (pending->status.ok()) pending->status = status;
+    pending->compute_seconds = compute;
+    pending->finished = true;
+    pending->cv.notify_all();
+  }
+}
+
+void PrefillWorker::EnqueueWrites(std::vector<PageWrite> writes) {
+  if (writes.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    sends_in_flight_ += static_cast<int64_t>(writes.size());
+    for (PageWrite& write : writes) sends_.push_back(std::move(write));
+  }
+  send_cv_.notify_all();
+}
+
+void PrefillWorker::WaitForWrites() {
+  std::unique_lock<std::mutex> lock(send_mu_);
+  send_cv_.wait(lock, [&] { return sends_in_flight_ == 0; });
+}
+
+void PrefillWorker::SenderLoop() {
+  while (true) {
+    std::vector<PageWrite> group;
+    {
+      std::unique_lock<std::mutex> lock(send_mu_);
+      send_cv_.wait(lock, [&] { return !sends_.empty() || send_stop_; });
+      if (sends_.empty()) return;
+      // One transfer batch: consecutive writes of the same request.
+      const Pending* owner = sends_.front().pending.get();
+      while (!sends_.empty() && sends_.front().pending.get() == owner) {
+        group.push_back(std::move(sends_.front()));
+        sends_.pop_front();
+      }
+    }
+    Pending& pending = *group.front().pending;
+    std::vector<std::string> encoded;
+    encoded.reserve(group.size());
+    std::vector<TransferOp> ops;
+    absl::Status status = pending.write_status;
+    for (const PageWrite& write : group) {
+      if (!status.ok()) break;
+      const KvLayerLayout& layout = write.header.layout;
+      absl::StatusOr<std::string> page =
+          EncodeKvPage(write.header, {write.k, static_cast<size_t>(layout.k.bytes())},
+                       {write.v, static_cast<size_t>(layout.v.bytes())});
+      if (!page.ok()) {
+        status = page.status();
+        break;
+      }
+      encoded.push_back(std::move(*page));
+      ops.push_back(TransferOp{encoded.back().data(), encoded.back().size(), write.remote_address});
+    }
+    if (status.ok()) {
+      status = pending.job.store->endpoint()->PutBatch(pending.job.store->info().pool_rkey(), ops);
+    }
+    const absl::Time done = absl::Now();
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      if (!status.ok() && pending.write_status.ok()) {
+        pending.write_status = absl::Status(
+            status.code(), absl::StrCat("writing pages to KV store ", pending.job.store->address(),
+                                        ": ", status.message()));
+      }
+      pending.writes_done = std::max(pending.writes_done, done);
+      sends_in_flight_ -= static_cast<int64_t>(group.size());
+    }
+    send_cv_.notify_all();
+  }
+}
+
+}  // namespace pdserve

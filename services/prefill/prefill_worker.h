@@ -1,0 +1,109 @@
+// PrefillWorker: runs prompts through a LlamaEngine, batched by token budget, and streams each
+// prompt's KV pages to a KV store while the forward pass continues (DESIGN §2 step 2).
+//
+// A request's life here: Run allocates one slot per page in the KV store (all-or-nothing, before
+// any compute), queues the prompt for the batcher and waits. The batcher thread packs queued
+// prompts into one Forward up to the engine's max_batch_tokens (a longer prompt runs alone, in
+// chunks); as each cache layer of the batch's final chunk is stored, its pages are handed to the
+// sender thread, which encodes them (core/kv/kv_page.h) and writes them into their slots with
+// one-sided puts. Run then seals the pages and returns the first token and the manifest. On every
+// error path after allocation the pages are released.
+#ifndef PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_
+#define PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/llama_engine.h"
+#include "core/model/sampler.h"
+#include "pdserve/v1/common.pb.h"
+#include "services/common/kvstore_connection.h"
+
+namespace pdserve {
+
+struct PrefillWorkerOptions {
+  int max_queued_requests = 256;  // beyond this Run answers ResourceExhausted
+  uint64_t calibration_hash = 0;
+};
+
+struct PrefillJob {
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::shared_ptr<KvStoreConnection> store;
+  double lease_seconds = 0;  // 0 = the store's default
+};
+
+struct PrefillOutcome {
+  int32_t first_token = 0;
+  v1::PageManifest manifest;
+  double queue_seconds = 0;
+  double compute_seconds = 0;
+  double transfer_seconds = 0;  // page writes still in flight after the forward pass
+};
+
+class PrefillWorker {
+ public:
+  // Takes the engine (its options bound the batch: max_batch_tokens, max_sequences).
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(std::unique_ptr<LlamaEngine> engine,
+                                                               const PrefillWorkerOptions& options);
+  ~PrefillWorker();
+
+  // Blocking; called from many threads. InvalidArgument for a prompt the engine cannot take;
+  // ResourceExhausted when the queue is full or the KV store has no room; Unavailable when the KV
+  // store cannot be reached.
+  absl::StatusOr<PrefillOutcome> Run(PrefillJob job);
+
+  v1::QueueStatus queue() const;
+  const LlamaEngine& engine() const { return *engine_; }
+
+ private:
+  struct Pending;
+  struct PageWrite;
+  class LayerStreamer;
+
+  PrefillWorker(std::unique_ptr<LlamaEngine> engine, const PrefillWorkerOptions& options);
+  absl::Status Allocate(Pending& pending);
+  absl::Status Seal(Pending& pending);
+  void Release(Pending& pending);
+  void BatcherLoop();
+  std::vector<std::shared_ptr<Pending>> TakeBatch();
+  void RunBatch(const std::vector<std::shared_ptr<Pending>>& batch);
+  absl::Status ForwardBatch(const std::vector<std::shared_ptr<Pending>>& batch,
+                            std::vector<int>& sequences);
+  void SenderLoop();
+  void EnqueueWrites(std::vector<PageWrite> writes);
+  void WaitForWrites();
+
+  std::unique_ptr<LlamaEngine> engine_;
+  PrefillWorkerOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<Pending>> queue_;
+  int64_t queued_tokens_ = 0;
+  int running_ = 0;
+  bool stop_ = false;
+
+  std::mutex send_mu_;
+  std::condition_variable send_cv_;
+  std::deque<PageWrite> sends_;
+  int64_t sends_in_flight_ = 0;
+  bool send_stop_ = false;
+
+  std::thread batcher_;
+  std::thread sender_;
+};
+
+// The encoded size of a page of `layout` (every page of a cache layer has it).
+int64_t EncodedKvPageBytes(const KvLayerLayout& layout);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_

@@ -1,0 +1,176 @@
+// `pdserve up`: the whole disaggregated cluster on this machine as separate processes — router,
+// KV store, P prefill and D decode workers (or D monolithic workers with --monolithic) — started
+// from this binary on loopback, each announcing its port; waits until every worker is registered
+// and healthy, prints the endpoints, and stops them all on SIGINT or SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/pdserve_client.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "tools/cli_flags.h"
+#include "tools/commands.h"
+#include "tools/process_group.h"
+
+ABSL_DECLARE_FLAG(bool, monolithic);
+ABSL_DECLARE_FLAG(std::string, listen);
+
+ABSL_FLAG(int, prefill_workers, 1, "up: prefill worker processes");
+ABSL_FLAG(int, decode_workers, 1, "up: decode (or monolithic) worker processes");
+ABSL_FLAG(int, startup_seconds, 180, "up: how long each process may take to become ready");
+
+namespace pdserve::cli {
+namespace {
+
+// Flags `up` hands on to the processes that take them, when set to other than their default.
+constexpr const char* kModelFlags[] = {"model", "tokenizer", "max_context", "log_level"};
+constexpr const char* kWorkerFlags[] = {"calibration",
+                                        "threads",
+                                        "weights",
+                                        "swiftkv_layer",
+                                        "across_kv",
+                                        "swiftkv_recovery",
+                                        "zack",
+                                        "zack_rho",
+                                        "fp8",
+                                        "kcache_topn",
+                                        "kcache_full_layers",
+                                        "kcache_sink",
+                                        "kcache_recent",
+                                        "kcache_renormalize",
+                                        "max_batch_tokens",
+                                        "max_sequences",
+                                        "max_queue",
+                                        "ucx_tls",
+                                        "require_shm"};
+constexpr const char* kRouterFlags[] = {"policy", "max_inflight", "heartbeat_ms"};
+constexpr const char* kKvStoreFlags[] = {"pool_mib", "slot_kib", "lease_seconds", "ucx_tls",
+                                         "require_shm"};
+
+template <size_t N>
+void Forward(const char* const (&names)[N], std::vector<std::string>& args) {
+  for (const char* name : names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      args.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+    }
+  }
+}
+
+// Waits until the router lists `expected` healthy workers.
+absl::Status WaitForWorkers(const std::string& router, int expected, absl::Duration timeout) {
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(router));
+  const absl::Time deadline = absl::Now() + timeout;
+  int healthy = 0;
+  while (absl::Now() < deadline) {
+    CallOptions options;
+    options.timeout = absl::Seconds(2);
+    absl::StatusOr<v1::ListWorkersReply> workers = client->ListWorkers(options);
+    if (workers.ok()) {
+      healthy = 0;
+      for (const v1::WorkerInfo& worker : workers->workers()) healthy += worker.healthy();
+      if (healthy >= expected) return absl::OkStatus();
+    }
+    // Registration runs on the workers' heartbeat schedule; look again shortly.
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::UnavailableError(absl::StrCat("only ", healthy, " of ", expected,
+                                             " workers registered with the router in time"));
+}
+
+bool IsCore(const std::string& name) { return name == "router" || name == "kvstore"; }
+
+}  // namespace
+
+absl::Status RunUp() {
+  const int prefill_workers = absl::GetFlag(FLAGS_prefill_workers);
+  const int decode_workers = absl::GetFlag(FLAGS_decode_workers);
+  const bool monolithic = absl::GetFlag(FLAGS_monolithic);
+  if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("up needs --model");
+  if (decode_workers < 1 || (!monolithic && prefill_workers < 1)) {
+    return absl::InvalidArgumentError("up needs --prefill-workers ≥ 1 and --decode-workers ≥ 1");
+  }
+  // Signals wait for sigwait below; the children unblock them for themselves.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const absl::Duration startup = absl::Seconds(absl::GetFlag(FLAGS_startup_seconds));
+  ProcessGroup group;
+  std::vector<std::string> args = {"router",
+                                   absl::StrCat("--listen=", absl::GetFlag(FLAGS_listen))};
+  Forward(kModelFlags, args);
+  Forward(kRouterFlags, args);
+  PDSERVE_ASSIGN_OR_RETURN(const std::string router, group.Start("router", args, startup));
+
+  std::string kvstore;
+  if (!monolithic) {
+    args = {"kvstore"};
+    Forward(kKvStoreFlags, args);
+    Forward({"log_level"}, args);
+    PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", args, startup));
+    for (int i = 0; i < prefill_workers; ++i) {
+      args = {"prefill", absl::StrCat("--router=", router)};
+      Forward(kModelFlags, args);
+      Forward(kWorkerFlags, args);
+      PDSERVE_RETURN_IF_ERROR(group.Start(absl::StrCat("prefill-", i), args, startup).status());
+    }
+  }
+  for (int i = 0; i < decode_workers; ++i) {
+    args = {"decode", absl::StrCat("--router=", router)};
+    if (monolithic) {
+      args.push_back("--monolithic");
+      Forward({"threads", "weights", "max_batch_tokens", "max_sequences", "max_queue"}, args);
+    } else {
+      args.push_back(absl::StrCat("--kvstore=", kvstore));
+      Forward(kWorkerFlags, args);
+    }
+    Forward(kModelFlags, args);
+    PDSERVE_RETURN_IF_ERROR(
+        group.Start(absl::StrCat(monolithic ? "monolithic-" : "decode-", i), args, startup)
+            .status());
+  }
+  PDSERVE_RETURN_IF_ERROR(
+      WaitForWorkers(router, (monolithic ? 0 : prefill_workers) + decode_workers, startup));
+
+  std::printf("pdserve cluster up (%s):\n", monolithic ? "monolithic" : "disaggregated");
+  for (const ProcessGroup::Child& child : group.children()) {
+    std::printf("  %-14s %-22s pid %d\n", child.name.c_str(), child.address.c_str(), child.pid);
+  }
+  std::printf("PDSERVE_READY up %s\n", router.c_str());
+  std::fflush(stdout);
+
+  absl::Status result = absl::OkStatus();
+  while (true) {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGCHLD) {
+      GetLogger("up")->info("signal {}: stopping the cluster", signal_number);
+      break;
+    }
+    bool core_died = false;
+    for (const ProcessGroup::Child& dead : group.Reap()) {
+      GetLogger("up")->error("{} (pid {}) exited with {}", dead.name, dead.pid,
+                             DescribeWaitStatus(dead.wait_status));
+      core_died = core_died || IsCore(dead.name);
+    }
+    if (core_died) {
+      result = absl::UnavailableError("the router or the KV store died; cluster stopped");
+      break;
+    }
+  }
+  group.StopAll(absl::Seconds(15));
+  return result;
+}
+
+}  // namespace pdserve::cli
