@@ -19,6 +19,7 @@ absl::Status RunDecodeCommand();
 absl::Status RunRouterCommand();
 absl::Status RunUp();
 absl::Status RunClient();
+absl::Status RunBenchServe();
 
 }  // namespace pdserve::cli
 

@@ -33,6 +33,8 @@ constexpr char kUsage[] =
     "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
     "              [--decode-workers D] [--monolithic] [--listen HOST:PORT]: the whole cluster\n"
     "  client      --router HOST:PORT --prompt TEXT [--max-tokens N] [--timings]\n"
+    "  bench-serve --router HOST:PORT [--rate R] [--requests N] [--prompt-tokens N]\n"
+    "              [--gen-tokens M] [--direct-decode A]: TTFT/TPOT at a fixed request rate\n"
     "  router      --model PATH [--listen A] [--policy least-tokens|round-robin]\n"
     "  kvstore     [--listen A] [--pool-mib M] [--slot-kib K] [--lease-seconds S]\n"
     "  prefill     --model PATH --router A [KV technique flags]\n"
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunUp();
   } else if (command == "client") {
     status = pdserve::cli::RunClient();
+  } else if (command == "bench-serve") {
+    status = pdserve::cli::RunBenchServe();
   } else if (command == "router") {
     status = pdserve::cli::RunRouterCommand();
   } else if (command == "kvstore") {
