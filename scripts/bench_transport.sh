@@ -29,6 +29,7 @@ perftest() {  # tls test size -> GB/s
   sleep 0.5
   local line
   line=$(UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" 2>/dev/null | grep '^Final:' || true)
+  kill "$server" 2>/dev/null || true  # a failed client leaves the server waiting
   wait "$server" 2>/dev/null || true
   # Final: iters p50 avg overall bw_avg(MB/s) bw_overall msgrate_avg msgrate_overall
   if [[ -z $line ]]; then echo "n/a"; else awk '{printf "%.3f", $6 * 1048576 / 1e9}' <<<"$line"; fi
