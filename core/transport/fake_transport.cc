@@ -1,6 +1,7 @@
 #include "core/transport/fake_transport.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -31,21 +32,31 @@ using fake_transport_internal::Region;
 namespace {
 
 constexpr char kRkeyPrefix[] = "fake-rkey:";
+constexpr size_t kAllocateAlignment = 4096;
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
 
 class FakeMemoryRegion final : public MemoryRegion {
  public:
-  FakeMemoryRegion(std::shared_ptr<Node> node, uint64_t id, uint64_t base, size_t size)
+  // `owned` is the memory of an Allocate'd region (freed after it is unregistered).
+  FakeMemoryRegion(std::shared_ptr<Node> node, uint64_t id, uint64_t base, size_t size,
+                   std::unique_ptr<uint8_t, AlignedFree> owned = nullptr)
       : node_(std::move(node)),
         id_(id),
         base_(base),
         size_(size),
-        packed_rkey_(absl::StrCat(kRkeyPrefix, node_->address, ":", id)) {}
+        packed_rkey_(absl::StrCat(kRkeyPrefix, node_->address, ":", id)),
+        owned_(std::move(owned)) {}
   ~FakeMemoryRegion() override {
-    absl::MutexLock lock(&node_->mu);
+    absl::MutexLock lock(&node_->mu);  // no peer copies while the region goes away
     node_->regions.erase(id_);
+    owned_.reset();
   }
   uint64_t address() const override { return base_; }
   size_t size() const override { return size_; }
+  uint8_t* data() const override { return reinterpret_cast<uint8_t*>(base_); }
   const std::string& packed_rkey() const override { return packed_rkey_; }
 
  private:
@@ -54,6 +65,7 @@ class FakeMemoryRegion final : public MemoryRegion {
   uint64_t base_;
   size_t size_;
   std::string packed_rkey_;
+  std::unique_ptr<uint8_t, AlignedFree> owned_;
 };
 
 }  // namespace
@@ -214,6 +226,27 @@ absl::StatusOr<std::unique_ptr<MemoryRegion>> FakeTransport::Register(void* base
   }
   return std::unique_ptr<MemoryRegion>(
       new FakeMemoryRegion(node_, id, reinterpret_cast<uint64_t>(base), size));
+}
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> FakeTransport::Allocate(size_t size,
+                                                                      RemoteAccess access) {
+  if (size == 0) return absl::InvalidArgumentError("fake Allocate: size 0");
+  const size_t rounded = (size + kAllocateAlignment - 1) / kAllocateAlignment * kAllocateAlignment;
+  std::unique_ptr<uint8_t, AlignedFree> memory(
+      static_cast<uint8_t*>(std::aligned_alloc(kAllocateAlignment, rounded)));
+  if (memory == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("fake Allocate of ", size, " bytes failed"));
+  }
+  std::memset(memory.get(), 0, rounded);
+  const uint64_t base = reinterpret_cast<uint64_t>(memory.get());
+  uint64_t id;
+  {
+    absl::MutexLock lock(&node_->mu);
+    id = node_->next_rkey++;
+    node_->regions[id] = Region{base, size, access};
+  }
+  return std::unique_ptr<MemoryRegion>(
+      new FakeMemoryRegion(node_, id, base, size, std::move(memory)));
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> FakeTransport::Connect(const std::string& peer_address) {

@@ -69,6 +69,8 @@ class FakeTransport final : public Transport {
   const std::string& address() const override;
   absl::StatusOr<std::unique_ptr<MemoryRegion>> Register(void* base, size_t size,
                                                          RemoteAccess access) override;
+  // Page-aligned, zero-filled heap memory owned by the region.
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t size, RemoteAccess access) override;
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) override;
   std::string available_transports() const override { return "fake"; }
 

@@ -121,6 +121,45 @@ TEST_F(FakeTransportTest, CorruptNextGetsFlipsBytes) {
   EXPECT_EQ(back, std::vector<uint8_t>(64, 0));
 }
 
+TEST_F(FakeTransportTest, RegisteredRegionDataIsTheCallersMemory) {
+  EXPECT_EQ(region_->data(), target_.data());
+  EXPECT_EQ(region_->address(), reinterpret_cast<uint64_t>(target_.data()));
+}
+
+TEST_F(FakeTransportTest, AllocatedRegionIsReachableAndOwned) {
+  EXPECT_EQ(a_.Allocate(0, RemoteAccess::kReadWrite).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto region = a_.Allocate(10000, RemoteAccess::kReadWrite);
+  ASSERT_TRUE(region.ok()) << region.status();
+  MemoryRegion& allocated = **region;
+  ASSERT_NE(allocated.data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(allocated.data()) % 4096, 0u);
+  EXPECT_EQ(allocated.size(), 10000u);
+  EXPECT_EQ(allocated.address(), reinterpret_cast<uint64_t>(allocated.data()));
+  EXPECT_EQ(allocated.data()[9999], 0);  // zero-filled
+  std::vector<uint8_t> source(100);
+  std::iota(source.begin(), source.end(), 1);
+  ASSERT_TRUE(
+      endpoint_->Put(allocated.packed_rkey(), source.data(), 100, allocated.address() + 9900).ok());
+  EXPECT_EQ(0, std::memcmp(allocated.data() + 9900, source.data(), 100));
+  allocated.data()[0] = 0x77;
+  uint8_t byte = 0;
+  ASSERT_TRUE(endpoint_->Get(allocated.packed_rkey(), &byte, 1, allocated.address()).ok());
+  EXPECT_EQ(byte, 0x77);
+  EXPECT_EQ(endpoint_->Put(allocated.packed_rkey(), source.data(), 100, allocated.address() + 9901)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto readonly = a_.Allocate(64, RemoteAccess::kRead);
+  ASSERT_TRUE(readonly.ok());
+  EXPECT_EQ(endpoint_->Put((*readonly)->packed_rkey(), &byte, 1, (*readonly)->address()).code(),
+            absl::StatusCode::kPermissionDenied);
+  // Freed with the region: its key no longer reaches anything.
+  const std::string rkey = allocated.packed_rkey();
+  const uint64_t address = allocated.address();
+  region->reset();
+  EXPECT_EQ(endpoint_->Get(rkey, &byte, 1, address).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(FakeNetworkTest, SeparateNetworksDoNotSeeEachOther) {
   FakeTransport a(std::make_shared<FakeNetwork>());
   FakeTransport b(std::make_shared<FakeNetwork>());

@@ -28,13 +28,17 @@ namespace pdserve {
 // What remote peers may do with a registered region.
 enum class RemoteAccess { kRead, kReadWrite };
 
-// Local memory registered for remote access. Deregistered when destroyed; the memory itself
-// stays the caller's and must outlive the region.
+// Local memory open to remote access, from Transport::Register (caller-owned memory: it is
+// deregistered when the region is destroyed and must outlive the region) or Transport::Allocate
+// (transport-owned memory: destroying the region frees it).
 class MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
   virtual uint64_t address() const = 0;  // the address peers use for byte 0 of the region
   virtual size_t size() const = 0;
+  // This process's pointer to byte 0 of the region: the registered base for Register, the
+  // transport's allocation for Allocate. Valid while the region lives.
+  virtual uint8_t* data() const = 0;
   // The packed remote key peers need to reach this region (opaque bytes, sent over gRPC).
   virtual const std::string& packed_rkey() const = 0;
 };
@@ -54,9 +58,11 @@ class Endpoint {
   // Writes every op's local bytes into the peer's memory under `packed_rkey`; returns when all
   // have landed remotely. InvalidArgument for a malformed key; Unavailable when the peer is gone
   // or a transfer fails.
-  virtual absl::Status PutBatch(const std::string& packed_rkey, std::span<const TransferOp> ops) = 0;
+  virtual absl::Status PutBatch(const std::string& packed_rkey,
+                                std::span<const TransferOp> ops) = 0;
   // Reads every op's remote bytes into its local buffer; returns when all have arrived.
-  virtual absl::Status GetBatch(const std::string& packed_rkey, std::span<const TransferOp> ops) = 0;
+  virtual absl::Status GetBatch(const std::string& packed_rkey,
+                                std::span<const TransferOp> ops) = 0;
 
   absl::Status Put(const std::string& packed_rkey, const void* local, size_t length,
                    uint64_t remote_address) {
@@ -81,6 +87,14 @@ class Transport {
   virtual const std::string& address() const = 0;
   // Registers [base, base + size) for remote access. InvalidArgument for a null or empty range.
   virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> Register(void* base, size_t size,
+                                                                 RemoteAccess access) = 0;
+  // Allocates `size` bytes of memory open to remote access, owned by the returned region (freed
+  // when it is destroyed); contents unspecified, at least 64-byte aligned (UcxTransport and
+  // FakeTransport: page aligned). Transports may back it with memory
+  // peers reach faster than Register'd memory (UcxTransport: UCX allocates it, e.g. in SysV/POSIX
+  // shared memory that same-host peers map directly, so puts and gets are memcpy instead of
+  // active messages). InvalidArgument for size 0; ResourceExhausted when it cannot be had.
+  virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t size,
                                                                  RemoteAccess access) = 0;
   // Opens an endpoint to the peer with `peer_address`. Unavailable when it cannot be reached.
   virtual absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) = 0;

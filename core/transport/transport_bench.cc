@@ -1,9 +1,14 @@
 // pdserve_transport_bench: put and get bandwidth of UcxTransport between two processes on this
-// host. The process forks before touching UCX: the child registers a target buffer and sends its
-// address and key over a pipe; the parent connects and times PutBatch/GetBatch for each message
-// size and batch depth, printing the median GB/s (1e9 bytes/s) of several trials.
+// host. The process forks before touching UCX: the child opens a target buffer for remote access
+// and sends its address and key over a pipe; the parent connects and times PutBatch/GetBatch for
+// each message size and batch depth, printing the median GB/s (1e9 bytes/s) of several trials.
 //
 //   pdserve_transport_bench --transports=tcp --sizes=4096,65536,1048576,4194304 --depths=1,16
+//
+// --target_memory=register (default): the target is caller memory passed to Transport::Register;
+// allocate: the target comes from Transport::Allocate (UCX allocates it: shared memory under
+// posix/sysv, which the initiator maps, as ucx_perftest does). --local_memory=plain (default) or
+// allocate: the initiator's own buffer is a std::vector or comes from its transport's Allocate.
 //
 // Output (stdout): a header, then one line per point: "op size depth median_GBps min max".
 #include <signal.h>
@@ -35,6 +40,8 @@ struct BenchConfig {
   std::vector<std::string> ops = {"put", "get"};
   size_t mib_per_trial = 64;
   int trials = 5;
+  bool allocate_target = false;
+  bool allocate_local = false;
 };
 
 std::vector<size_t> ParseSizes(const std::string& text) {
@@ -52,6 +59,7 @@ std::vector<size_t> ParseSizes(const std::string& text) {
 
 BenchConfig ParseArgs(int argc, char** argv) {
   BenchConfig config;
+  bool bad_memory = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -70,16 +78,29 @@ BenchConfig ParseArgs(int argc, char** argv) {
       config.mib_per_trial = ParseSizes(v).at(0);
     } else if (const char* v = value("--trials=")) {
       config.trials = static_cast<int>(ParseSizes(v).at(0));
+    } else if (const char* v = value("--target_memory=")) {
+      config.allocate_target = std::string(v) == "allocate";
+      bad_memory |= !config.allocate_target && std::string(v) != "register";
+    } else if (const char* v = value("--local_memory=")) {
+      config.allocate_local = std::string(v) == "allocate";
+      bad_memory |= !config.allocate_local && std::string(v) != "plain";
     } else if (const char* v = value("--peer_failure_detection=")) {
       config.peer_failure_detection = std::string(v) != "0" && std::string(v) != "false";
     } else {
       std::fprintf(stderr,
                    "usage: %s [--transports=tcp] [--sizes=4096,...] [--depths=1,16] "
                    "[--ops=put,get] [--mib_per_trial=64] [--trials=5] "
-                   "[--peer_failure_detection=1]\n",
+                   "[--peer_failure_detection=1] [--target_memory=register|allocate] "
+                   "[--local_memory=plain|allocate]\n",
                    argv[0]);
       std::exit(2);
     }
+  }
+  if (config.trials < 1 || bad_memory) {
+    std::fprintf(stderr,
+                 "--trials must be >= 1, --target_memory register|allocate, "
+                 "--local_memory plain|allocate\n");
+    std::exit(2);
   }
   return config;
 }
@@ -104,12 +125,19 @@ int RunTarget(const BenchConfig& config, int out, int in) {
     std::fprintf(stderr, "target: %s\n", transport.status().ToString().c_str());
     return 1;
   }
-  std::vector<uint8_t> memory(BufferBytes(config), 1);
-  auto region = (*transport)->Register(memory.data(), memory.size(), RemoteAccess::kReadWrite);
+  std::vector<uint8_t> memory;
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> region;
+  if (config.allocate_target) {
+    region = (*transport)->Allocate(BufferBytes(config), RemoteAccess::kReadWrite);
+  } else {
+    memory.assign(BufferBytes(config), 1);
+    region = (*transport)->Register(memory.data(), memory.size(), RemoteAccess::kReadWrite);
+  }
   if (!region.ok()) {
     std::fprintf(stderr, "target: %s\n", region.status().ToString().c_str());
     return 1;
   }
+  if (config.allocate_target) std::memset((*region)->data(), 1, (*region)->size());
   std::string line = absl::StrCat(absl::BytesToHexString((*transport)->address()), " ",
                                   absl::BytesToHexString((*region)->packed_rkey()), " ",
                                   (*region)->address(), "\n");
@@ -138,15 +166,34 @@ int RunInitiator(const BenchConfig& config, const std::string& line) {
     return 1;
   }
   std::fprintf(stderr, "%s\n", DescribeTransport(**transport, endpoint->get()).c_str());
-  std::vector<uint8_t> local(BufferBytes(config), 2);
-  std::printf("# transports=%s %s\n# op size depth median_GBps min_GBps max_GBps\n",
-              config.transports.c_str(), DescribeTransport(**transport, endpoint->get()).c_str());
+  std::vector<uint8_t> plain;
+  std::unique_ptr<MemoryRegion> local_region;
+  uint8_t* local = nullptr;
+  if (config.allocate_local) {
+    auto region = (*transport)->Allocate(BufferBytes(config), RemoteAccess::kReadWrite);
+    if (!region.ok()) {
+      std::fprintf(stderr, "initiator: %s\n", region.status().ToString().c_str());
+      return 1;
+    }
+    local_region = *std::move(region);
+    local = local_region->data();
+    std::memset(local, 2, BufferBytes(config));
+  } else {
+    plain.assign(BufferBytes(config), 2);
+    local = plain.data();
+  }
+  std::printf(
+      "# transports=%s target_memory=%s local_memory=%s %s\n"
+      "# op size depth median_GBps min_GBps max_GBps\n",
+      config.transports.c_str(), config.allocate_target ? "allocate" : "register",
+      config.allocate_local ? "allocate" : "plain",
+      DescribeTransport(**transport, endpoint->get()).c_str());
   for (const std::string& op : config.ops) {
     for (size_t size : config.sizes) {
       for (size_t depth : config.depths) {
         std::vector<TransferOp> batch;
         for (size_t i = 0; i < depth; ++i)
-          batch.push_back({local.data() + i * size, size, base + i * size});
+          batch.push_back({local + i * size, size, base + i * size});
         const size_t batch_bytes = size * depth;
         const size_t iterations = std::max<size_t>(2, (config.mib_per_trial << 20) / batch_bytes);
         std::vector<double> rates;

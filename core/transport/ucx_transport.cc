@@ -61,25 +61,57 @@ absl::StatusOr<RkeyHeader> ParseRkey(const std::string& packed) {
 
 class UcxMemoryRegion final : public MemoryRegion {
  public:
-  UcxMemoryRegion(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t size,
+  UcxMemoryRegion(ucp_context_h context, ucp_mem_h memh, uint8_t* data, size_t size,
                   std::string packed_rkey)
       : context_(context),
         memh_(memh),
-        address_(address),
+        data_(data),
         size_(size),
         packed_rkey_(std::move(packed_rkey)) {}
+  // Deregisters (Register) or frees (Allocate: UCX owns the memory) the region.
   ~UcxMemoryRegion() override { ucp_mem_unmap(context_, memh_); }
-  uint64_t address() const override { return address_; }
+  uint64_t address() const override { return reinterpret_cast<uint64_t>(data_); }
   size_t size() const override { return size_; }
+  uint8_t* data() const override { return data_; }
   const std::string& packed_rkey() const override { return packed_rkey_; }
 
  private:
   ucp_context_h context_;
   ucp_mem_h memh_;
-  uint64_t address_;
+  uint8_t* data_;
   size_t size_;
   std::string packed_rkey_;
 };
+
+// Packs the rkey of `memh` (covering [data, data + size)) into our envelope and wraps it in a
+// region; unmaps `memh` on failure.
+absl::StatusOr<std::unique_ptr<MemoryRegion>> MakeRegion(ucp_context_h context, ucp_mem_h memh,
+                                                         uint8_t* data, size_t size,
+                                                         RemoteAccess access) {
+  void* rkey_buffer = nullptr;
+  size_t rkey_size = 0;
+  ucs_status_t status = ucp_rkey_pack(context, memh, &rkey_buffer, &rkey_size);
+  if (status != UCS_OK) {
+    ucp_mem_unmap(context, memh);
+    return absl::InternalError("ucp_rkey_pack: " + UcsError(status));
+  }
+  RkeyHeader header{reinterpret_cast<uint64_t>(data), size, 0, static_cast<uint32_t>(access),
+                    static_cast<uint32_t>(rkey_size)};
+  header.checksum = RkeyChecksum(header, static_cast<const char*>(rkey_buffer));
+  std::string packed(kRkeyMagic);
+  packed.append(reinterpret_cast<const char*>(&header), sizeof(header));
+  packed.append(static_cast<const char*>(rkey_buffer), rkey_size);
+  ucp_rkey_buffer_release(rkey_buffer);
+  return std::unique_ptr<MemoryRegion>(
+      new UcxMemoryRegion(context, memh, data, size, std::move(packed)));
+}
+
+unsigned Prot(RemoteAccess access) {
+  unsigned prot =
+      UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+  if (access == RemoteAccess::kReadWrite) prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
+  return prot;
+}
 
 // Progresses `worker` until every request in `requests` completed or `deadline` passed; frees
 // the completed ones (removing them) and returns the first failure among them.
@@ -458,31 +490,47 @@ absl::StatusOr<std::unique_ptr<MemoryRegion>> UcxTransport::Register(void* base,
                       UCP_MEM_MAP_PARAM_FIELD_PROT;
   params.address = base;
   params.length = size;
-  params.prot =
-      UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
-  if (access == RemoteAccess::kReadWrite) params.prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
+  params.prot = Prot(access);
   ucp_mem_h memh = nullptr;
   ucs_status_t status = ucp_mem_map(context_, &params, &memh);
   if (status != UCS_OK) {
     return absl::ResourceExhaustedError(
         absl::StrCat("ucp_mem_map of ", size, " bytes: ", UcsError(status)));
   }
-  void* rkey_buffer = nullptr;
-  size_t rkey_size = 0;
-  status = ucp_rkey_pack(context_, memh, &rkey_buffer, &rkey_size);
+  return MakeRegion(context_, memh, static_cast<uint8_t*>(base), size, access);
+}
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> UcxTransport::Allocate(size_t size,
+                                                                     RemoteAccess access) {
+  if (size == 0) return absl::InvalidArgumentError("ucx Allocate: size 0");
+  // UCX picks the allocator by UCX_ALLOC_PRIO (default md:sysv,md:posix,huge,thp,md:*,mmap,heap)
+  // among the memory domains this context opened: with sysv/posix in `transports` the memory is
+  // shared memory whose rkey lets a same-host peer map it, so RMA to it is a plain memcpy.
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_PROT |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.address = nullptr;
+  params.length = size;
+  params.flags = UCP_MEM_MAP_ALLOCATE;
+  params.prot = Prot(access);
+  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t status = ucp_mem_map(context_, &params, &memh);
   if (status != UCS_OK) {
-    ucp_mem_unmap(context_, memh);
-    return absl::InternalError("ucp_rkey_pack: " + UcsError(status));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("ucp_mem_map (allocate) of ", size, " bytes: ", UcsError(status)));
   }
-  RkeyHeader header{reinterpret_cast<uint64_t>(base), size, 0, static_cast<uint32_t>(access),
-                    static_cast<uint32_t>(rkey_size)};
-  header.checksum = RkeyChecksum(header, static_cast<const char*>(rkey_buffer));
-  std::string packed(kRkeyMagic);
-  packed.append(reinterpret_cast<const char*>(&header), sizeof(header));
-  packed.append(static_cast<const char*>(rkey_buffer), rkey_size);
-  ucp_rkey_buffer_release(rkey_buffer);
-  return std::unique_ptr<MemoryRegion>(
-      new UcxMemoryRegion(context_, memh, header.base, size, std::move(packed)));
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  status = ucp_mem_query(memh, &attr);
+  if (status != UCS_OK || attr.address == nullptr || attr.length < size) {
+    ucp_mem_unmap(context_, memh);
+    return absl::InternalError(
+        absl::StrCat("ucp_mem_query of an allocation of ", size, " bytes: ", UcsError(status)));
+  }
+  // The allocation may be rounded up (to pages); the region covers what was asked for.
+  return MakeRegion(context_, memh, static_cast<uint8_t*>(attr.address), size, access);
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(const std::string& peer_address) {

@@ -16,9 +16,18 @@
 // require_shared_memory it is refused (FailedPrecondition naming the transports in use),
 // otherwise logged loudly at warn level. Report with DescribeTransport.
 //
-// Access rights: Register passes UCP_MEM_MAP_PROT_REMOTE_READ (| REMOTE_WRITE for kReadWrite)
-// to ucp_mem_map, but UCX 1.13's tcp, posix/sysv and cma transports do NOT enforce remote
-// protection: a peer holding the rkey of a kRead region can still Put into it (see
+// Memory: Register maps caller memory (ucp_mem_map without ALLOCATE). UCX 1.13's posix/sysv
+// memory domains cannot register foreign memory, so RMA into it from a same-host peer is emulated
+// with active messages that this worker's progress thread must serve (slow: 2-17% of
+// ucx_perftest). Allocate (ucp_mem_map with UCP_MEM_MAP_ALLOCATE) lets UCX allocate by
+// UCX_ALLOC_PRIO (default md:sysv,md:posix,...): with sysv or posix among `transports` the memory
+// is a shared-memory segment whose rkey the peer attaches, so its puts and gets are memcpy into
+// the mapping, without this process's CPU. Use Allocate for memory peers hit hard (the KV store
+// pool).
+//
+// Access rights: Register and Allocate pass UCP_MEM_MAP_PROT_REMOTE_READ (| REMOTE_WRITE for
+// kReadWrite) to ucp_mem_map, but UCX 1.13's tcp, posix/sysv and cma transports do NOT enforce
+// remote protection: a peer holding the rkey of a kRead region can still Put into it (see
 // ucx_transport_test.cc, RemoteAccessIsNotEnforced). Treat the rkey itself as the capability and
 // only hand out keys of regions the peer may write. FakeTransport does enforce kRead.
 //
@@ -80,6 +89,9 @@ class UcxTransport final : public Transport {
   const std::string& address() const override { return address_; }
   absl::StatusOr<std::unique_ptr<MemoryRegion>> Register(void* base, size_t size,
                                                          RemoteAccess access) override;
+  // ucp_mem_map with UCP_MEM_MAP_ALLOCATE (host memory): UCX allocates by UCX_ALLOC_PRIO, SysV or
+  // POSIX shared memory first when this context opened those transports (see the file comment).
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t size, RemoteAccess access) override;
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) override;
   // Transport names the context opened, deduplicated in UCX's order, e.g. "self,tcp,sysv,posix".
   std::string available_transports() const override { return available_transports_; }

@@ -32,6 +32,7 @@ struct Variant {
   const char* transports;
   bool peer_failure_detection;
   bool expect_shared_memory;  // skip when UCX does not select shared memory here
+  bool allocate = false;      // the target region comes from Allocate, not Register
 };
 
 void Fill(std::vector<uint8_t>& bytes, uint32_t seed) {
@@ -60,10 +61,26 @@ class UcxPairTest : public ::testing::TestWithParam<Variant> {
     }
     a_ = *std::move(a);
     b_ = *std::move(b);
-    target_.resize(8 << 20);
-    auto region = a_->Register(target_.data(), target_.size(), RemoteAccess::kReadWrite);
+    constexpr size_t kTargetBytes = 8 << 20;
+    absl::StatusOr<std::unique_ptr<MemoryRegion>> region;
+    if (GetParam().allocate) {
+      region = a_->Allocate(kTargetBytes, RemoteAccess::kReadWrite);
+    } else {
+      storage_.resize(kTargetBytes);
+      region = a_->Register(storage_.data(), storage_.size(), RemoteAccess::kReadWrite);
+    }
     ASSERT_TRUE(region.ok()) << region.status();
     region_ = *std::move(region);
+    target_ = region_->data();
+    ASSERT_NE(target_, nullptr);
+    ASSERT_EQ(region_->size(), kTargetBytes);
+    ASSERT_EQ(region_->address(), reinterpret_cast<uint64_t>(target_));
+    if (GetParam().allocate) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(target_) % 4096, 0u);
+      std::memset(target_, 0x5c, kTargetBytes);  // the owner may use every byte
+    } else {
+      EXPECT_EQ(target_, storage_.data());
+    }
     auto endpoint = b_->Connect(a_->address());
     if (!endpoint.ok()) GTEST_SKIP() << "cannot connect: " << endpoint.status();
     endpoint_ = *std::move(endpoint);
@@ -80,7 +97,8 @@ class UcxPairTest : public ::testing::TestWithParam<Variant> {
   }
 
   std::unique_ptr<UcxTransport> a_, b_;
-  std::vector<uint8_t> target_;
+  std::vector<uint8_t> storage_;  // Register'd memory (not allocate)
+  uint8_t* target_ = nullptr;     // region_->data()
   std::unique_ptr<MemoryRegion> region_;
   std::unique_ptr<Endpoint> endpoint_;
 };
@@ -93,7 +111,7 @@ TEST_P(UcxPairTest, PutThenGetRoundTripsManySizes) {
     Fill(source, static_cast<uint32_t>(size));
     const uint64_t remote = region_->address() + 3;  // unaligned on purpose
     ASSERT_TRUE(endpoint_->Put(region_->packed_rkey(), source.data(), size, remote).ok());
-    ASSERT_EQ(0, std::memcmp(target_.data() + 3, source.data(), size));
+    ASSERT_EQ(0, std::memcmp(target_ + 3, source.data(), size));
     ASSERT_TRUE(endpoint_->Get(region_->packed_rkey(), back.data(), size, remote).ok());
     ASSERT_EQ(source, back);
   }
@@ -126,11 +144,13 @@ TEST_P(UcxPairTest, BadKeysAndRangesAreErrorsNotCrashes) {
   std::string flipped = region_->packed_rkey();
   flipped.back() ^= 0x40;
   EXPECT_EQ(endpoint_->Get(flipped, &byte, 1, base).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(endpoint_->Put(region_->packed_rkey(), &byte, 1, base + target_.size()).code(),
+  EXPECT_EQ(endpoint_->Put(region_->packed_rkey(), &byte, 1, base + region_->size()).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(endpoint_->Get(region_->packed_rkey(), &byte, 2, base - 1).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a_->Register(nullptr, 10, RemoteAccess::kRead).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a_->Allocate(0, RemoteAccess::kRead).status().code(),
             absl::StatusCode::kInvalidArgument);
   // The endpoint still works afterwards.
   EXPECT_TRUE(endpoint_->Put(region_->packed_rkey(), &byte, 1, base).ok());
@@ -146,6 +166,24 @@ TEST_P(UcxPairTest, PutIntoReadOnlyRegionIsRefused) {
   EXPECT_EQ(readonly[0], 0x11);
   ASSERT_TRUE(endpoint_->Get((*region)->packed_rkey(), &byte, 1, (*region)->address()).ok());
   EXPECT_EQ(byte, 0x11);
+}
+
+TEST_P(UcxPairTest, AllocatedReadOnlyRegionIsReadableNotWritable) {
+  auto region = a_->Allocate(10000, RemoteAccess::kRead);
+  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_EQ((*region)->size(), 10000u);
+  std::memset((*region)->data(), 0x33, (*region)->size());
+  uint8_t byte = 0x44;
+  EXPECT_EQ(endpoint_->Put((*region)->packed_rkey(), &byte, 1, (*region)->address()).code(),
+            absl::StatusCode::kPermissionDenied);
+  std::vector<uint8_t> back(10000, 0);
+  ASSERT_TRUE(
+      endpoint_->Get((*region)->packed_rkey(), back.data(), back.size(), (*region)->address())
+          .ok());
+  EXPECT_EQ(back, std::vector<uint8_t>(10000, 0x33));
+  EXPECT_EQ(
+      endpoint_->Get((*region)->packed_rkey(), back.data(), 1, (*region)->address() + 10000).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(UcxPairTest, DestroyedPeerIsUnavailableWithinTimeout) {
@@ -173,7 +211,11 @@ INSTANTIATE_TEST_SUITE_P(Transports, UcxPairTest,
                          ::testing::Values(Variant{"tcp", "tcp", true, false},
                                            Variant{"default", "", true, false},
                                            Variant{"shm", "shm,self", false, true},
-                                           Variant{"posix", "posix", false, true}),
+                                           Variant{"posix", "posix", false, true},
+                                           Variant{"tcp_allocated", "tcp", true, false, true},
+                                           Variant{"shm_allocated", "shm,self", false, true, true},
+                                           Variant{"posix_allocated", "posix", false, true, true},
+                                           Variant{"sysv_allocated", "sysv", false, true, true}),
                          [](const ::testing::TestParamInfo<Variant>& info) {
                            return std::string(info.param.name);
                          });
