@@ -163,15 +163,20 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
                      " slots is more than the protocol's int32 slot counts can report"));
   }
   std::unique_ptr<KvStoreServer> server(new KvStoreServer());
-  PDSERVE_ASSIGN_OR_RETURN(server->pool_, PagePool::Create(options.ToPagePoolOptions()));
-  PagePool& pool = *server->pool_;
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> region = transport.Register(
-      pool.base(), static_cast<size_t>(pool.pool_bytes()), RemoteAccess::kReadWrite);
+  const PagePoolOptions pool_options = options.ToPagePoolOptions();
+  // The transport allocates the pool's memory: UCX then backs it with shared memory that
+  // same-host peers map directly (one-sided put/get become memcpy), which caller-owned memory
+  // registered with Register cannot be.
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> region =
+      transport.Allocate(static_cast<size_t>(pool_options.slot_bytes * pool_options.num_slots),
+                         RemoteAccess::kReadWrite);
   if (!region.ok()) {
-    return absl::Status(region.status().code(), absl::StrCat("kvstore: registering the page pool: ",
+    return absl::Status(region.status().code(), absl::StrCat("kvstore: allocating the page pool: ",
                                                              region.status().message()));
   }
   server->region_ = *std::move(region);
+  PDSERVE_ASSIGN_OR_RETURN(server->pool_, PagePool::Create(pool_options, server->region_->data()));
+  PagePool& pool = *server->pool_;
   server->service_ = std::make_unique<KvStoreService>(pool, *server->region_, transport);
 
   const absl::Duration interval =

@@ -1,14 +1,16 @@
 // The KV store service (DESIGN §2 step 3, proto/pdserve/v1/kvstore.proto): a PagePool of host
-// memory registered with the process's Transport, so that prefill writes pages into it with
-// one-sided puts and decode reads them with gets, controlled over gRPC.
+// memory allocated by the process's Transport (Transport::Allocate: remotely accessible, and
+// shared memory that same-host peers map directly under UCX's posix/sysv transports), so that
+// prefill writes pages into it with one-sided puts and decode reads them with gets, controlled over
+// gRPC.
 //
 //   KvStoreService  the gRPC adapter over a PagePool (translates addresses ↔ slots and
 //                   absl::Status ↔ grpc::Status; no logic of its own).
-//   KvStoreServer   one running store: owns the pool, its registration, the service, the lease
+//   KvStoreServer   one running store: owns the pool, its memory region, the service, the lease
 //                   reaper thread and the gRPC server.
 //   RunKvStore      the body of the kvstore binary: serve until SIGINT/SIGTERM, then drain.
 //
-// The pool is registered kReadWrite for every peer holding the rkey (the transport cannot
+// The pool's region is kReadWrite for every peer holding the rkey (the transport cannot
 // restrict it per slot); ownership of slots is enforced by lease tokens at the control plane.
 //
 // Thread safety: the service's handlers run on gRPC's threads; PagePool is thread-safe.
@@ -75,10 +77,10 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
 
 class KvStoreServer {
  public:
-  // Validates `options`, maps and registers the pool with `transport` (kReadWrite), starts the
-  // lease reaper (every min(default lease / 4, 100 ms)) and serves KvStore + health on
+  // Validates `options`, allocates the pool's memory with `transport` (Allocate, kReadWrite),
+  // starts the lease reaper (every min(default lease / 4, 100 ms)) and serves KvStore + health on
   // options.listen_address. `transport` must outlive the server. InvalidArgument for bad options;
-  // the transport's error when registration fails; Unavailable when the address cannot be bound.
+  // the transport's error when the allocation fails; Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<KvStoreServer>> Create(const KvStoreOptions& options,
                                                                Transport& transport);
   ~KvStoreServer();  // Shutdown(zero grace)
@@ -98,8 +100,8 @@ class KvStoreServer {
   KvStoreServer() = default;
   void ReaperLoop(absl::Duration interval);
 
-  std::unique_ptr<PagePool> pool_;
-  std::unique_ptr<MemoryRegion> region_;
+  std::unique_ptr<MemoryRegion> region_;  // owns the pool's memory (Transport::Allocate)
+  std::unique_ptr<PagePool> pool_;        // destroyed before region_
   std::unique_ptr<KvStoreService> service_;
   std::unique_ptr<ServiceServer> server_;
 

@@ -2,7 +2,7 @@
 // driven through a generated stub. Allocate → Put pages into the returned slot addresses with
 // GetInfo's rkey → Seal → Get back → Renew → Release → usage back to baseline; a short lease is
 // reaped (polled with a deadline, no fixed sleep); bad inputs get the documented codes; bad
-// options are refused by Create. One round trip runs over the real UcxTransport (tcp).
+// options are refused by Create. One round trip runs over the real UcxTransport (tcp, and shm).
 #include "services/kvstore/kvstore_service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -301,15 +301,19 @@ TEST(KvStoreServerTest, CreateRejectsBadOptions) {
   EXPECT_TRUE(KvStoreOptions().Validate().ok());
 }
 
-// The same write → seal → read path with the pool registered through UCX (tcp, two workers in
-// this process); skipped where UCX cannot open tcp.
-TEST(KvStoreServerTest, RoundTripOverUcx) {
+// The same write → seal → read path with the pool allocated through UCX (two workers in this
+// process): over tcp, and over shared memory (posix/sysv: the pool is a UCX-allocated shm
+// segment the client maps); skipped where UCX cannot open the transports.
+class KvStoreUcxTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KvStoreUcxTest, RoundTrip) {
   UcxTransportOptions ucx;
-  ucx.transports = "tcp";
+  ucx.transports = GetParam();
+  ucx.peer_failure_detection = ucx.transports == "tcp";  // posix/sysv need it off (UCX 1.13)
   absl::StatusOr<std::unique_ptr<UcxTransport>> server_transport = UcxTransport::Create(ucx);
   absl::StatusOr<std::unique_ptr<UcxTransport>> client_transport = UcxTransport::Create(ucx);
   if (!server_transport.ok() || !client_transport.ok()) {
-    GTEST_SKIP() << "UCX cannot open tcp: " << server_transport.status();
+    GTEST_SKIP() << "UCX cannot open " << ucx.transports << ": " << server_transport.status();
   }
   KvStoreOptions options;
   options.pool_bytes = 8 * kSlotBytes;
@@ -366,6 +370,11 @@ TEST(KvStoreServerTest, RoundTripOverUcx) {
   endpoint->reset();
   server->reset();
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, KvStoreUcxTest, ::testing::Values("tcp", "shm,self"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param[0] == 't' ? "tcp" : "shm");
+                         });
 
 TEST(KvStoreServerTest, ShutdownIsIdempotent) {
   FakeTransport transport(std::make_shared<FakeNetwork>());

@@ -59,17 +59,33 @@ absl::StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PagePoolOptions optio
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map a page pool of ", bytes, " bytes: ", std::strerror(errno)));
   }
-  return std::unique_ptr<PagePool>(new PagePool(std::move(options), static_cast<uint8_t*>(base)));
+  return std::unique_ptr<PagePool>(
+      new PagePool(std::move(options), static_cast<uint8_t*>(base), /*owns_memory=*/true));
 }
 
-PagePool::PagePool(PagePoolOptions options, uint8_t* base)
-    : options_(std::move(options)), base_(base) {
+absl::StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PagePoolOptions options, uint8_t* base) {
+  PDSERVE_RETURN_IF_ERROR(options.Validate());
+  if (base == nullptr || reinterpret_cast<uintptr_t>(base) % 64 != 0) {
+    return absl::InvalidArgumentError("page pool memory must be non-null and 64-byte aligned");
+  }
+  // Memory that was not freshly mapped may hold anything: scrub every slot's header so no stale
+  // page can seal into an allocation (as Release does for freed slots).
+  for (int64_t slot = 0; slot < options.num_slots; ++slot) {
+    std::memset(base + slot * options.slot_bytes, 0, kScrubBytes);
+  }
+  return std::unique_ptr<PagePool>(new PagePool(std::move(options), base, /*owns_memory=*/false));
+}
+
+PagePool::PagePool(PagePoolOptions options, uint8_t* base, bool owns_memory)
+    : options_(std::move(options)), base_(base), owns_memory_(owns_memory) {
   free_slots_.reserve(static_cast<size_t>(options_.num_slots));
   // A stack popped from the back: slot 0 is handed out first.
   for (int64_t slot = options_.num_slots - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
 
-PagePool::~PagePool() { munmap(base_, static_cast<size_t>(pool_bytes())); }
+PagePool::~PagePool() {
+  if (owns_memory_) munmap(base_, static_cast<size_t>(pool_bytes()));
+}
 
 absl::StatusOr<absl::Duration> PagePool::GrantedLease(absl::Duration lease) const {
   if (lease < absl::ZeroDuration()) {

@@ -1,7 +1,8 @@
 // PagePool: the KV store's host-memory page pool (DESIGN §2, §4 "KV pages", §6). One contiguous,
-// page-aligned allocation of `num_slots` slots of `slot_bytes` each, made once at creation; each
-// slot holds one encoded KV page (core/kv/kv_page.h). Pure logic: no gRPC, no transport (the
-// service registers base()..base()+pool_bytes() with the transport).
+// allocation of `num_slots` slots of `slot_bytes` each, made once at creation (its own page-aligned
+// mapping, or memory the caller provides, e.g. from Transport::Allocate); each slot holds one
+// encoded KV page (core/kv/kv_page.h). Pure logic: no gRPC, no transport (the service allocates
+// the pool's memory through the transport and hands it to the pool).
 //
 // Life of an allocation (one request owns it; the capability is its lease token):
 //   Allocate → allocated (peers write the slots one-sided: "written" is not observed here)
@@ -83,7 +84,12 @@ class PagePool {
   // Validates `options` and maps the slot memory (page aligned). ResourceExhausted when the
   // memory cannot be had.
   static absl::StatusOr<std::unique_ptr<PagePool>> Create(PagePoolOptions options);
-  ~PagePool();
+  // Validates `options` and uses [base, base + slot_bytes * num_slots) as the slot memory: the
+  // caller owns it (e.g. a MemoryRegion from Transport::Allocate) and keeps it alive and mapped
+  // until the pool is destroyed. The start of every slot is zeroed (see Release). InvalidArgument
+  // for a null or not 64-byte aligned base.
+  static absl::StatusOr<std::unique_ptr<PagePool>> Create(PagePoolOptions options, uint8_t* base);
+  ~PagePool();  // unmaps the slot memory only if the pool mapped it
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
@@ -133,7 +139,7 @@ class PagePool {
     bool sealed = false;
   };
 
-  PagePool(PagePoolOptions options, uint8_t* base);
+  PagePool(PagePoolOptions options, uint8_t* base, bool owns_memory);
   absl::StatusOr<absl::Duration> GrantedLease(absl::Duration lease) const;
   // The live allocation `allocation_id` whose token is `lease_token`; frees it first if its
   // lease has run out.
@@ -146,6 +152,7 @@ class PagePool {
 
   const PagePoolOptions options_;
   uint8_t* const base_;
+  const bool owns_memory_;  // base_ is our mmap
 
   mutable absl::Mutex mu_;
   std::vector<int64_t> free_slots_ ABSL_GUARDED_BY(mu_);  // a stack

@@ -2,10 +2,12 @@
 // allocation; lease expiry through an injected clock (no sleeping), both by ExpireLeases and on
 // the next touch; cancellation by request; tokens (wrong → PermissionDenied, freed → NotFound);
 // Seal checks with real encoded pages (corrupted, another request's, mismatched refs, foreign
-// slots) leaving the allocation unsealed.
+// slots) leaving the allocation unsealed. Every fixture test runs with the pool's own mapping and
+// with caller-provided memory (as the KV store gives it memory from Transport::Allocate).
 #include "services/kvstore/page_pool.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -55,13 +57,32 @@ std::string EncodedPage(uint64_t request_id, int cache_layer, int page_index, in
   return page.ok() ? *page : std::string();
 }
 
-class PagePoolTest : public ::testing::Test {
+struct FreeMemory {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Memory = std::unique_ptr<uint8_t, FreeMemory>;
+
+Memory AlignedMemory(size_t bytes, uint8_t fill) {
+  Memory memory(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
+  std::memset(memory.get(), fill, bytes);
+  return memory;
+}
+
+// Param: the pool uses caller-provided memory (Create(options, base)) instead of its own mapping.
+class PagePoolTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<PagePool>> pool = PagePool::Create(Options(&clock_));
+    absl::StatusOr<std::unique_ptr<PagePool>> pool;
+    if (GetParam()) {
+      external_ = AlignedMemory(8 * kSlotBytes, 0xEE);  // garbage the pool must scrub
+      pool = PagePool::Create(Options(&clock_), external_.get());
+    } else {
+      pool = PagePool::Create(Options(&clock_));
+    }
     ASSERT_TRUE(pool.ok()) << pool.status();
     pool_ = *std::move(pool);
   }
+  void TearDown() override { pool_.reset(); }  // before external_
 
   // Writes `page` into `slot` as a remote put would; returns the ref that describes it.
   SealedPageRef Write(int64_t slot, const std::string& page, int layer, int index, int tokens) {
@@ -84,6 +105,7 @@ class PagePoolTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  Memory external_;
   std::unique_ptr<PagePool> pool_;
 };
 
@@ -105,13 +127,44 @@ TEST(PagePoolOptionsTest, RejectsBadOptions) {
   EXPECT_TRUE(absl::IsInvalidArgument(options.Validate()));
 }
 
-TEST_F(PagePoolTest, MemoryIsPageAlignedAndWritable) {
+TEST_P(PagePoolTest, MemoryIsPageAlignedAndWritable) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(pool_->base()) % 4096, 0u);
   EXPECT_EQ(pool_->pool_bytes(), 8 * kSlotBytes);
+  if (GetParam()) {
+    EXPECT_EQ(pool_->base(), external_.get());
+  }
   std::memset(pool_->base(), 0xAB, static_cast<size_t>(pool_->pool_bytes()));
 }
 
-TEST_F(PagePoolTest, AllocateSealReleaseCycle) {
+TEST(PagePoolExternalMemoryTest, ScrubsSlotHeadersAndLeavesTheMemoryToItsOwner) {
+  FakeClock clock;
+  Memory memory = AlignedMemory(4 * kSlotBytes, 0xEE);
+  absl::StatusOr<std::unique_ptr<PagePool>> pool =
+      PagePool::Create(Options(&clock, 4), memory.get());
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  for (int64_t slot = 0; slot < 4; ++slot) {
+    const uint8_t* start = memory.get() + slot * kSlotBytes;
+    EXPECT_EQ(start[0], 0) << slot;                  // no stale page header survives
+    EXPECT_EQ(start[kSlotBytes - 1], 0xEE) << slot;  // the rest is left alone
+  }
+  pool->reset();
+  memory.get()[0] = 1;  // still the owner's (the pool did not unmap it)
+  EXPECT_EQ(memory.get()[0], 1);
+}
+
+TEST(PagePoolExternalMemoryTest, RejectsNullOrMisalignedMemoryAndBadOptions) {
+  FakeClock clock;
+  Memory memory = AlignedMemory(8 * kSlotBytes + 64, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(PagePool::Create(Options(&clock), nullptr).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(PagePool::Create(Options(&clock), memory.get() + 8).status()));
+  EXPECT_TRUE(PagePool::Create(Options(&clock), memory.get() + 64).ok());
+  PagePoolOptions bad = Options(&clock);
+  bad.num_slots = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(PagePool::Create(bad, memory.get()).status()));
+}
+
+TEST_P(PagePoolTest, AllocateSealReleaseCycle) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
   EXPECT_NE(allocation.lease_token, 0u);
@@ -154,7 +207,7 @@ TEST_F(PagePoolTest, AllocateSealReleaseCycle) {
       DecodeKvPage({pool_->base() + allocation.slots[0] * kSlotBytes, refs[0].encoded_bytes}).ok());
 }
 
-TEST_F(PagePoolTest, AllocationIsAllOrNothing) {
+TEST_P(PagePoolTest, AllocationIsAllOrNothing) {
   const std::vector<uint32_t> six(6, 100);
   absl::StatusOr<PageAllocation> first = pool_->Allocate(1, six, absl::ZeroDuration());
   ASSERT_TRUE(first.ok());
@@ -168,7 +221,7 @@ TEST_F(PagePoolTest, AllocationIsAllOrNothing) {
   EXPECT_EQ(pool_->Usage().free_slots, 0);
 }
 
-TEST_F(PagePoolTest, RejectsBadAllocations) {
+TEST_P(PagePoolTest, RejectsBadAllocations) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       pool_->Allocate(1, std::vector<uint32_t>{}, absl::ZeroDuration()).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(
@@ -184,7 +237,7 @@ TEST_F(PagePoolTest, RejectsBadAllocations) {
   EXPECT_TRUE(pool_->Allocate(1, std::vector<uint32_t>{kSlotBytes}, absl::ZeroDuration()).ok());
 }
 
-TEST_F(PagePoolTest, LeaseIsCappedAndTokensAreDistinct) {
+TEST_P(PagePoolTest, LeaseIsCappedAndTokensAreDistinct) {
   absl::StatusOr<PageAllocation> a = pool_->Allocate(1, std::vector<uint32_t>{1}, absl::Hours(1));
   absl::StatusOr<PageAllocation> b = pool_->Allocate(1, std::vector<uint32_t>{1}, absl::Hours(1));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -197,7 +250,7 @@ TEST_F(PagePoolTest, LeaseIsCappedAndTokensAreDistinct) {
   EXPECT_EQ(*renewed, absl::Seconds(60));
 }
 
-TEST_F(PagePoolTest, WrongTokenIsPermissionDenied) {
+TEST_P(PagePoolTest, WrongTokenIsPermissionDenied) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
   const uint64_t wrong = allocation.lease_token ^ 1;
@@ -209,7 +262,7 @@ TEST_F(PagePoolTest, WrongTokenIsPermissionDenied) {
   EXPECT_EQ(pool_->Usage().allocations, 1);
 }
 
-TEST_F(PagePoolTest, ExpireLeasesFreesOnlyExpired) {
+TEST_P(PagePoolTest, ExpireLeasesFreesOnlyExpired) {
   absl::StatusOr<PageAllocation> short_lease =
       pool_->Allocate(1, std::vector<uint32_t>{1, 1}, absl::Seconds(2));
   absl::StatusOr<PageAllocation> long_lease =
@@ -231,7 +284,7 @@ TEST_F(PagePoolTest, ExpireLeasesFreesOnlyExpired) {
   EXPECT_TRUE(pool_->Release(long_lease->allocation_id, long_lease->lease_token).ok());
 }
 
-TEST_F(PagePoolTest, ExpiredLeaseIsFreedOnNextTouch) {
+TEST_P(PagePoolTest, ExpiredLeaseIsFreedOnNextTouch) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
   clock_.now += absl::Seconds(10);  // exactly the lease: expired
@@ -243,7 +296,7 @@ TEST_F(PagePoolTest, ExpiredLeaseIsFreedOnNextTouch) {
   EXPECT_EQ(pool_->ExpireLeases(clock_.now), 0);
 }
 
-TEST_F(PagePoolTest, CancelRequestFreesAllItsAllocations) {
+TEST_P(PagePoolTest, CancelRequestFreesAllItsAllocations) {
   ASSERT_TRUE(pool_->Allocate(5, std::vector<uint32_t>{1, 1}, absl::ZeroDuration()).ok());
   ASSERT_TRUE(pool_->Allocate(5, std::vector<uint32_t>{1}, absl::ZeroDuration()).ok());
   absl::StatusOr<PageAllocation> other =
@@ -259,7 +312,7 @@ TEST_F(PagePoolTest, CancelRequestFreesAllItsAllocations) {
   EXPECT_TRUE(pool_->Release(other->allocation_id, other->lease_token).ok());
 }
 
-TEST_F(PagePoolTest, SealRejectsCorruptedPageAndStaysUnsealed) {
+TEST_P(PagePoolTest, SealRejectsCorruptedPageAndStaysUnsealed) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
   uint8_t* byte = pool_->base() + refs[1].slot_offset + refs[1].encoded_bytes / 2;
@@ -273,7 +326,7 @@ TEST_F(PagePoolTest, SealRejectsCorruptedPageAndStaysUnsealed) {
   EXPECT_TRUE(pool_->Seal(allocation.allocation_id, allocation.lease_token, refs).ok());
 }
 
-TEST_F(PagePoolTest, SealRejectsAnotherRequestsPage) {
+TEST_P(PagePoolTest, SealRejectsAnotherRequestsPage) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
   refs[0] = Write(allocation.slots[0], EncodedPage(8, 0, 0, 3), 0, 0, 3);
@@ -283,7 +336,7 @@ TEST_F(PagePoolTest, SealRejectsAnotherRequestsPage) {
   EXPECT_EQ(pool_->Usage().sealed_slots, 0);
 }
 
-TEST_F(PagePoolTest, SealRejectsMismatchedRefs) {
+TEST_P(PagePoolTest, SealRejectsMismatchedRefs) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
   const auto seal_with = [&](std::vector<SealedPageRef> pages) {
@@ -319,6 +372,11 @@ TEST_F(PagePoolTest, SealRejectsMismatchedRefs) {
   EXPECT_EQ(pool_->Usage().sealed_slots, 0);
   EXPECT_TRUE(seal_with(refs).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Memory, PagePoolTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "CallerMemory" : "OwnMapping");
+                         });
 
 }  // namespace
 }  // namespace pdserve
