@@ -6,13 +6,15 @@
 #   stories260K (shared model, context 512):        384 prompt + 32 generated tokens
 #   stories42M-shaped random model (context 1024):  768 prompt + 32 generated tokens
 # Per model and round: `pdserve up` disaggregated → bench-serve → stop; `pdserve up --monolithic`
-# → the same bench-serve → then (first round only) the router-overhead run against the monolithic
+# → the same bench-serve → then (first round, when its pair count is > 0) the router-overhead run against the monolithic
 # cluster (bench-serve --direct-decode: sequential pairs, router vs straight to the worker) → stop.
+# The overhead run is on by default for stories260K only (200 pairs; the router's cost is what
+# it measures and the tiny model leaves it visible); stories42M pairs take ~10 s each.
 # Ends with a summary table (TTFT/TPOT p50/p99, output tok/s, errors; disaggregated/monolithic
 # ratios). Per-run JSON and logs are kept in $WORK.
 #
 #   scripts/bench_serving.sh [build-dir]          (default build/bs; built if needed)
-#   ROUNDS=1 RATE_260K=4 RATE_42M=0.1 scripts/bench_serving.sh
+#   ROUNDS_42M=1 RATE_260K=4 RATE_42M=0.1 OVERHEAD_42M=4 scripts/bench_serving.sh
 #
 # Threads: both modes get the same two cores. Disaggregated runs prefill and decode workers with
 # one thread each; the monolithic worker gets --threads $MONO_THREADS (default 2). stories260K is
@@ -23,19 +25,25 @@ BUILD=${1:-build/bs}
 PDSERVE=$BUILD/tools/pdserve
 SHARED=${PDSERVE_SHARED_DIR:-$(cd .. && pwd)/shared}
 WORK=${WORK:-/tmp/pdserve_bench_serving}
-ROUNDS=${ROUNDS:-2}
+ROUNDS_260K=${ROUNDS_260K:-2}
+ROUNDS_42M=${ROUNDS_42M:-1}
 SEED=${SEED:-1}
 MONO_THREADS=${MONO_THREADS:-2}
 PROFILE=(--swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
-# Rates: about half of what the monolithic worker sustains on this machine (see the report).
-RATE_260K=${RATE_260K:-8}
+# Rates (measured on this 2-core machine, shared): stories260K monolithic saturates near 25-28
+# req/s (burst), so 12 req/s is ~45% of it and the disaggregated cluster keeps up too.
+# stories42M monolithic completes ~0.8 req/s under a burst, but the disaggregated cluster (one
+# thread per worker, KCache values fetched from the KV store over tcp/lo) completed only ~0.08
+# req/s with RESOURCE_EXHAUSTED on a burst of 8, so the common rate is 0.05 req/s: about half of
+# what disaggregated sustains. Few 42M requests fit in the time budget: its rows are indicative.
+RATE_260K=${RATE_260K:-12}
 REQUESTS_260K=${REQUESTS_260K:-120}
 WARMUP_260K=${WARMUP_260K:-8}
 OVERHEAD_260K=${OVERHEAD_260K:-200}
-RATE_42M=${RATE_42M:-0.25}
-REQUESTS_42M=${REQUESTS_42M:-16}
-WARMUP_42M=${WARMUP_42M:-2}
-OVERHEAD_42M=${OVERHEAD_42M:-8}
+RATE_42M=${RATE_42M:-0.05}
+REQUESTS_42M=${REQUESTS_42M:-6}
+WARMUP_42M=${WARMUP_42M:-1}
+OVERHEAD_42M=${OVERHEAD_42M:-0}
 mkdir -p "$WORK"
 
 if [[ ! -f $BUILD/build.ninja ]]; then
@@ -90,17 +98,21 @@ bench() {
     --seed "$SEED" --json "$WORK/$name.json" --log-level warn "$@"
 }
 
-# model TAG RATE REQUESTS WARMUP PROMPT GEN OVERHEAD_PAIRS THREADS_DISAGG THREADS_MONO MODEL_ARGS...
+# model TAG ROUNDS RATE REQUESTS WARMUP PROMPT GEN OVERHEAD_PAIRS THREADS_DISAGG THREADS_MONO
+#       MODEL_ARGS...
 model() {
-  local tag=$1 rate=$2 requests=$3 warmup=$4 prompt=$5 gen=$6 pairs=$7 td=$8 tm=$9; shift 9
+  local tag=$1 rounds=$2 rate=$3 requests=$4 warmup=$5 prompt=$6 gen=$7 pairs=$8 td=$9 tm=${10}
+  shift 10
+  echo "$rounds" > "$WORK/$tag.rounds"
+  rm -f "$WORK/$tag-overhead.json"
   local round
-  for ((round = 1; round <= ROUNDS; round++)); do
+  for ((round = 1; round <= rounds; round++)); do
     start_cluster "$WORK/$tag-disagg-r$round.log" "$@" "${PROFILE[@]}" --threads "$td"
     bench "$tag" disagg "$round" "$rate" "$requests" "$warmup" "$prompt" "$gen"
     cleanup
     start_cluster "$WORK/$tag-mono-r$round.log" "$@" --monolithic --threads "$tm"
     bench "$tag" mono "$round" "$rate" "$requests" "$warmup" "$prompt" "$gen"
-    if (( round == 1 )); then
+    if (( round == 1 && pairs > 0 )); then
       echo "=== $tag router overhead: $pairs sequential pairs, router vs $MONO ($(date +%T))"
       "$PDSERVE" bench-serve --router "$ROUTER" --requests 0 \
         --prompt-tokens "$prompt" --gen-tokens "$gen" --seed "$SEED" --direct-decode "$MONO" \
@@ -112,18 +124,19 @@ model() {
 }
 
 START=$(date +%s)
-model stories260K "$RATE_260K" "$REQUESTS_260K" "$WARMUP_260K" 384 32 "$OVERHEAD_260K" 1 1 \
+model stories260K "$ROUNDS_260K" "$RATE_260K" "$REQUESTS_260K" "$WARMUP_260K" 384 32 "$OVERHEAD_260K" 1 1 \
   --model "$M260/stories260K.bin" --tokenizer "$M260/tok512.bin"
-model stories42M "$RATE_42M" "$REQUESTS_42M" "$WARMUP_42M" 768 32 "$OVERHEAD_42M" 1 \
+model stories42M "$ROUNDS_42M" "$RATE_42M" "$REQUESTS_42M" "$WARMUP_42M" 768 32 "$OVERHEAD_42M" 1 \
   "$MONO_THREADS" --model "$M42"
 
 echo
-echo "=== summary ($(( $(date +%s) - START )) s; ms, p50/p99 over rounds' pooled medians: each" \
-     "cell is the mean over rounds of that run's statistic)"
-python3 - "$WORK" "$ROUNDS" <<'EOF'
-import json, sys
-work, rounds = sys.argv[1], int(sys.argv[2])
+echo "=== summary ($(( $(date +%s) - START )) s; times in ms; each cell is the mean over the rounds" \
+     "of that run's statistic; d/m = disaggregated / monolithic)"
+python3 - "$WORK" <<'EOF'
+import json, os, sys
+work = sys.argv[1]
 def load(tag, mode):
+    rounds = int(open(f"{work}/{tag}.rounds").read())
     runs = [json.load(open(f"{work}/{tag}-{mode}-r{r}.json")) for r in range(1, rounds + 1)]
     def mean(get):
         vals = [get(r) for r in runs if get(r) is not None]
@@ -160,6 +173,8 @@ for tag in ["stories260K", "stories42M"]:
 print()
 print(f"{'router overhead':<22} {'e2e p50':>9} {'e2e p99':>9} {'TTFT p50':>9} {'TTFT p99':>9}  (ms)")
 for tag in ["stories260K", "stories42M"]:
+    if not os.path.exists(f"{work}/{tag}-overhead.json"):
+        continue
     o = json.load(open(f"{work}/{tag}-overhead.json"))["router_overhead"]
     for name, e, t in [("via router", "e2e_router_s", "ttft_router_s"),
                        ("direct", "e2e_direct_s", "ttft_direct_s"),

@@ -329,6 +329,7 @@ absl::Status LoadTest(Client& client, const Config& c, nlohmann::json& json) {
   std::vector<double> ttft, tpot, itl, e2e, lateness, queue, prefill, transfer, server_ttft, decode,
       server_total;
   std::map<std::string, int> errors;
+  std::map<std::string, std::string> error_messages;  // the first of each code
   int ok = 0, short_requests = 0;
   int64_t output_tokens = 0;
   Clock::time_point first_sent = Clock::time_point::max(), last_done = Clock::time_point::min();
@@ -338,7 +339,10 @@ absl::Status LoadTest(Client& client, const Config& c, nlohmann::json& json) {
     last_done = std::max(last_done, r.done);
     lateness.push_back(Seconds(r.sent - r.scheduled));
     if (r.code != absl::StatusCode::kOk) {
-      ++errors[absl::StatusCodeToString(r.code)];
+      if (++errors[absl::StatusCodeToString(r.code)] == 1) {
+        GetLogger("bench-serve")->warn("first {}: {}", absl::StatusCodeToString(r.code), r.error);
+        error_messages[absl::StatusCodeToString(r.code)] = r.error;
+      }
       continue;
     }
     const int n = static_cast<int>(r.token_times.size());
@@ -411,6 +415,7 @@ absl::Status LoadTest(Client& client, const Config& c, nlohmann::json& json) {
   json["output_tokens_per_s"] = tokens_per_second;
   json["requests_per_s"] = requests_per_second;
   json["errors"] = errors;
+  json["first_error_messages"] = error_messages;
   return absl::OkStatus();
 }
 
