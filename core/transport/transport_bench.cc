@@ -7,8 +7,9 @@
 //
 // --target_memory=register (default): the target is caller memory passed to Transport::Register;
 // allocate: the target comes from Transport::Allocate (UCX allocates it: shared memory under
-// posix/sysv, which the initiator maps, as ucx_perftest does). --local_memory=plain (default) or
-// allocate: the initiator's own buffer is a std::vector or comes from its transport's Allocate.
+// posix/sysv, which the initiator maps, as ucx_perftest does). --local_memory=plain (default),
+// register or allocate: the initiator's own buffer is a std::vector, the same registered with its
+// transport, or memory from its transport's Allocate.
 //
 // Output (stdout): a header, then one line per point: "op size depth median_GBps min max".
 #include <signal.h>
@@ -42,6 +43,9 @@ struct BenchConfig {
   int trials = 5;
   bool allocate_target = false;
   bool allocate_local = false;
+  bool register_local = false;
+  bool direct_shared_memory = true;
+  size_t local_offset = 0;  // plain/register local buffer: this many bytes past a page boundary
 };
 
 std::vector<size_t> ParseSizes(const std::string& text) {
@@ -83,7 +87,12 @@ BenchConfig ParseArgs(int argc, char** argv) {
       bad_memory |= !config.allocate_target && std::string(v) != "register";
     } else if (const char* v = value("--local_memory=")) {
       config.allocate_local = std::string(v) == "allocate";
-      bad_memory |= !config.allocate_local && std::string(v) != "plain";
+      config.register_local = std::string(v) == "register";
+      bad_memory |= !config.allocate_local && !config.register_local && std::string(v) != "plain";
+    } else if (const char* v = value("--local_offset=")) {
+      config.local_offset = std::strtoull(v, nullptr, 10) % 4096;
+    } else if (const char* v = value("--direct_shared_memory=")) {
+      config.direct_shared_memory = std::string(v) != "0" && std::string(v) != "false";
     } else if (const char* v = value("--peer_failure_detection=")) {
       config.peer_failure_detection = std::string(v) != "0" && std::string(v) != "false";
     } else {
@@ -91,7 +100,8 @@ BenchConfig ParseArgs(int argc, char** argv) {
                    "usage: %s [--transports=tcp] [--sizes=4096,...] [--depths=1,16] "
                    "[--ops=put,get] [--mib_per_trial=64] [--trials=5] "
                    "[--peer_failure_detection=1] [--target_memory=register|allocate] "
-                   "[--local_memory=plain|allocate]\n",
+                   "[--local_memory=plain|register|allocate] [--direct_shared_memory=1] "
+                   "[--local_offset=0]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -99,7 +109,7 @@ BenchConfig ParseArgs(int argc, char** argv) {
   if (config.trials < 1 || bad_memory) {
     std::fprintf(stderr,
                  "--trials must be >= 1, --target_memory register|allocate, "
-                 "--local_memory plain|allocate\n");
+                 "--local_memory plain|register|allocate\n");
     std::exit(2);
   }
   return config;
@@ -109,6 +119,7 @@ UcxTransportOptions Options(const BenchConfig& config) {
   UcxTransportOptions options;
   options.transports = config.transports;
   options.peer_failure_detection = config.peer_failure_detection;
+  options.direct_shared_memory = config.direct_shared_memory;
   options.timeout = absl::Seconds(30);
   return options;
 }
@@ -179,8 +190,17 @@ int RunInitiator(const BenchConfig& config, const std::string& line) {
     local = local_region->data();
     std::memset(local, 2, BufferBytes(config));
   } else {
-    plain.assign(BufferBytes(config), 2);
-    local = plain.data();
+    plain.assign(BufferBytes(config) + 8192, 2);
+    local = plain.data() + (4096 - reinterpret_cast<uintptr_t>(plain.data()) % 4096) % 4096 +
+            config.local_offset;
+    if (config.register_local) {
+      auto region = (*transport)->Register(local, BufferBytes(config), RemoteAccess::kReadWrite);
+      if (!region.ok()) {
+        std::fprintf(stderr, "initiator: %s\n", region.status().ToString().c_str());
+        return 1;
+      }
+      local_region = *std::move(region);
+    }
   }
   std::printf(
       "# transports=%s target_memory=%s local_memory=%s %s\n"

@@ -70,6 +70,13 @@ struct UcxTransportOptions {
   // selected (same-host RMA goes over tcp). false allows shared memory; a dead peer is then only
   // noticed through `timeout` (DeadlineExceeded).
   bool peer_failure_detection = true;
+  // When a peer's region is mapped into this process (ucp_rkey_ptr succeeds: the region came
+  // from the peer's Allocate under posix/sysv, and the endpoint reaches it over shared memory),
+  // PutBatch/GetBatch memcpy directly into/out of the mapping instead of issuing ucp_put/get
+  // (UCX 1.13 otherwise emulates gets above ~30 KiB, and gets into unregistered local buffers,
+  // with active messages). A direct transfer cannot notice a dead peer (its segment stays
+  // mapped here); it completes in place.
+  bool direct_shared_memory = true;
   // Upper bound on one PutBatch/GetBatch (and on Connect's wireup).
   absl::Duration timeout = absl::Seconds(10);
   // Progress thread poll timeout when idle (bounds the stop latency of the destructor too).

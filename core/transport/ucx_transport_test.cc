@@ -33,6 +33,7 @@ struct Variant {
   bool peer_failure_detection;
   bool expect_shared_memory;  // skip when UCX does not select shared memory here
   bool allocate = false;      // the target region comes from Allocate, not Register
+  bool direct = true;         // UcxTransportOptions::direct_shared_memory
 };
 
 void Fill(std::vector<uint8_t>& bytes, uint32_t seed) {
@@ -52,6 +53,7 @@ class UcxPairTest : public ::testing::TestWithParam<Variant> {
     UcxTransportOptions options;
     options.transports = GetParam().transports;
     options.peer_failure_detection = GetParam().peer_failure_detection;
+    options.direct_shared_memory = GetParam().direct;
     options.timeout = absl::Seconds(5);
     auto a = UcxTransport::Create(options);
     auto b = UcxTransport::Create(options);
@@ -114,6 +116,27 @@ TEST_P(UcxPairTest, PutThenGetRoundTripsManySizes) {
     ASSERT_EQ(0, std::memcmp(target_ + 3, source.data(), size));
     ASSERT_TRUE(endpoint_->Get(region_->packed_rkey(), back.data(), size, remote).ok());
     ASSERT_EQ(source, back);
+  }
+}
+
+// Local buffers at every distance from the (page-aligned) remote bytes modulo 4 KiB that the
+// direct shared-memory copy treats specially.
+TEST_P(UcxPairTest, UnalignedLocalBuffersRoundTrip) {
+  std::vector<uint8_t> storage(3 * 65536 + 8192);
+  uint8_t* page = storage.data() + (4096 - reinterpret_cast<uintptr_t>(storage.data()) % 4096);
+  for (size_t offset : {size_t{0}, size_t{1}, size_t{16}, size_t{63}, size_t{64}, size_t{4080}}) {
+    for (size_t size : {size_t{255}, size_t{4096}, size_t{65536 + 77}}) {
+      SCOPED_TRACE(testing::Message() << offset << " " << size);
+      std::vector<uint8_t> source(size);
+      Fill(source, static_cast<uint32_t>(offset + size));
+      uint8_t* local = page + offset;
+      std::memcpy(local, source.data(), size);
+      ASSERT_TRUE(endpoint_->Put(region_->packed_rkey(), local, size, region_->address()).ok());
+      ASSERT_EQ(0, std::memcmp(target_, source.data(), size));
+      std::memset(local, 0, size);
+      ASSERT_TRUE(endpoint_->Get(region_->packed_rkey(), local, size, region_->address()).ok());
+      ASSERT_EQ(0, std::memcmp(local, source.data(), size));
+    }
   }
 }
 
@@ -207,18 +230,17 @@ TEST_P(UcxPairTest, DestroyedPeerIsUnavailableWithinTimeout) {
   EXPECT_EQ(endpoint_->Put(rkey, &byte, 1, remote).code(), absl::StatusCode::kUnavailable);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, UcxPairTest,
-                         ::testing::Values(Variant{"tcp", "tcp", true, false},
-                                           Variant{"default", "", true, false},
-                                           Variant{"shm", "shm,self", false, true},
-                                           Variant{"posix", "posix", false, true},
-                                           Variant{"tcp_allocated", "tcp", true, false, true},
-                                           Variant{"shm_allocated", "shm,self", false, true, true},
-                                           Variant{"posix_allocated", "posix", false, true, true},
-                                           Variant{"sysv_allocated", "sysv", false, true, true}),
-                         [](const ::testing::TestParamInfo<Variant>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Transports, UcxPairTest,
+    ::testing::Values(Variant{"tcp", "tcp", true, false}, Variant{"default", "", true, false},
+                      Variant{"shm", "shm,self", false, true},
+                      Variant{"posix", "posix", false, true},
+                      Variant{"tcp_allocated", "tcp", true, false, true},
+                      Variant{"shm_allocated", "shm,self", false, true, true},
+                      Variant{"posix_allocated", "posix", false, true, true},
+                      Variant{"sysv_allocated", "sysv", false, true, true},
+                      Variant{"shm_allocated_no_direct", "shm,self", false, true, true, false}),
+    [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
 
 TEST(UcxTransportTest, RequireSharedMemoryRefusesTcpOnlyEndpoint) {
   UcxTransportOptions options;
