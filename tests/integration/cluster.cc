@@ -31,10 +31,8 @@ std::string ModelPath() { return PDSERVE_SHARED_DIR "/models/stories260K/stories
 std::string TokenizerPath() { return PDSERVE_SHARED_DIR "/models/stories260K/tok512.bin"; }
 std::string EvalTextPath() { return PDSERVE_SHARED_DIR "/data/stories260K-eval.txt"; }
 
-namespace {
-
-// Alive and not a zombie (a child of `up` reparented elsewhere may linger as one).
-bool IsRunning(pid_t pid) {
+// A child of `up` reparented elsewhere may linger as a zombie: that counts as gone.
+bool ProcessIsRunning(pid_t pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string line;
   if (!std::getline(stat, line)) return false;
@@ -43,6 +41,8 @@ bool IsRunning(pid_t pid) {
   const char state = line[paren + 2];
   return state != 'Z' && state != 'X';
 }
+
+namespace {
 
 // Waits for `pid` (our child) up to `timeout`; true when it was reaped.
 bool WaitChild(pid_t pid, absl::Duration timeout) {
@@ -198,10 +198,10 @@ void Cluster::Stop() {
   // got SIGTERM through its death signal; give it a moment, then SIGKILL.
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   for (const Process& process : processes_) {
-    while (IsRunning(process.pid) && absl::Now() < deadline) {
+    while (ProcessIsRunning(process.pid) && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
     }
-    if (IsRunning(process.pid)) {
+    if (ProcessIsRunning(process.pid)) {
       std::fprintf(stderr, "cluster: %s (pid %d) outlived `up`; SIGKILL\n", process.name.c_str(),
                    process.pid);
       kill(process.pid, SIGKILL);

@@ -32,6 +32,9 @@ std::string ModelPath();
 std::string TokenizerPath();
 std::string EvalTextPath();
 
+// Whether `pid` exists and is not a zombie.
+bool ProcessIsRunning(pid_t pid);
+
 class Cluster {
  public:
   struct Process {

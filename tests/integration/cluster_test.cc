@@ -153,7 +153,7 @@ class Reference {
     absl::StatusOr<GenerationResult> result;
     {
       absl::MutexLock lock(&mu_);
-      result = Generate(*engine_, ids, params, nullptr);
+      result = Generate(*engine_, ids, params, [](int32_t) {});
     }
     Expected expected;
     if (!result.ok()) {
@@ -267,6 +267,34 @@ void ExpectGreedyMatchesInProcess(const Cluster& cluster, Reference& reference) 
       EXPECT_EQ(result->final.completion_tokens(), static_cast<int>(result->token_ids.size()));
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The harness itself: a cluster that cannot start fails with its log; stopping one leaves no
+// process behind.
+
+TEST(ClusterHarnessTest, StartFailsLoudlyWithTheLogTail) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start({"--swiftkv-layer=99"}, absl::Seconds(60));
+  ASSERT_FALSE(cluster.ok());
+  EXPECT_EQ(cluster.status().code(), absl::StatusCode::kUnavailable);
+  // What the workers and `up` wrote on stderr, not only the command line.
+  EXPECT_TRUE(absl::StrContains(cluster.status().message(), "layer 99 is outside"))
+      << cluster.status();
+  EXPECT_TRUE(absl::StrContains(cluster.status().message(), "prefill-0 exited"))
+      << cluster.status();
+}
+
+TEST(ClusterHarnessTest, StoppingLeavesNoProcessBehind) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--decode-workers=2"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<pid_t> pids = {(*cluster)->up_pid()};
+  for (const Cluster::Process& process : (*cluster)->processes()) pids.push_back(process.pid);
+  EXPECT_EQ(pids.size(), 6u);  // up, router, kvstore, prefill-0, decode-0, decode-1
+  for (pid_t pid : pids) EXPECT_TRUE(ProcessIsRunning(pid)) << pid;
+  cluster->reset();
+  // `up` is reaped by the destructor; its children were stopped before it exited.
+  for (pid_t pid : pids) EXPECT_FALSE(ProcessIsRunning(pid)) << pid;
 }
 
 // ---------------------------------------------------------------------------------------------
