@@ -77,7 +77,7 @@ start_cluster() {
   "$PDSERVE" up --log-level warn "$@" > "$log" 2>&1 &
   UP_PID=$!
   local waited=0
-  until grep -q '^PDSERVE_READY up ' "$log"; do
+  until grep -qs '^PDSERVE_READY up ' "$log"; do
     if ! kill -0 "$UP_PID" 2>/dev/null || (( waited > 1800 )); then
       echo "pdserve up failed to start; its log ($log):" >&2; tail -20 "$log" >&2; exit 1
     fi
@@ -171,7 +171,7 @@ for tag in ["stories260K", "stories42M"]:
     print(f"{tag:<11} {'d/m':<8} {'':>6} {r['ttft50']:>9.2f} {r['ttft99']:>9.2f} "
           f"{r['tpot50']:>9.2f} {r['tpot99']:>9.2f} {r['itl50']:>8.2f} {r['tps']:>9.2f}")
 print()
-print(f"{'router overhead':<22} {'e2e p50':>9} {'e2e p99':>9} {'TTFT p50':>9} {'TTFT p99':>9}  (ms)")
+print(f"{'router overhead':<28} {'e2e p50':>9} {'e2e p99':>9} {'TTFT p50':>9} {'TTFT p99':>9}  (ms)")
 for tag in ["stories260K", "stories42M"]:
     if not os.path.exists(f"{work}/{tag}-overhead.json"):
         continue
@@ -180,6 +180,6 @@ for tag in ["stories260K", "stories42M"]:
                        ("direct", "e2e_direct_s", "ttft_direct_s"),
                        ("router - direct", "e2e_diff_s", "ttft_diff_s")]:
         f = lambda v: float("nan") if v is None else v * 1e3
-        print(f"{tag + ' ' + name:<22} {f(o[e]['p50']):>9.2f} {f(o[e]['p99']):>9.2f} "
+        print(f"{tag + ' ' + name:<28} {f(o[e]['p50']):>9.2f} {f(o[e]['p99']):>9.2f} "
               f"{f(o[t]['p50']):>9.2f} {f(o[t]['p99']):>9.2f}  (n={o[e]['count']})")
 EOF
