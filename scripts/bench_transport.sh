@@ -9,6 +9,7 @@
 #
 #   scripts/bench_transport.sh [build-dir]       (default build/transport)
 #   TRANSPORTS="tcp posix,self" SIZES="4096 65536" DEPTHS=1,16,64 REPEATS=3 scripts/bench_transport.sh
+#   MEMORIES=allocate (skip the slow Register runs), MIB=32 (per trial), PFD=0|1 (override)
 #
 # Needs ucx_perftest (Debian: apt-get install -y ucx-utils). UCX 1.13 names its get test
 # "ucp_get" (there is no ucp_get_bw). Our side uses peer_failure_detection=0 for anything but tcp:
@@ -27,7 +28,7 @@ PORT=${PORT:-13400}
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing (apt-get install -y ucx-utils)" >&2; exit 1; }
 [[ -x $BENCH ]] || { echo "$BENCH missing (ninja -C $BUILD pdserve_transport_bench)" >&2; exit 1; }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "n/a"; else printf "%.3f", v[int((NR + 1) / 2)]}'; }
+median() { tr ' ' '\n' | { grep -v '^$' || true; } | sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "n/a"; else printf "%.3f", v[int((NR + 1) / 2)]}'; }
 
 perftest_once() {  # tls test size -> GB/s or nothing
   local tls=$1 test=$2 size=$3 iters
@@ -53,10 +54,11 @@ perftest() {  # tls op size -> median GB/s of REPEATS runs, or n/a
 }
 
 echo "# $(uptime)"
-echo "# depths $DEPTHS, $REPEATS repeats per point (medians); GB/s = 1e9 B/s"
+echo "# depths $DEPTHS, $REPEATS repeats per point (medians); GB/s = 1e9 B/s; n/a = not run/failed"
 printf "%-10s %-4s %8s %12s %12s %12s %8s\n" transport op size ours_reg ours_alloc ucx_perftest ratio
 for tls in $TRANSPORTS; do
   pfd=0; [[ $tls == tcp ]] && pfd=1
+  [[ -n ${PFD:-} ]] && pfd=$PFD  # e.g. PFD=1 TRANSPORTS=shm,tcp: the services' setting
   declare -A ours=()
   for memory in $MEMORIES; do
     out=""

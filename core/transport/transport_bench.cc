@@ -202,6 +202,16 @@ int RunInitiator(const BenchConfig& config, const std::string& line) {
       local_region = *std::move(region);
     }
   }
+  {
+    // The target filled its region with 1s: reading them back proves we reach its memory.
+    std::vector<uint8_t> check(std::min<size_t>(4096, BufferBytes(config)), 0);
+    absl::Status status = (*endpoint)->Get(rkey, check.data(), check.size(), base);
+    if (!status.ok() || std::count(check.begin(), check.end(), 1) != std::ssize(check)) {
+      std::fprintf(stderr, "initiator: the target's bytes did not come back: %s\n",
+                   status.ToString().c_str());
+      return 1;
+    }
+  }
   std::printf(
       "# transports=%s target_memory=%s local_memory=%s %s\n"
       "# op size depth median_GBps min_GBps max_GBps\n",

@@ -221,6 +221,7 @@ class UcxEndpoint final : public Endpoint {
     // This process's mapping of the region's byte 0 when UCX can give one (ucp_rkey_ptr: a
     // same-host peer's UCX-allocated shared memory) and direct_shared_memory is on; else null.
     uint8_t* direct = nullptr;
+    RkeyHeader header{};  // as parsed (and checked) when the key was first used
   };
   absl::StatusOr<RemoteKey> Rkey(const std::string& packed_rkey, const RkeyHeader& header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -318,6 +319,7 @@ absl::StatusOr<UcxEndpoint::RemoteKey> UcxEndpoint::Rkey(const std::string& pack
   auto it = rkeys_.find(packed_rkey);
   if (it != rkeys_.end()) return it->second;
   RemoteKey key;
+  key.header = header;
   ucs_status_t status = ucp_ep_rkey_unpack(ep_, packed_rkey.data() + kRkeyPrefix, &key.rkey);
   if (status != UCS_OK) {
     return absl::InvalidArgumentError(
@@ -343,7 +345,15 @@ absl::StatusOr<UcxEndpoint::RemoteKey> UcxEndpoint::Rkey(const std::string& pack
 absl::Status UcxEndpoint::RunBatch(bool put, const std::string& packed_rkey,
                                    std::span<const TransferOp> ops) {
   const char* what = put ? "put" : "get";
-  PDSERVE_ASSIGN_OR_RETURN(RkeyHeader header, ParseRkey(packed_rkey));
+  absl::MutexLock lock(&mu_);
+  // A key seen before was checked then: skip re-parsing (and re-hashing) it on every batch.
+  auto cached = rkeys_.find(packed_rkey);
+  RkeyHeader header;
+  if (cached != rkeys_.end()) {
+    header = cached->second.header;
+  } else {
+    PDSERVE_ASSIGN_OR_RETURN(header, ParseRkey(packed_rkey));
+  }
   if (put && header.access != static_cast<uint32_t>(RemoteAccess::kReadWrite)) {
     return absl::PermissionDeniedError(
         absl::StrCat("ucx put to peer ", peer_, ": the region is registered read-only"));
@@ -357,14 +367,18 @@ absl::Status UcxEndpoint::RunBatch(bool put, const std::string& packed_rkey,
           ") is outside the region [", header.base, ", +", header.size, ") or has no buffer"));
     }
   }
-  absl::MutexLock lock(&mu_);
   if (ep_ == nullptr || error_.load() != UCS_OK) {
     return absl::UnavailableError(absl::StrCat(
         "ucx ", what, " to peer ", peer_, ": endpoint failed or closed",
         error_.load() != UCS_OK ? absl::StrCat(" (", UcsError(ucs_status_t(error_.load())), ")")
                                 : ""));
   }
-  PDSERVE_ASSIGN_OR_RETURN(RemoteKey key, Rkey(packed_rkey, header));
+  RemoteKey key;
+  if (cached != rkeys_.end()) {
+    key = cached->second;
+  } else {
+    PDSERVE_ASSIGN_OR_RETURN(key, Rkey(packed_rkey, header));
+  }
   if (key.direct != nullptr) {
     // The peer's memory is mapped here (shared memory): the transfer is a memcpy, complete and
     // visible to the peer when it returns, as ucx_perftest's UCX-allocated buffers get it.
@@ -621,6 +635,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(const std::strin
         available_transports_, "'",
         options_.peer_failure_detection
             ? "; UCX 1.13 posix/sysv lack peer-failure handling: set peer_failure_detection=false"
+            : "",
+        options_.direct_shared_memory
+            ? "; regions the peer allocated with Allocate in shared memory are still reached "
+              "directly when this context opened sysv/posix"
             : "",
         ")");
     if (options_.require_shared_memory) return absl::FailedPreconditionError(message);
