@@ -9,7 +9,7 @@
 # → the same bench-serve → then (first round, when its pair count is > 0) the router-overhead run against the monolithic
 # cluster (bench-serve --direct-decode: sequential pairs, router vs straight to the worker) → stop.
 # The overhead run is on by default for stories260K only (200 pairs; the router's cost is what
-# it measures and the tiny model leaves it visible); stories42M pairs take ~10 s each.
+# it measures and the tiny model leaves it visible); stories42M pairs take seconds each.
 # Ends with a summary table (TTFT/TPOT p50/p99, output tok/s, errors; disaggregated/monolithic
 # ratios). Per-run JSON and logs are kept in $WORK.
 #
@@ -76,13 +76,15 @@ start_cluster() {
   "$PDSERVE" up --log-level warn "$@" > "$log" 2>&1 &
   UP_PID=$!
   local waited=0
-  until grep -qs '^PDSERVE_READY up ' "$log"; do
+  ROUTER=
+  # The whole line, address included (the file may hold part of a write).
+  until ROUTER=$(awk '/^PDSERVE_READY up [^ ]+:[0-9]+$/ {print $3}' "$log" 2>/dev/null) &&
+        [[ -n $ROUTER ]]; do
     if ! kill -0 "$UP_PID" 2>/dev/null || (( waited > 1800 )); then
       echo "pdserve up failed to start; its log ($log):" >&2; tail -20 "$log" >&2; exit 1
     fi
     sleep 0.1; waited=$((waited + 1))
   done
-  ROUTER=$(awk '/^PDSERVE_READY up / {print $3}' "$log")
   MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
 }
 
