@@ -18,12 +18,14 @@
 //
 // Memory: Register maps caller memory (ucp_mem_map without ALLOCATE). UCX 1.13's posix/sysv
 // memory domains cannot register foreign memory, so RMA into it from a same-host peer is emulated
-// with active messages that this worker's progress thread must serve (slow: 2-17% of
+// with active messages that the target's progress thread must serve (slow: 1-17% of
 // ucx_perftest). Allocate (ucp_mem_map with UCP_MEM_MAP_ALLOCATE) lets UCX allocate by
-// UCX_ALLOC_PRIO (default md:sysv,md:posix,...): with sysv or posix among `transports` the memory
-// is a shared-memory segment whose rkey the peer attaches, so its puts and gets are memcpy into
-// the mapping, without this process's CPU. Use Allocate for memory peers hit hard (the KV store
-// pool).
+// UCX_ALLOC_PRIO (default md:sysv,md:posix,...): with sysv or posix in `transports` the memory
+// is a shared-memory segment whose rkey a same-host peer can map. An endpoint whose context also
+// opened sysv/posix then maps it (ucp_rkey_ptr, once per key) and PutBatch/GetBatch are plain
+// memcpy into/out of the mapping (direct_shared_memory), without UCX requests, flushes or the
+// target's CPU; this works with peer_failure_detection too (the endpoint's lanes may be tcp).
+// Use Allocate for memory peers hit hard (the KV store pool).
 //
 // Access rights: Register and Allocate pass UCP_MEM_MAP_PROT_REMOTE_READ (| REMOTE_WRITE for
 // kReadWrite) to ucp_mem_map, but UCX 1.13's tcp, posix/sysv and cma transports do NOT enforce
@@ -70,12 +72,12 @@ struct UcxTransportOptions {
   // selected (same-host RMA goes over tcp). false allows shared memory; a dead peer is then only
   // noticed through `timeout` (DeadlineExceeded).
   bool peer_failure_detection = true;
-  // When a peer's region is mapped into this process (ucp_rkey_ptr succeeds: the region came
-  // from the peer's Allocate under posix/sysv, and the endpoint reaches it over shared memory),
+  // When a peer's region can be mapped into this process (ucp_rkey_ptr succeeds: the region came
+  // from the peer's Allocate in sysv/posix shared memory and this context opened sysv/posix),
   // PutBatch/GetBatch memcpy directly into/out of the mapping instead of issuing ucp_put/get
-  // (UCX 1.13 otherwise emulates gets above ~30 KiB, and gets into unregistered local buffers,
-  // with active messages). A direct transfer cannot notice a dead peer (its segment stays
-  // mapped here); it completes in place.
+  // (UCX 1.13 itself copies gets only up to ~30 KiB and emulates larger ones with active
+  // messages; with peer_failure_detection its lanes are tcp). A direct transfer completes in
+  // place and cannot notice a dead peer (the segment stays mapped here until the key is dropped).
   bool direct_shared_memory = true;
   // Upper bound on one PutBatch/GetBatch (and on Connect's wireup).
   absl::Duration timeout = absl::Seconds(10);
