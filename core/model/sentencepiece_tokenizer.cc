@@ -1,19 +1,18 @@
 #include "core/model/sentencepiece_tokenizer.h"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/mapped_file.h"
 #include "core/base/status_macros.h"
-
-// libsentencepiece's header declares `namespace absl { using std::string_view; }`, which clashes
-// with Abseil's absl::string_view class (Debian's Abseil does not alias std::string_view).
-// Renaming that namespace while the header is read keeps the two apart; its alias still names
-// std::string_view, so the library's symbols link as usual.
-#define absl pdserve_sentencepiece_absl
-#include <sentencepiece_processor.h>
-#undef absl
+#include "core/model/sentencepiece_shim/spm_shim.h"
 
 namespace pdserve {
 namespace {
@@ -88,16 +87,126 @@ bool ReadAddDummyPrefix(std::string_view model) {
   return result;
 }
 
+// libsentencepiece lives in pdserve_spm_shim (sentencepiece_shim/spm_shim.h), loaded into a link
+// namespace of its own so that its builtin protobuf-lite never meets the libprotobuf of the gRPC
+// services. These are the module's functions.
+struct SpmShim {
+  int (*abi_version)();
+  pdserve_spm* (*load)(const char*, size_t, char*, size_t);
+  void (*free)(pdserve_spm*);
+  int (*piece_size)(const pdserve_spm*);
+  int (*bos_id)(const pdserve_spm*);
+  int (*eos_id)(const pdserve_spm*);
+  int (*unk_id)(const pdserve_spm*);
+  void (*piece)(const pdserve_spm*, int, const char**, size_t*);
+  float (*score)(const pdserve_spm*, int);
+  int (*piece_flags)(const pdserve_spm*, int);
+  int (*encode)(const pdserve_spm*, const char*, size_t, int**, size_t*, char*, size_t);
+  void (*free_ids)(int*);
+};
+
+constexpr size_t kErrorSize = 1024;
+
+// The directory of the running executable, with a trailing '/'; empty when unknown.
+std::string ExecutableDir() {
+  std::vector<char> buffer(4096);
+  const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size());
+  if (n <= 0 || static_cast<size_t>(n) >= buffer.size()) return "";
+  const std::string exe(buffer.data(), static_cast<size_t>(n));
+  const size_t slash = exe.rfind('/');
+  return slash == std::string::npos ? "" : exe.substr(0, slash + 1);
+}
+
+std::string DlError() {
+  const char* error = dlerror();
+  return error == nullptr ? "unknown error" : error;
+}
+
+template <typename F>
+bool Resolve(void* handle, const char* name, F* fn) {
+  *fn = reinterpret_cast<F>(dlsym(handle, name));
+  return *fn != nullptr;
+}
+
+absl::StatusOr<SpmShim> OpenShim(const std::string& path) {
+  void* handle = dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load the SentencePiece module ", path, ": ", DlError()));
+  }
+  // The namespace stays loaded for the life of the process.
+  SpmShim shim{};
+  const bool ok = Resolve(handle, "pdserve_spm_abi_version", &shim.abi_version) &&
+                  Resolve(handle, "pdserve_spm_load", &shim.load) &&
+                  Resolve(handle, "pdserve_spm_free", &shim.free) &&
+                  Resolve(handle, "pdserve_spm_piece_size", &shim.piece_size) &&
+                  Resolve(handle, "pdserve_spm_bos_id", &shim.bos_id) &&
+                  Resolve(handle, "pdserve_spm_eos_id", &shim.eos_id) &&
+                  Resolve(handle, "pdserve_spm_unk_id", &shim.unk_id) &&
+                  Resolve(handle, "pdserve_spm_piece", &shim.piece) &&
+                  Resolve(handle, "pdserve_spm_score", &shim.score) &&
+                  Resolve(handle, "pdserve_spm_piece_flags", &shim.piece_flags) &&
+                  Resolve(handle, "pdserve_spm_encode", &shim.encode) &&
+                  Resolve(handle, "pdserve_spm_free_ids", &shim.free_ids);
+  if (!ok || shim.abi_version() != PDSERVE_SPM_ABI_VERSION) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the SentencePiece module ", path, " is not pdserve_spm_shim ABI version ",
+                     PDSERVE_SPM_ABI_VERSION, ok ? "" : absl::StrCat(" (", DlError(), ")")));
+  }
+  return shim;
+}
+
+// Loads the module once per process: first next to the executable (an installed or copied binary),
+// then at the build tree's path.
+const absl::StatusOr<SpmShim>& GetShim() {
+  static const absl::StatusOr<SpmShim>* const shim = [] {
+    std::vector<std::string> candidates;
+    if (const std::string dir = ExecutableDir(); !dir.empty()) {
+      candidates.push_back(dir + PDSERVE_SPM_SHIM_NAME);
+    }
+    candidates.push_back(PDSERVE_SPM_SHIM_PATH);
+    std::vector<std::string> errors;
+    for (const std::string& path : candidates) {
+      if (access(path.c_str(), F_OK) != 0) {
+        errors.push_back(absl::StrCat(path, " does not exist"));
+        continue;
+      }
+      absl::StatusOr<SpmShim> opened = OpenShim(path);
+      if (opened.ok()) return new absl::StatusOr<SpmShim>(std::move(opened));
+      errors.push_back(std::string(opened.status().message()));
+    }
+    return new absl::StatusOr<SpmShim>(absl::FailedPreconditionError(
+        absl::StrCat("cannot load the SentencePiece module " PDSERVE_SPM_SHIM_NAME
+                     " (needed for SentencePiece tokenizer.model files): ",
+                     absl::StrJoin(errors, "; "))));
+  }();
+  return *shim;
+}
+
 class SentencePieceTokenizer : public Tokenizer {
  public:
-  SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
-                         bool add_dummy_prefix)
-      : processor_(std::move(processor)),
-        bos_id_(processor_->bos_id()),
-        eos_id_(processor_->eos_id()),
+  // Takes ownership of `spm`.
+  SentencePieceTokenizer(const SpmShim& shim, pdserve_spm* spm, bool add_dummy_prefix)
+      : shim_(shim),
+        spm_(spm),
+        bos_id_(shim.bos_id(spm)),
+        eos_id_(shim.eos_id(spm)),
+        unk_id_(shim.unk_id(spm)),
         add_dummy_prefix_(add_dummy_prefix) {
-    for (int id = 0; id < processor_->GetPieceSize(); ++id) text_.push_back(PieceBytes(id));
+    const int size = shim.piece_size(spm);
+    for (int id = 0; id < size; ++id) {
+      const char* data = nullptr;
+      size_t length = 0;
+      shim.piece(spm, id, &data, &length);
+      pieces_.emplace_back(data, length);
+      scores_.push_back(shim.score(spm, id));
+      flags_.push_back(shim.piece_flags(spm, id));
+    }
+    for (int id = 0; id < size; ++id) text_.push_back(PieceBytes(id));
   }
+  ~SentencePieceTokenizer() override { shim_.free(spm_); }
+  SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
+  SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
 
   int vocab_size() const override { return static_cast<int>(text_.size()); }
   int bos_id() const override { return bos_id_; }
@@ -106,15 +215,21 @@ class SentencePieceTokenizer : public Tokenizer {
   std::vector<int> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int> out;
     if (add_bos) out.push_back(bos_id());
-    std::vector<int> ids = processor_->EncodeAsIds(text);
-    out.insert(out.end(), ids.begin(), ids.end());
+    int* ids = nullptr;
+    size_t count = 0;
+    char error[kErrorSize];
+    if (shim_.encode(spm_, text.data(), text.size(), &ids, &count, error, sizeof(error)) != 0) {
+      return out;  // as EncodeAsIds: nothing when the library fails
+    }
+    out.insert(out.end(), ids, ids + count);
+    shim_.free_ids(ids);
     return out;
   }
 
   std::string DecodePiece(int prev, int id) const override {
     if (id < 0 || id >= vocab_size()) return "";
     const std::string& text = text_[id];
-    if (prev == bos_id() && !text.empty() && text[0] == ' ' && !processor_->IsByte(id)) {
+    if (prev == bos_id() && !text.empty() && text[0] == ' ' && !IsByte(id)) {
       return text.substr(1);
     }
     return text;
@@ -123,45 +238,51 @@ class SentencePieceTokenizer : public Tokenizer {
   Vocabulary ExportVocabulary() const override;
 
  private:
+  bool IsByte(int id) const { return (flags_[id] & PDSERVE_SPM_BYTE) != 0; }
+
   // The bytes token `id` stands for, whatever precedes it.
   std::string PieceBytes(int id) const {
-    const std::string& piece = processor_->IdToPiece(id);
-    if (processor_->IsByte(id)) {
+    const std::string& piece = pieces_[id];
+    if (IsByte(id)) {
       const int byte = ParseBytePiece(piece);
       return byte < 0 ? "" : std::string(1, static_cast<char>(byte));
     }
-    if (processor_->IsControl(id) || processor_->IsUnknown(id) || processor_->IsUnused(id)) {
+    if ((flags_[id] & (PDSERVE_SPM_CONTROL | PDSERVE_SPM_UNKNOWN | PDSERVE_SPM_UNUSED)) != 0) {
       return "";
     }
     return MetaspaceToSpace(piece);
   }
 
   TokenType TypeOf(int id) const {
-    if (processor_->IsUnknown(id)) return TokenType::kUnknown;
-    if (processor_->IsControl(id)) return TokenType::kControl;
-    if (processor_->IsUnused(id)) return TokenType::kUnused;
-    if (processor_->IsByte(id)) return TokenType::kByte;
+    if ((flags_[id] & PDSERVE_SPM_UNKNOWN) != 0) return TokenType::kUnknown;
+    if ((flags_[id] & PDSERVE_SPM_CONTROL) != 0) return TokenType::kControl;
+    if ((flags_[id] & PDSERVE_SPM_UNUSED) != 0) return TokenType::kUnused;
+    if (IsByte(id)) return TokenType::kByte;
     return TokenType::kNormal;
   }
 
-  std::unique_ptr<const sentencepiece::SentencePieceProcessor> processor_;
+  const SpmShim& shim_;
+  pdserve_spm* const spm_;
   int bos_id_;
   int eos_id_;
+  int unk_id_;
   bool add_dummy_prefix_;
+  std::vector<std::string> pieces_;  // libsentencepiece's piece of every id
+  std::vector<float> scores_;
+  std::vector<int> flags_;         // PDSERVE_SPM_* bits of every id
   std::vector<std::string> text_;  // PieceBytes of every id
 };
 
 Vocabulary SentencePieceTokenizer::ExportVocabulary() const {
   Vocabulary vocab;
   for (int id = 0; id < vocab_size(); ++id) {
-    const std::string& piece = processor_->IdToPiece(id);
     vocab.types.push_back(TypeOf(id));
-    vocab.pieces.push_back(processor_->IsByte(id) ? piece : MetaspaceToSpace(piece));
-    vocab.scores.push_back(processor_->GetScore(id));
+    vocab.pieces.push_back(IsByte(id) ? pieces_[id] : MetaspaceToSpace(pieces_[id]));
+    vocab.scores.push_back(scores_[id]);
   }
   vocab.bos_id = bos_id();
   vocab.eos_id = eos_id();
-  vocab.unk_id = processor_->unk_id();
+  vocab.unk_id = unk_id_;
   vocab.add_dummy_prefix = add_dummy_prefix_;
   return vocab;
 }
@@ -171,20 +292,27 @@ Vocabulary SentencePieceTokenizer::ExportVocabulary() const {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path) {
   PDSERVE_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   const std::string_view bytes(reinterpret_cast<const char*>(file->data()), file->size());
-  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const sentencepiece::util::Status status = processor->LoadFromSerializedProto(bytes);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a usable SentencePiece model: ", status.ToString()));
+  const absl::StatusOr<SpmShim>& shim = GetShim();
+  if (!shim.ok()) {
+    return absl::Status(shim.status().code(), absl::StrCat(path, ": ", shim.status().message()));
   }
-  if (processor->GetPieceSize() <= 0 || processor->bos_id() < 0 || processor->eos_id() < 0) {
+  char error[kErrorSize] = "";
+  pdserve_spm* spm = shim->load(bytes.data(), bytes.size(), error, sizeof(error));
+  if (spm == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the SentencePiece model has ", processor->GetPieceSize(),
-                     " pieces and BOS id ", processor->bos_id(), ", EOS id ", processor->eos_id(),
-                     "; BOS and EOS control tokens are required"));
+        absl::StrCat(path, ": not a usable SentencePiece model: ", error));
+  }
+  const int pieces = shim->piece_size(spm);
+  const int bos = shim->bos_id(spm);
+  const int eos = shim->eos_id(spm);
+  if (pieces <= 0 || bos < 0 || eos < 0) {
+    shim->free(spm);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the SentencePiece model has ", pieces,
+                                                   " pieces and BOS id ", bos, ", EOS id ", eos,
+                                                   "; BOS and EOS control tokens are required"));
   }
   return std::unique_ptr<Tokenizer>(
-      new SentencePieceTokenizer(std::move(processor), ReadAddDummyPrefix(bytes)));
+      new SentencePieceTokenizer(*shim, spm, ReadAddDummyPrefix(bytes)));
 }
 
 }  // namespace pdserve
