@@ -51,7 +51,13 @@ function(pdserve_cc_test)
     PDSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     PDSERVE_SHARED_DIR="${PDSERVE_SHARED_DIR}"
     PDSERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "unit;${ARG_LABELS}")
+  # One label per test (a list would be split into separate properties by gtest_discover_tests):
+  # "unit" unless the caller names another (e.g. integration).
+  set(_label unit)
+  if(ARG_LABELS)
+    list(GET ARG_LABELS 0 _label)
+  endif()
+  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${_label})
 endfunction()
 
 # pdserve_cc_benchmark(NAME name SRCS ... [DEPS ...])

@@ -93,9 +93,16 @@ absl::StatusOr<std::string> ProcessGroup::Start(const std::string& name,
     close(fd);
   });
   if (line.empty()) {
+    // Its stdout closed or it stayed silent: give an exiting child a moment to be reaped, so the
+    // message says how it ended rather than that it was late.
     std::string why = "did not become ready in time";
-    for (const Child& dead : Reap()) {
-      if (dead.pid == pid) why = absl::StrCat("exited with ", DescribeWaitStatus(dead.wait_status));
+    const absl::Time reap_deadline = absl::Now() + absl::Seconds(2);
+    while (absl::Now() < reap_deadline && why[0] == 'd') {
+      for (const Child& dead : Reap()) {
+        if (dead.pid == pid)
+          why = absl::StrCat("exited with ", DescribeWaitStatus(dead.wait_status));
+      }
+      if (why[0] == 'd') absl::SleepFor(absl::Milliseconds(20));
     }
     return absl::UnavailableError(absl::StrCat(name, " ", why, " (its log is above)"));
   }

@@ -140,11 +140,14 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateReque
     }
   }
   out.ignore_eos = stop.ignore_eos();
+  // The end of a text: EOS, and BOS, which starts the next one (llama2.c's convention, and what
+  // `pdserve generate` stops at).
   if (!out.ignore_eos && limits.tokenizer != nullptr) {
-    const int eos = limits.tokenizer->eos_id();
-    if (eos >= 0 && std::find(out.stop_token_ids.begin(), out.stop_token_ids.end(), eos) ==
-                        out.stop_token_ids.end()) {
-      out.stop_token_ids.push_back(eos);
+    for (const int end : {limits.tokenizer->eos_id(), limits.tokenizer->bos_id()}) {
+      if (end >= 0 && std::find(out.stop_token_ids.begin(), out.stop_token_ids.end(), end) ==
+                          out.stop_token_ids.end()) {
+        out.stop_token_ids.push_back(end);
+      }
     }
   }
   return out;

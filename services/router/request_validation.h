@@ -28,7 +28,7 @@ struct ValidatedRequest {
   std::vector<int> prompt;  // token ids (text prompts get BOS)
   SamplingParams sampling;  // top_p 0 on the wire → 1.0
   int max_tokens = 0;
-  std::vector<int> stop_token_ids;  // the request's, plus the model's EOS unless ignore_eos
+  std::vector<int> stop_token_ids;  // the request's, plus EOS and BOS unless ignore_eos
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
 };

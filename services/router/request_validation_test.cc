@@ -53,7 +53,7 @@ TEST_F(RequestValidationTest, ValidTextRequest) {
   EXPECT_EQ(v->max_tokens, 5);
   EXPECT_EQ(v->sampling.top_p, 1.0f);  // 0 on the wire
   EXPECT_EQ(v->sampling.temperature, 0.0f);
-  EXPECT_THAT(v->stop_token_ids, ElementsAre(ByteTokenizer::Id('.'), 2));  // + EOS
+  EXPECT_THAT(v->stop_token_ids, ElementsAre(ByteTokenizer::Id('.'), 2, 1));  // + EOS, BOS
   EXPECT_THAT(v->stop_strings, ElementsAre("END"));
 }
 
@@ -178,7 +178,7 @@ TEST_F(RequestValidationTest, StopTokenIds) {
   eos.mutable_stop()->add_stop_token_ids(2);  // EOS given explicitly: not duplicated
   auto v = ValidateGenerateRequest(eos, limits_);
   ASSERT_TRUE(v.ok());
-  EXPECT_THAT(v->stop_token_ids, ElementsAre(2));
+  EXPECT_THAT(v->stop_token_ids, ElementsAre(2, 1));  // and BOS added
 }
 
 }  // namespace

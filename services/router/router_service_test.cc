@@ -262,7 +262,7 @@ TEST_F(RouterServiceTest, RelaysTokensTextAndTimings) {
   EXPECT_EQ(decodes[0].request_id(), prefills[0].request_id());
   EXPECT_EQ(decodes[0].first_token(), ByteTokenizer::Id('H'));
   EXPECT_EQ(decodes[0].max_tokens(), 20);
-  EXPECT_THAT(decodes[0].stop().stop_token_ids(), ElementsAreArray({2}));  // EOS added
+  EXPECT_THAT(decodes[0].stop().stop_token_ids(), ElementsAreArray({2, 1}));  // EOS and BOS added
   EXPECT_EQ(router_->service().inflight(), 0);
 
   // The blocking call gives the same.
