@@ -26,8 +26,8 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0 = any)");
 ABSL_FLAG(std::string, router, "", "Router address to register with (workers)");
 ABSL_FLAG(std::string, kvstore, "", "The node-local KV store's gRPC address (decode workers)");
-ABSL_FLAG(std::string, ucx_tls, "",
-          "UCX transports for KV pages, as UCX_TLS (e.g. shm,tcp); empty = UCX's choice");
+ABSL_FLAG(std::string, ucx_tls, "shm,tcp",
+          "UCX transports for KV pages, as UCX_TLS; empty = UCX's choice");
 ABSL_FLAG(bool, require_shm, false,
           "Refuse KV store connections whose UCX lanes fall back to TCP on the same host");
 ABSL_FLAG(int64_t, pool_mib, 256, "kvstore: page pool size in MiB");

@@ -15,6 +15,7 @@
 #include "client/pdserve_client.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/model/model_loader.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/process_group.h"
@@ -85,6 +86,15 @@ absl::Status WaitForWorkers(const std::string& router, int expected, absl::Durat
                                              " workers registered with the router in time"));
 }
 
+// A KV store slot that fits one page of `config` in the largest form a page takes (f32 K and V,
+// 16 tokens, header): the store knows nothing of the model, so `up` sizes it unless --slot-kib
+// says otherwise.
+int64_t SlotKibFor(const ModelConfig& config) {
+  constexpr int64_t kPageTokens = 16;
+  const int64_t bytes = 2 * kPageTokens * int64_t{config.kv_dim()} * 4 + 4096;
+  return std::max<int64_t>(4, (bytes + 4095) / 4096 * 4);
+}
+
 bool IsCore(const std::string& name) { return name == "router" || name == "kvstore"; }
 
 }  // namespace
@@ -117,6 +127,11 @@ absl::Status RunUp() {
   if (!monolithic) {
     args = {"kvstore"};
     Forward(kKvStoreFlags, args);
+    if (absl::FindCommandLineFlag("slot_kib")->CurrentValue() ==
+        absl::FindCommandLineFlag("slot_kib")->DefaultValue()) {
+      PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(absl::GetFlag(FLAGS_model)));
+      args.push_back(absl::StrCat("--slot-kib=", SlotKibFor(weights.config)));
+    }
     Forward({"log_level"}, args);
     PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", args, startup));
     for (int i = 0; i < prefill_workers; ++i) {
