@@ -8,9 +8,8 @@
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
 #include "services/common/grpc_status.h"
-#include "services/common/router_registration.h"
-#include "services/common/service_server.h"
-#include "services/common/shutdown_signal.h"
+#include "services/common/sampling_proto.h"
+#include "services/common/worker_main.h"
 
 namespace pdserve {
 namespace {
@@ -46,10 +45,7 @@ absl::Status CallStore(KvStoreConnection& store, const v1::PageManifest& manifes
 absl::StatusOr<DecodeJob> DecodeService::MakeJob(const v1::DecodeRequest& request) {
   DecodeJob job;
   job.request_id = request.request_id();
-  job.sampling.temperature = request.sampling().temperature();
-  job.sampling.top_p = request.sampling().top_p() == 0 ? 1.0f : request.sampling().top_p();
-  job.sampling.top_k = request.sampling().top_k();
-  job.sampling.seed = request.sampling().seed();
+  job.sampling = SamplingFromProto(request.sampling());
   job.max_tokens = request.max_tokens();
   job.stop_ids.assign(request.stop().stop_token_ids().begin(),
                       request.stop().stop_token_ids().end());
@@ -151,28 +147,16 @@ absl::Status RunDecodeServer(const DecodeServerOptions& options, DecodeWorker& w
   std::unique_ptr<KvStoreConnections> stores;
   if (transport != nullptr) stores = std::make_unique<KvStoreConnections>(*transport);
   DecodeService service(worker, stores.get());
-  absl::StatusOr<std::unique_ptr<ServiceServer>> server =
-      ServiceServer::Start(options.listen_address, {&service});
-  if (!server.ok()) return server.status();
-  std::unique_ptr<RouterRegistration> registration;
-  if (!options.router_address.empty()) {
-    v1::RegisterWorkerRequest request;
-    request.set_role(worker.monolithic() ? v1::WORKER_ROLE_MONOLITHIC : v1::WORKER_ROLE_DECODE);
-    request.set_address((*server)->address());
-    request.set_calibration_hash(options.calibration_hash);
-    request.set_kvstore_grpc_address(options.kvstore_address);
-    registration = std::make_unique<RouterRegistration>(options.router_address, request,
-                                                        [&worker] { return worker.queue(); });
-  }
-  const char* role = worker.monolithic() ? "monolithic" : "decode";
-  GetLogger("decode")->info("{} worker serving on {}", role, (*server)->address());
-  (*server)->AnnounceReady(role);
-  const int signal_number = WaitForShutdownSignal();
-  GetLogger("decode")->info("signal {}: draining", signal_number);
-  (*server)->SetServing(false);
-  registration.reset();
-  (*server)->Shutdown(absl::Seconds(10));
-  return absl::OkStatus();
+  WorkerProcess process;
+  process.role = worker.monolithic() ? "monolithic" : "decode";
+  process.listen_address = options.listen_address;
+  process.router_address = options.router_address;
+  process.registration.set_role(worker.monolithic() ? v1::WORKER_ROLE_MONOLITHIC
+                                                    : v1::WORKER_ROLE_DECODE);
+  process.registration.set_calibration_hash(options.calibration_hash);
+  process.registration.set_kvstore_grpc_address(options.kvstore_address);
+  process.queue = [&worker] { return worker.queue(); };
+  return ServeWorker(process, {&service});
 }
 
 }  // namespace pdserve

@@ -3,11 +3,9 @@
 #include <memory>
 #include <utility>
 
-#include "core/base/logging.h"
 #include "services/common/grpc_status.h"
-#include "services/common/router_registration.h"
-#include "services/common/service_server.h"
-#include "services/common/shutdown_signal.h"
+#include "services/common/sampling_proto.h"
+#include "services/common/worker_main.h"
 
 namespace pdserve {
 
@@ -19,10 +17,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* /*context*/,
   PrefillJob job;
   job.request_id = request->request_id();
   job.prompt.assign(request->prompt().begin(), request->prompt().end());
-  job.sampling.temperature = request->sampling().temperature();
-  job.sampling.top_p = request->sampling().top_p() == 0 ? 1.0f : request->sampling().top_p();
-  job.sampling.top_k = request->sampling().top_k();
-  job.sampling.seed = request->sampling().seed();
+  job.sampling = SamplingFromProto(request->sampling());
   job.store = *store;
   job.lease_seconds = request->lease_seconds();
   absl::StatusOr<PrefillOutcome> outcome = worker_.Run(std::move(job));
@@ -49,26 +44,14 @@ absl::Status RunPrefillServer(const PrefillServerOptions& options, PrefillWorker
                               Transport& transport) {
   KvStoreConnections stores(transport);
   PrefillService service(worker, stores);
-  absl::StatusOr<std::unique_ptr<ServiceServer>> server =
-      ServiceServer::Start(options.listen_address, {&service});
-  if (!server.ok()) return server.status();
-  std::unique_ptr<RouterRegistration> registration;
-  if (!options.router_address.empty()) {
-    v1::RegisterWorkerRequest request;
-    request.set_role(v1::WORKER_ROLE_PREFILL);
-    request.set_address((*server)->address());
-    request.set_calibration_hash(options.calibration_hash);
-    registration = std::make_unique<RouterRegistration>(options.router_address, request,
-                                                        [&worker] { return worker.queue(); });
-  }
-  GetLogger("prefill")->info("prefill worker serving on {}", (*server)->address());
-  (*server)->AnnounceReady("prefill");
-  const int signal_number = WaitForShutdownSignal();
-  GetLogger("prefill")->info("signal {}: draining", signal_number);
-  (*server)->SetServing(false);
-  registration.reset();
-  (*server)->Shutdown(absl::Seconds(10));
-  return absl::OkStatus();
+  WorkerProcess process;
+  process.role = "prefill";
+  process.listen_address = options.listen_address;
+  process.router_address = options.router_address;
+  process.registration.set_role(v1::WORKER_ROLE_PREFILL);
+  process.registration.set_calibration_hash(options.calibration_hash);
+  process.queue = [&worker] { return worker.queue(); };
+  return ServeWorker(process, {&service});
 }
 
 }  // namespace pdserve

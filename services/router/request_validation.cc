@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/sampling_proto.h"
 
 namespace pdserve {
 
@@ -86,11 +87,7 @@ absl::StatusOr<std::vector<int>> ValidatePrompt(const v1::GenerateRequest& reque
 }
 
 absl::StatusOr<SamplingParams> ValidateSampling(const v1::SamplingParams& wire) {
-  SamplingParams sampling;
-  sampling.temperature = wire.temperature();
-  sampling.top_p = wire.top_p() == 0.0f ? 1.0f : wire.top_p();
-  sampling.top_k = wire.top_k();
-  sampling.seed = wire.seed();
+  SamplingParams sampling = SamplingFromProto(wire);
   absl::Status status = sampling.Validate();
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("sampling: ", status.message()));
