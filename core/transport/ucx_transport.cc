@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -190,6 +191,9 @@ class UcxEndpoint final : public Endpoint {
   // Creates the ucp endpoint and completes wireup (a flush) within the transport's timeout.
   absl::Status Open(const ucp_address_t* address);
   void set_lanes(std::vector<UcxLane> lanes) { lanes_ = std::move(lanes); }
+  // Set when this same-host endpoint's RMA lanes are tcp: a region the endpoint cannot map
+  // directly then really travels over tcp, which Rkey reports loudly, once per region.
+  void set_fallback_message(std::string message) { fallback_message_ = std::move(message); }
   const std::vector<UcxLane>& lanes() const { return lanes_; }
 
   absl::Status PutBatch(const std::string& packed_rkey, std::span<const TransferOp> ops) override {
@@ -231,6 +235,7 @@ class UcxEndpoint final : public Endpoint {
   UcxTransport* transport_;
   std::string peer_;
   std::vector<UcxLane> lanes_;
+  std::string fallback_message_;
   std::atomic<int> error_{UCS_OK};  // set by the ucp error handler
   absl::Mutex mu_;
   ucp_ep_h ep_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -338,6 +343,12 @@ absl::StatusOr<UcxEndpoint::RemoteKey> UcxEndpoint::Rkey(const std::string& pack
   }
   Log()->debug("rkey of peer {} region [{}, +{}): {}", peer_, header.base, header.size,
                key.direct != nullptr ? "mapped here, direct memcpy" : "ucp put/get");
+  if (key.direct == nullptr && !fallback_message_.empty()) {
+    Log()->warn(
+        "UCX SHARED-MEMORY FALLBACK: region [{}, +{}) of peer {} is not in shared memory "
+        "mapped here, so its transfers go over tcp: {}",
+        header.base, header.size, peer_, fallback_message_);
+  }
   rkeys_.emplace(packed_rkey, key);
   return key;
 }
@@ -642,7 +653,17 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(const std::strin
             : "",
         ")");
     if (options_.require_shared_memory) return absl::FailedPreconditionError(message);
-    if (RequestExpectsSharedMemory(options_.transports)) {
+    const bool may_map =
+        options_.direct_shared_memory && (absl::StrContains(available_transports_, "sysv") ||
+                                          absl::StrContains(available_transports_, "posix"));
+    if (may_map) {
+      // Not a fallback yet: shared-memory regions are mapped directly (checked per region).
+      Log()->info(
+          "ucx endpoint to {}: RMA lanes over tcp; regions in shared memory are reached "
+          "directly",
+          peer_host);
+      endpoint->set_fallback_message(message);
+    } else if (RequestExpectsSharedMemory(options_.transports)) {
       Log()->warn("UCX SHARED-MEMORY FALLBACK: {}", message);
     }
   }
