@@ -54,6 +54,7 @@ absl::Status RunClient() {
         std::fflush(stdout);
       }));
   std::fputs("\n", stdout);
+  std::fflush(stdout);
   if (absl::GetFlag(FLAGS_timings)) {
     const v1::Timings& t = final.timings();
     std::fprintf(stderr,
