@@ -63,6 +63,8 @@ struct FreeMemory {
 using Memory = std::unique_ptr<uint8_t, FreeMemory>;
 
 Memory AlignedMemory(size_t bytes, uint8_t fill) {
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  bytes = (bytes + 4095) / 4096 * 4096;
   Memory memory(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
   std::memset(memory.get(), fill, bytes);
   return memory;
