@@ -163,6 +163,9 @@ head = f"{'model':<11} {'mode':<8} {'req/s':>6} {'TTFT p50':>9} {'TTFT p99':>9} 
        f"{'TPOT p99':>9} {'ITL p50':>8} {'out tok/s':>9} {'ok':>7}  errors"
 print(head)
 for tag in ["stories260K", "stories42M"]:
+    if not os.path.exists(f"{work}/{tag}.rounds") or \
+            int(open(f"{work}/{tag}.rounds").read()) == 0:
+        continue  # that model was skipped (ROUNDS_*=0)
     d, m = load(tag, "disagg"), load(tag, "mono")
     for name, x in [("disagg", d), ("mono", m)]:
         print(f"{tag:<11} {name:<8} {x['rate']:>6.3g} {x['ttft50']:>9.2f} {x['ttft99']:>9.2f} "
