@@ -25,14 +25,20 @@ WorkerRegistry::WorkerRegistry(Options options)
         return std::move(options);
       }()) {}
 
-void WorkerRegistry::AddStatic(WorkerRole role, const std::string& address,
-                               const std::string& kvstore_grpc_address) {
-  absl::MutexLock lock(&mu_);
+WorkerRegistry::Worker& WorkerRegistry::UpsertLocked(WorkerRole role, const std::string& address,
+                                                     const std::string& kvstore_grpc_address) {
   auto [it, inserted] = workers_.try_emplace(address);
   if (inserted) order_.push_back(address);
   Worker& w = it->second;
   w.role = role;
   w.kvstore_grpc_address = kvstore_grpc_address;
+  return w;
+}
+
+void WorkerRegistry::AddStatic(WorkerRole role, const std::string& address,
+                               const std::string& kvstore_grpc_address) {
+  absl::MutexLock lock(&mu_);
+  Worker& w = UpsertLocked(role, address, kvstore_grpc_address);
   w.is_static = true;
   w.last_heard = Now();
   w.failed = false;
@@ -41,11 +47,7 @@ void WorkerRegistry::AddStatic(WorkerRole role, const std::string& address,
 void WorkerRegistry::Register(WorkerRole role, const std::string& address, const WorkerLoad& load,
                               uint64_t calibration_hash, const std::string& kvstore_grpc_address) {
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = workers_.try_emplace(address);
-  if (inserted) order_.push_back(address);
-  Worker& w = it->second;
-  w.role = role;
-  w.kvstore_grpc_address = kvstore_grpc_address;
+  Worker& w = UpsertLocked(role, address, kvstore_grpc_address);
   w.calibration_hash = calibration_hash;
   w.reported = load;
   ++w.report_epoch;

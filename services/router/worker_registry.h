@@ -107,6 +107,10 @@ class WorkerRegistry {
     absl::Time last_heard;
     bool failed = false;
   };
+  // The entry of `address` (made, and put in scheduling order, when new) with its role and KV
+  // store set.
+  Worker& UpsertLocked(WorkerRole role, const std::string& address,
+                       const std::string& kvstore_grpc_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HealthyLocked(const Worker& worker, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerSnapshot SnapshotLocked(const std::string& address, const Worker& worker,
                                 absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
