@@ -193,6 +193,13 @@ void PrintRow(const char* name, const Summary& s, double scale, const char* unit
               s.mean * scale, s.count, unit);
 }
 
+void PrintErrors(const std::map<std::string, int>& errors) {
+  std::printf("  errors: ");
+  if (errors.empty()) std::printf("none");
+  for (const auto& [code, count] : errors) std::printf("%s=%d ", code.c_str(), count);
+  std::printf("\n");
+}
+
 void PrintHeader() {
   std::printf("  %-22s %10s %10s %10s %8s\n", "metric", "p50", "p99", "mean", "n");
 }
@@ -261,10 +268,7 @@ absl::Status RouterOverhead(Client& client, const std::string& direct_address, i
   PrintRow("TTFT via router", Summarize(router_ttft), 1e3, "ms");
   PrintRow("TTFT direct", Summarize(direct_ttft), 1e3, "ms");
   PrintRow("TTFT router - direct", Summarize(diff_ttft), 1e3, "ms (per pair)");
-  std::printf("  errors: ");
-  if (errors.empty()) std::printf("none");
-  for (const auto& [code, count] : errors) std::printf("%s=%d ", code.c_str(), count);
-  std::printf("\n");
+  PrintErrors(errors);
   nlohmann::json& o = json["router_overhead"];
   o["pairs"] = pairs;
   o["direct_address"] = direct_address;
@@ -391,10 +395,7 @@ absl::Status LoadTest(Client& client, const Config& c, nlohmann::json& json) {
   PrintRow("total (router)", Summarize(server_total), 1e3, "ms");
   std::printf("  completed %d/%d in %.2f s: %.1f output tok/s, %.2f req/s\n", ok, requests, span,
               tokens_per_second, requests_per_second);
-  std::printf("  errors: ");
-  if (errors.empty()) std::printf("none");
-  for (const auto& [code, count] : errors) std::printf("%s=%d ", code.c_str(), count);
-  std::printf("\n");
+  PrintErrors(errors);
   std::fflush(stdout);
 
   json["config"] = {{"router", router},         {"rate", rate},

@@ -4,10 +4,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "core/base/status_macros.h"
 #include "services/common/grpc_status.h"
 #include "services/common/service_server.h"
 
 namespace pdserve {
+
+absl::StatusOr<double> KvStoreConnection::Renew(uint64_t allocation_id, uint64_t lease_token) {
+  v1::RenewRequest request;
+  request.set_allocation_id(allocation_id);
+  request.set_lease_token(lease_token);
+  v1::RenewReply reply;
+  PDSERVE_RETURN_IF_ERROR(Call("Renew", &v1::KvStore::Stub::Renew, request, &reply));
+  return reply.lease_seconds();
+}
+
+absl::Status KvStoreConnection::Release(uint64_t allocation_id, uint64_t lease_token) {
+  v1::ReleaseRequest request;
+  request.set_allocation_id(allocation_id);
+  request.set_lease_token(lease_token);
+  v1::ReleaseReply reply;
+  return Call("Release", &v1::KvStore::Stub::Release, request, &reply);
+}
 
 absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
     const std::string& grpc_address) {

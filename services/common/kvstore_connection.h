@@ -11,8 +11,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
+#include "services/common/grpc_status.h"
 
 namespace pdserve {
 
@@ -30,7 +33,28 @@ class KvStoreConnection {
   const v1::KvStoreInfo& info() const { return info_; }
   const std::shared_ptr<Endpoint>& endpoint() const { return endpoint_; }
 
+  // One KvStore call (e.g. Call("Seal", &v1::KvStore::Stub::Seal, request, &reply)) under the
+  // deadline every store call gets; an error keeps its code and names the store and the call.
+  template <typename Request, typename Reply>
+  absl::Status Call(const char* name,
+                    grpc::Status (v1::KvStore::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                              Reply*),
+                    const Request& request, Reply* reply) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+    const absl::Status status = FromGrpcStatus(((*stub_).*method)(&context, request, reply));
+    if (status.ok()) return status;
+    return absl::Status(status.code(),
+                        absl::StrCat("KV store ", address_, " ", name, ": ", status.message()));
+  }
+
+  // The lease operations on one allocation: Renew returns the lease the store granted.
+  absl::StatusOr<double> Renew(uint64_t allocation_id, uint64_t lease_token);
+  absl::Status Release(uint64_t allocation_id, uint64_t lease_token);
+
  private:
+  static constexpr absl::Duration kCallTimeout = absl::Seconds(5);
+
   std::string address_;
   std::unique_ptr<v1::KvStore::Stub> stub_;
   v1::KvStoreInfo info_;

@@ -16,29 +16,6 @@ namespace {
 
 // How often the handler looks at its call for cancellation while no token comes.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
-constexpr absl::Duration kStoreCallTimeout = absl::Seconds(5);
-
-absl::Status CallStore(KvStoreConnection& store, const v1::PageManifest& manifest, bool release,
-                       double* lease_seconds) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
-  grpc::Status rpc;
-  if (release) {
-    v1::ReleaseRequest request;
-    request.set_allocation_id(manifest.allocation_id());
-    request.set_lease_token(manifest.lease_token());
-    v1::ReleaseReply reply;
-    rpc = store.stub().Release(&context, request, &reply);
-  } else {
-    v1::RenewRequest request;
-    request.set_allocation_id(manifest.allocation_id());
-    request.set_lease_token(manifest.lease_token());
-    v1::RenewReply reply;
-    rpc = store.stub().Renew(&context, request, &reply);
-    if (rpc.ok() && lease_seconds != nullptr) *lease_seconds = reply.lease_seconds();
-  }
-  return FromGrpcStatus(rpc);
-}
 
 }  // namespace
 
@@ -75,7 +52,8 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::Decod
   // The pages are released on every ending, once the scheduler is done with them.
   absl::Cleanup release = [&] {
     if (job->store == nullptr) return;
-    absl::Status status = CallStore(*job->store, job->manifest, /*release=*/true, nullptr);
+    absl::Status status =
+        job->store->Release(job->manifest.allocation_id(), job->manifest.lease_token());
     if (!status.ok() && !absl::IsNotFound(status)) {
       GetLogger("decode")->warn("request {}: releasing its pages failed: {}", job->request_id,
                                 std::string(status.message()));
@@ -125,11 +103,10 @@ grpc::Status DecodeService::Relay(grpc::ServerContext* context, const DecodeJob&
     }
     if (job.store != nullptr && lease_seconds > 0 &&
         absl::Now() - renewed > absl::Seconds(lease_seconds / 3)) {
-      absl::Status status = CallStore(*job.store, job.manifest, /*release=*/false, &lease_seconds);
-      if (!status.ok()) {
-        return abandon(ToGrpcStatus(absl::Status(
-            status.code(), absl::StrCat("renewing the lease of its pages: ", status.message()))));
-      }
+      absl::StatusOr<double> lease =
+          job.store->Renew(job.manifest.allocation_id(), job.manifest.lease_token());
+      if (!lease.ok()) return abandon(ToGrpcStatus(lease.status()));
+      lease_seconds = *lease;
       renewed = absl::Now();
     }
   }

@@ -15,11 +15,7 @@
 #include "services/common/grpc_status.h"
 
 namespace pdserve {
-namespace {
-
-constexpr absl::Duration kStoreCallTimeout = absl::Seconds(5);
-
-}  // namespace
+namespace {}  // namespace
 
 // One page as pulled from the KV store: whole, or (V left remote) its header and K bytes.
 struct DecodeWorker::StagedPage {
@@ -142,20 +138,13 @@ absl::Status DecodeWorker::PullPages(Admission& admission, double* lease_seconds
   KvStoreConnection& store = *admission.job.store;
   // The pages are this decoder's from now on: take the lease over before reading.
   {
-    v1::RenewRequest request;
-    request.set_allocation_id(manifest.allocation_id());
-    request.set_lease_token(manifest.lease_token());
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
-    v1::RenewReply reply;
-    grpc::Status rpc = store.stub().Renew(&context, request, &reply);
-    *lease_seconds = reply.lease_seconds();
-    if (!rpc.ok()) {
-      absl::Status status = FromGrpcStatus(rpc);
-      return absl::Status(status.code(),
-                          absl::StrCat("renewing the lease of request ", manifest.request_id(),
-                                       " at KV store ", store.address(), ": ", status.message()));
+    absl::StatusOr<double> lease = store.Renew(manifest.allocation_id(), manifest.lease_token());
+    if (!lease.ok()) {
+      return absl::Status(lease.status().code(),
+                          absl::StrCat("taking over the pages of request ", manifest.request_id(),
+                                       ": ", lease.status().message()));
     }
+    *lease_seconds = *lease;
   }
   const KvPlan& plan = engine_->plan();
   const int page_size = engine_->options().kv_page_size;

@@ -17,8 +17,6 @@
 namespace pdserve {
 namespace {
 
-constexpr absl::Duration kStoreCallTimeout = absl::Seconds(5);
-
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 }  // namespace
@@ -165,15 +163,9 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
       request.add_page_bytes(static_cast<uint32_t>(bytes));
     }
   }
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
   v1::AllocateReply reply;
-  grpc::Status rpc = pending.job.store->stub().Allocate(&context, request, &reply);
-  if (!rpc.ok()) {
-    absl::Status status = FromGrpcStatus(rpc);
-    return absl::Status(status.code(), absl::StrCat("KV store ", pending.job.store->address(),
-                                                    " Allocate: ", status.message()));
-  }
+  PDSERVE_RETURN_IF_ERROR(
+      pending.job.store->Call("Allocate", &v1::KvStore::Stub::Allocate, request, &reply));
   pending.allocation_id = reply.allocation_id();
   pending.lease_token = reply.lease_token();
   pending.slots.assign(reply.slot_addresses().begin(), reply.slot_addresses().end());
@@ -202,33 +194,18 @@ absl::Status PrefillWorker::Seal(Pending& pending) {
       page->set_encoded_bytes(pending.encoded_bytes[c]);
     }
   }
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
   v1::SealReply reply;
-  grpc::Status rpc = pending.job.store->stub().Seal(&context, request, &reply);
-  if (!rpc.ok()) {
-    absl::Status status = FromGrpcStatus(rpc);
-    return absl::Status(status.code(), absl::StrCat("KV store ", pending.job.store->address(),
-                                                    " Seal: ", status.message()));
-  }
-  return absl::OkStatus();
+  return pending.job.store->Call("Seal", &v1::KvStore::Stub::Seal, request, &reply);
 }
 
 void PrefillWorker::Release(Pending& pending) {
   if (pending.allocation_id == 0) return;
-  v1::ReleaseRequest request;
-  request.set_allocation_id(pending.allocation_id);
-  request.set_lease_token(pending.lease_token);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kStoreCallTimeout));
-  v1::ReleaseReply reply;
-  grpc::Status rpc = pending.job.store->stub().Release(&context, request, &reply);
-  if (!rpc.ok()) {
+  const absl::Status status =
+      pending.job.store->Release(pending.allocation_id, pending.lease_token);
+  if (!status.ok()) {
     // The lease will free the pages; nothing else can be done here.
-    GetLogger("prefill")->warn(
-        "request {}: releasing its pages failed ({}); they expire with "
-        "their lease",
-        pending.job.request_id, rpc.error_message());
+    GetLogger("prefill")->warn("request {}: {}; its pages expire with their lease",
+                               pending.job.request_id, std::string(status.message()));
   }
   pending.allocation_id = 0;
 }
