@@ -41,3 +41,9 @@ find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 find_program(PDSERVE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+# HTTP (/metrics on every service, the router's OpenAI API, loadgen's HTTP client): Debian's
+# cpp-httplib, a compiled library whose header must see the same feature macros (from its .pc).
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+add_library(pdserve_httplib INTERFACE)
+target_link_libraries(pdserve_httplib INTERFACE PkgConfig::CPP_HTTPLIB Threads::Threads)

@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libucx-dev
+  libucx-dev libcpp-httplib-dev
   libsentencepiece-dev
   nlohmann-json3-dev
   libopenblas-pthread-dev

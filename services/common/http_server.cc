@@ -1,0 +1,63 @@
+#include "services/common/http_server.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/metrics/exposition.h"
+
+namespace pdserve {
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const HttpServerOptions& options, const MetricsRegistry& metrics,
+    const std::function<void(httplib::Server&)>& install_routes) {
+  const size_t colon = options.listen_address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(options.listen_address.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP listen address '", options.listen_address, "' is not host:port"));
+  }
+  std::string host = options.listen_address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  auto server = std::unique_ptr<HttpServer>(new HttpServer());
+  const int threads = std::max(options.threads, 1);
+  server->server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server->server_.set_payload_max_length(options.max_body_bytes);
+  // httplib's default adds SO_REUSEPORT, which would let a second server share a taken port.
+  server->server_.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server->server_.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& response) {
+    response.set_content(metrics.Render(), kPrometheusContentType);
+  });
+  if (install_routes) install_routes(server->server_);
+
+  const int bound = port == 0 ? server->server_.bind_to_any_port(host)
+                              : (server->server_.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for HTTP on ", options.listen_address));
+  }
+  server->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", bound);
+  HttpServer* self = server.get();
+  server->thread_ = std::thread([self] { self->server_.listen_after_bind(); });
+  // Stop only takes effect once the accept loop runs (httplib 0.11 has no wait_until_ready).
+  while (!server->server_.is_running()) std::this_thread::yield();
+  return server;
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Stop() {
+  server_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,52 @@
+// HttpServer: one pdserve process's HTTP server (cpp-httplib, from Debian's libcpp-httplib-dev).
+// Every process serves its metrics at GET /metrics in the Prometheus text format; the router adds
+// the OpenAI-compatible API through `install_routes`. Binds "host:port" (port 0 = any free port)
+// and serves on its own threads until Stop or destruction.
+#ifndef PDSERVE_SERVICES_COMMON_HTTP_SERVER_H_
+#define PDSERVE_SERVICES_COMMON_HTTP_SERVER_H_
+
+#include <httplib.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "core/metrics/metrics_registry.h"
+
+namespace pdserve {
+
+struct HttpServerOptions {
+  std::string listen_address = "127.0.0.1:0";
+  // Connections served at once (each streaming response holds one thread).
+  int threads = 128;
+  // Request bodies above this get 413.
+  size_t max_body_bytes = 8 << 20;
+};
+
+class HttpServer {
+ public:
+  // Serves `metrics` (not owned; must outlive the server) at /metrics plus what
+  // `install_routes` adds. Unavailable naming the address when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const HttpServerOptions& options, const MetricsRegistry& metrics,
+      const std::function<void(httplib::Server&)>& install_routes = {});
+  ~HttpServer();
+
+  // "host:port" with the port actually bound.
+  const std::string& address() const { return address_; }
+  // Stops accepting connections and waits for the handlers that are running to return.
+  void Stop();
+
+ private:
+  HttpServer() = default;
+
+  httplib::Server server_;
+  std::string address_;
+  std::thread thread_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_COMMON_HTTP_SERVER_H_
