@@ -5,9 +5,10 @@
 # long prompts and short outputs, for two model shapes:
 #   stories260K (shared model, context 512):        384 prompt + 32 generated tokens
 #   stories42M-shaped random model (context 1024):  768 prompt + 32 generated tokens
-# Per model and round: `pdserve up` disaggregated → bench-serve → stop; `pdserve up --monolithic`
-# → the same bench-serve → then (first round, when its pair count is > 0) the router-overhead run against the monolithic
-# cluster (bench-serve --direct-decode: sequential pairs, router vs straight to the worker) → stop.
+# Per model and round: `pdserve up` disaggregated → `pdserve loadgen` → stop; `pdserve up
+# --monolithic` → the same loadgen run → then (first round, when its pair count is > 0) the
+# router-overhead run against the monolithic cluster (loadgen --direct-decode: sequential pairs,
+# router vs straight to the worker) → stop.
 # The overhead run is on by default for stories260K only (200 pairs; the router's cost is what
 # it measures and the tiny model leaves it visible); stories42M pairs take seconds each.
 # Ends with a summary table (TTFT/TPOT p50/p99, output tok/s, errors; disaggregated/monolithic
@@ -77,8 +78,10 @@ start_cluster() {
   UP_PID=$!
   local waited=0
   ROUTER=
-  # The whole line, address included (the file may hold part of a write).
-  until ROUTER=$(awk '/^PDSERVE_READY up [^ ]+:[0-9]+$/ {print $3}' "$log" 2>/dev/null) &&
+  # The whole line, addresses included (the file may hold part of a write); the router's gRPC
+  # address is the third field (an HTTP address may follow).
+  until ROUTER=$(awk '/^PDSERVE_READY up [^ ]+:[0-9]+( [^ ]+:[0-9]+)*$/ {print $3}' "$log" \
+                   2>/dev/null) &&
         [[ -n $ROUTER ]]; do
     if ! kill -0 "$UP_PID" 2>/dev/null || (( waited > 1800 )); then
       echo "pdserve up failed to start; its log ($log):" >&2; tail -20 "$log" >&2; exit 1
@@ -88,13 +91,13 @@ start_cluster() {
   MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
 }
 
-# bench TAG MODE ROUND RATE REQUESTS WARMUP PROMPT GEN [extra bench-serve args]
+# bench TAG MODE ROUND RATE REQUESTS WARMUP PROMPT GEN [extra loadgen args]
 bench() {
   local tag=$1 mode=$2 round=$3 rate=$4 requests=$5 warmup=$6 prompt=$7 gen=$8; shift 8
   local name=$tag-$mode-r$round
   echo "=== $tag $mode round $round: $requests requests at $rate req/s, $prompt+$gen tokens" \
        "($(date +%T))"
-  "$PDSERVE" bench-serve --router "$ROUTER" --rate "$rate" --requests "$requests" \
+  "$PDSERVE" loadgen --router "$ROUTER" --rate "$rate" --requests "$requests" \
     --warmup "$warmup" --prompt-tokens "$prompt" --gen-tokens "$gen" --arrival poisson \
     --seed "$SEED" --json "$WORK/$name.json" --log-level warn "$@"
 }
@@ -115,7 +118,7 @@ model() {
     bench "$tag" mono "$round" "$rate" "$requests" "$warmup" "$prompt" "$gen"
     if (( round == 1 && pairs > 0 )); then
       echo "=== $tag router overhead: $pairs sequential pairs, router vs $MONO ($(date +%T))"
-      "$PDSERVE" bench-serve --router "$ROUTER" --requests 0 \
+      "$PDSERVE" loadgen --router "$ROUTER" --requests 0 \
         --prompt-tokens "$prompt" --gen-tokens "$gen" --seed "$SEED" --direct-decode "$MONO" \
         --overhead-requests "$pairs" --json "$WORK/$tag-overhead.json" --log-level warn \
         | sed -n '/^router overhead/,$p'
@@ -154,8 +157,8 @@ def load(tag, mode):
         "tpot99": mean(lambda r: r["tpot_s"]["p99"]) * 1e3,
         "itl50": mean(lambda r: r["itl_s"]["p50"]) * 1e3,
         "tps": mean(lambda r: r["output_tokens_per_s"]),
-        "done": sum(r["completed"] for r in runs),
-        "sent": sum(r["config"]["requests"] for r in runs),
+        "done": sum(r["requests"]["completed"] for r in runs),
+        "sent": sum(r["requests"]["measured"] for r in runs),
         "errors": ",".join(f"{k}={v}" for k, v in errors.items()) or "none",
     }
 cols = ["ttft50", "ttft99", "tpot50", "tpot99", "itl50", "tps"]

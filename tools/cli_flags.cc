@@ -91,6 +91,8 @@ void NormalizeFlagNames(int argc, char** argv) {
                                                     "nomonolithic",
                                                     "timings",
                                                     "notimings",
+                                                    "progress",
+                                                    "noprogress",
                                                     "help",
                                                     "helpfull",
                                                     "helpshort",

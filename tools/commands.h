@@ -19,7 +19,7 @@ absl::Status RunDecodeCommand();
 absl::Status RunRouterCommand();
 absl::Status RunUp();
 absl::Status RunClient();
-absl::Status RunBenchServe();
+absl::Status RunLoadgen();
 
 }  // namespace pdserve::cli
 

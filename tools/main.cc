@@ -33,8 +33,13 @@ constexpr char kUsage[] =
     "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
     "              [--decode-workers D] [--monolithic] [--listen HOST:PORT]: the whole cluster\n"
     "  client      --router HOST:PORT --prompt TEXT [--max-tokens N] [--timings]\n"
-    "  bench-serve --router HOST:PORT [--rate R] [--requests N] [--prompt-tokens N]\n"
-    "              [--gen-tokens M] [--direct-decode A]: TTFT/TPOT at a fixed request rate\n"
+    "  loadgen     --router HOST:PORT | --protocol http --url HOST:PORT\n"
+    "              [--rate R [--arrival poisson|fixed] | --concurrency N] [--requests N]\n"
+    "              [--prompt-tokens N [--prompt-tokens-max M]]\n"
+    "              [--gen-tokens N [--gen-tokens-max M]]\n"
+    "              [--trace FILE [--trace-speedup X]] [--slo-ttft-ms T] [--slo-tpot-ms T]\n"
+    "              [--sweep-rates 1,2,4] [--json F] [--csv F] [--out-dir D] [--direct-decode A]:\n"
+    "              TTFT/TPOT/ITL, goodput and SLO attainment under load (docs/loadgen.md)\n"
     "  router      --model PATH [--listen A] [--policy least-tokens|round-robin]\n"
     "  kvstore     [--listen A] [--pool-mib M] [--slot-kib K] [--lease-seconds S]\n"
     "  prefill     --model PATH --router A [KV technique flags]\n"
@@ -81,8 +86,8 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunUp();
   } else if (command == "client") {
     status = pdserve::cli::RunClient();
-  } else if (command == "bench-serve") {
-    status = pdserve::cli::RunBenchServe();
+  } else if (command == "loadgen") {
+    status = pdserve::cli::RunLoadgen();
   } else if (command == "router") {
     status = pdserve::cli::RunRouterCommand();
   } else if (command == "kvstore") {

@@ -1,0 +1,195 @@
+#include "tools/loadgen/http_backend.h"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::loadgen {
+namespace {
+
+// Incremental SSE reader: feeds bytes, hands each event's data payload to the sink.
+class SseReader {
+ public:
+  template <typename Sink>
+  void Feed(const char* data, size_t size, Sink&& sink) {
+    buffer_.append(data, size);
+    for (;;) {
+      size_t end = buffer_.find("\n\n");
+      size_t skip = 2;
+      const size_t crlf = buffer_.find("\r\n\r\n");
+      if (crlf != std::string::npos && (end == std::string::npos || crlf < end)) {
+        end = crlf;
+        skip = 4;
+      }
+      if (end == std::string::npos) return;
+      const std::string event = buffer_.substr(0, end);
+      buffer_.erase(0, end + skip);
+      std::string payload;
+      size_t start = 0;
+      while (start <= event.size()) {
+        size_t nl = event.find('\n', start);
+        if (nl == std::string::npos) nl = event.size();
+        std::string line = event.substr(start, nl - start);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (absl::StartsWith(line, "data:")) {
+          std::string value = line.substr(5);
+          if (!value.empty() && value.front() == ' ') value.erase(0, 1);
+          if (!payload.empty()) payload += '\n';
+          payload += value;
+        }
+        start = nl + 1;
+      }
+      if (!payload.empty()) sink(payload);
+    }
+  }
+
+ private:
+  std::string buffer_;
+};
+
+std::string ErrorMessage(const std::string& body) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string()) {
+    return j["error"]["message"].get<std::string>();
+  }
+  return body.substr(0, 200);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpBackend>> HttpBackend::Create(const std::string& address,
+                                                                 const std::string& model) {
+  std::string rest = address;
+  if (absl::StartsWith(rest, "http://")) rest = rest.substr(7);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  int port = 0;
+  if (rest.find('/') != std::string::npos || colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--url must be HOST:PORT or http://HOST:PORT (https is not supported), got '",
+                     address, "'"));
+  }
+  std::string host = rest.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::unique_ptr<HttpBackend>(new HttpBackend(host, port, model));
+}
+
+std::string HttpBackend::Describe() const {
+  return absl::StrCat("http ", host_, ":", port_, " (model \"", model_, "\")");
+}
+
+absl::Status HttpBackend::Probe() {
+  httplib::Client client(host_, port_);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(10);
+  httplib::Result result = client.Get("/v1/models");
+  if (result) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("router unreachable at http://", host_, ":", port_,
+                                             ": ", httplib::to_string(result.error())));
+}
+
+BackendResult HttpBackend::Send(const BackendRequest& request, Cancellation& cancellation,
+                                const std::function<void()>& on_token) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(request.timeout_s * 1e6));
+  const nlohmann::json body = {{"model", model_},
+                               {"prompt", *request.prompt},
+                               {"max_tokens", request.max_tokens},
+                               {"stream", true},
+                               {"ignore_eos", true},
+                               {"temperature", 0},
+                               {"stream_options", {{"include_usage", true}}}};
+  httplib::Client client(host_, port_);
+  client.set_connection_timeout(10);
+  const time_t read_seconds = static_cast<time_t>(request.timeout_s) + 1;
+  client.set_read_timeout(read_seconds);
+  client.set_write_timeout(read_seconds);
+
+  BackendResult result;
+  int status = 0;
+  std::string error_body;
+  SseReader reader;
+  bool done = false, timed_out = false;
+  int chunks = 0, usage_tokens = -1;
+  auto on_event = [&](const std::string& payload) {
+    if (payload == "[DONE]") {
+      done = true;
+      return;
+    }
+    const nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
+    if (!j.is_object()) return;
+    if (j.contains("error") && result.code == "OK") {
+      result.code = "STREAM_ERROR";
+      result.message = ErrorMessage(payload);
+      return;
+    }
+    if (auto c = j.find("choices"); c != j.end() && c->is_array() && !c->empty()) {
+      ++chunks;
+      const nlohmann::json& choice = c->front();
+      if (auto t = choice.find("text");
+          t != choice.end() && t->is_string() && !t->get_ref<const std::string&>().empty()) {
+        on_token();
+      }
+    }
+    if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
+      if (auto n = u->find("completion_tokens"); n != u->end() && n->is_number_integer()) {
+        usage_tokens = n->get<int>();
+      }
+    }
+  };
+
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.set_header("Accept", "text/event-stream");
+  req.response_handler = [&](const httplib::Response& response) {
+    status = response.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    if (Clock::now() > deadline) {
+      timed_out = true;
+      return false;
+    }
+    if (status != 200) {
+      error_body.append(data, size);
+      return error_body.size() < (1 << 20);
+    }
+    reader.Feed(data, size, on_event);
+    return !cancellation.cancelled();
+  };
+  cancellation.SetHook([&client] { client.stop(); });
+  httplib::Result response = client.send(req);
+  cancellation.ClearHook();
+  result.cancelled = cancellation.cancelled();
+  result.output_tokens = usage_tokens >= 0 ? usage_tokens : chunks;
+  if (timed_out) {
+    result.code = "DEADLINE_EXCEEDED";
+    result.message = absl::StrCat("no end of stream within ", request.timeout_s, " s");
+  } else if (status != 0 && status != 200) {
+    result.code = absl::StrCat("HTTP ", status);
+    result.message = ErrorMessage(error_body);
+  } else if (!response && !done) {
+    result.code = status == 0 ? "CONNECTION" : "INCOMPLETE_STREAM";
+    result.message = absl::StrCat("http://", host_, ":", port_,
+                                  "/v1/completions: ", httplib::to_string(response.error()));
+  } else if (result.code == "OK" && !done) {
+    result.code = "INCOMPLETE_STREAM";
+    result.message = "the stream ended without data: [DONE]";
+  }
+  return result;
+}
+
+}  // namespace pdserve::loadgen

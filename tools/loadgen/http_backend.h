@@ -1,0 +1,44 @@
+// loadgen HTTP backend: the router's OpenAI-compatible endpoint, POST /v1/completions with
+//   {"model": M, "prompt": [token ids], "max_tokens": n, "stream": true, "ignore_eos": true,
+//    "temperature": 0, "stream_options": {"include_usage": true}}
+// read as Server-Sent Events ("data: {json}\n\n" … "data: [DONE]"). A token is a chunk whose
+// choices[0].text is non-empty; the output length is usage.completion_tokens (else the number of
+// chunks with choices). Errors: HTTP status + {"error": {"message", "type", "code"}} → code
+// "HTTP <status>"; no connection → "CONNECTION"; an error event inside the stream →
+// "STREAM_ERROR"; a stream that ends without [DONE] → "INCOMPLETE_STREAM".
+//
+// Uses cpp-httplib, one client (one connection) per request. Thread-safe.
+#ifndef PDSERVE_TOOLS_LOADGEN_HTTP_BACKEND_H_
+#define PDSERVE_TOOLS_LOADGEN_HTTP_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tools/loadgen/backend.h"
+
+namespace pdserve::loadgen {
+
+class HttpBackend : public Backend {
+ public:
+  // `address` is "host:port" or "http://host:port[/]"; InvalidArgument naming --url otherwise.
+  static absl::StatusOr<std::unique_ptr<HttpBackend>> Create(const std::string& address,
+                                                             const std::string& model);
+
+  std::string Describe() const override;
+  // GET /v1/models; any HTTP answer counts as reachable.
+  absl::Status Probe() override;
+  BackendResult Send(const BackendRequest& request, Cancellation& cancellation,
+                     const std::function<void()>& on_token) override;
+
+ private:
+  HttpBackend(std::string host, int port, std::string model)
+      : host_(std::move(host)), port_(port), model_(std::move(model)) {}
+  std::string host_;
+  int port_;
+  std::string model_;
+};
+
+}  // namespace pdserve::loadgen
+
+#endif  // PDSERVE_TOOLS_LOADGEN_HTTP_BACKEND_H_

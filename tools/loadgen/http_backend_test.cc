@@ -1,0 +1,139 @@
+// The HTTP backend against an in-test cpp-httplib server that speaks OpenAI-shaped SSE.
+#include "tools/loadgen/http_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::loadgen {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeOpenAiServer {
+ public:
+  FakeOpenAiServer() {
+    server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object": "list", "data": []})", "application/json");
+    });
+    server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      const nlohmann::json body = nlohmann::json::parse(req.body);
+      last_body_ = body;
+      const int n = body.at("max_tokens").get<int>();
+      if (n > 50) {
+        res.status = 400;
+        res.set_content(
+            R"({"error": {"message": "max_tokens too large", "type": "invalid_request_error", "code": 400}})",
+            "application/json");
+        return;
+      }
+      const int prompt = static_cast<int>(body.at("prompt").size());
+      res.set_chunked_content_provider("text/event-stream", [n, prompt](size_t,
+                                                                        httplib::DataSink& sink) {
+        auto send = [&](const std::string& data) {
+          const std::string event = absl::StrCat("data: ", data, "\n\n");
+          sink.write(event.data(), event.size());
+        };
+        for (int i = 0; i < n; ++i) {
+          // The second chunk carries no text (held back), as a detokenizer may do.
+          const std::string text = i == 1 ? "" : absl::StrCat(" t", i);
+          send(nlohmann::json{{"id", "cmpl-1"},
+                              {"object", "text_completion"},
+                              {"choices", {{{"index", 0}, {"text", text}}}}}
+                   .dump());
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        send(nlohmann::json{
+            {"id", "cmpl-1"},
+            {"choices", nlohmann::json::array()},
+            {"usage",
+             {{"prompt_tokens", prompt}, {"completion_tokens", n}, {"total_tokens", prompt + n}}}}
+                 .dump());
+        send("[DONE]");
+        sink.done();
+        return true;
+      });
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeOpenAiServer() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  const nlohmann::json& last_body() const { return last_body_; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  nlohmann::json last_body_;
+};
+
+TEST(HttpBackend, StreamsTokensFromSse) {
+  FakeOpenAiServer server;
+  absl::StatusOr<std::unique_ptr<HttpBackend>> backend =
+      HttpBackend::Create(absl::StrCat("http://127.0.0.1:", server.port(), "/"), "m1");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_TRUE((*backend)->Probe().ok());
+  const std::vector<int> prompt = {5, 6, 7, 8};
+  Cancellation cancellation;
+  int tokens = 0;
+  const BackendResult result = (*backend)->Send({&prompt, 6, 10}, cancellation, [&] { ++tokens; });
+  EXPECT_EQ(result.code, "OK") << result.message;
+  EXPECT_EQ(result.output_tokens, 6);  // from usage
+  EXPECT_EQ(tokens, 5);                // the empty-text chunk is not a token
+  const nlohmann::json& body = server.last_body();
+  EXPECT_EQ(body["model"], "m1");
+  EXPECT_EQ(body["prompt"], nlohmann::json(prompt));
+  EXPECT_EQ(body["max_tokens"], 6);
+  EXPECT_EQ(body["stream"], true);
+  EXPECT_EQ(body["ignore_eos"], true);
+  EXPECT_EQ(body["temperature"], 0);
+  EXPECT_EQ(body["stream_options"]["include_usage"], true);
+}
+
+TEST(HttpBackend, HttpErrorsCarryStatusAndMessage) {
+  FakeOpenAiServer server;
+  auto backend = HttpBackend::Create(absl::StrCat("127.0.0.1:", server.port()), "m");
+  ASSERT_TRUE(backend.ok());
+  const std::vector<int> prompt = {5};
+  Cancellation cancellation;
+  const BackendResult result = (*backend)->Send({&prompt, 99, 10}, cancellation, [] {});
+  EXPECT_EQ(result.code, "HTTP 400");
+  EXPECT_EQ(result.message, "max_tokens too large");
+}
+
+TEST(HttpBackend, UnreachableServer) {
+  int port = 0;
+  {
+    FakeOpenAiServer server;  // a port that was just free, now closed
+    port = server.port();
+  }
+  auto backend = HttpBackend::Create(absl::StrCat("127.0.0.1:", port), "m");
+  ASSERT_TRUE(backend.ok());
+  const absl::Status probe = (*backend)->Probe();
+  EXPECT_EQ(probe.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(probe.message()), HasSubstr("router unreachable at http://127.0.0.1:"));
+  const std::vector<int> prompt = {5};
+  Cancellation cancellation;
+  EXPECT_EQ((*backend)->Send({&prompt, 2, 5}, cancellation, [] {}).code, "CONNECTION");
+}
+
+TEST(HttpBackend, RejectsBadAddresses) {
+  for (const char* bad : {"", "localhost", "https://h:1", "h:0", "h:99999", "h:1/v1"}) {
+    absl::StatusOr<std::unique_ptr<HttpBackend>> backend = HttpBackend::Create(bad, "m");
+    ASSERT_FALSE(backend.ok()) << bad;
+    EXPECT_THAT(std::string(backend.status().message()), HasSubstr("--url")) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::loadgen

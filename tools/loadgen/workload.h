@@ -1,0 +1,76 @@
+// loadgen workload: what each request asks for (prompt token ids, output length, arrival offset),
+// built from length distributions (fixed or uniform) or from a Mooncake-format JSONL trace.
+//
+// Prompts are random token ids in [3, vocab) (0..2 are unk/BOS/EOS). With a trace, the prompt is
+// made of 512-token blocks, one per hash id: block ids are drawn from a generator seeded by
+// (seed, hash id), so requests sharing a hash id really share that block of prompt tokens.
+// Everything is deterministic for a given seed. Plain functions and values; thread-compatible.
+#ifndef PDSERVE_TOOLS_LOADGEN_WORKLOAD_H_
+#define PDSERVE_TOOLS_LOADGEN_WORKLOAD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pdserve::loadgen {
+
+// Tokens per hash block in the Mooncake traces.
+inline constexpr int kTraceBlockTokens = 512;
+
+// A length: fixed (min == max) or uniform over the integers [min, max].
+struct LengthSpec {
+  int min = 1;
+  int max = 1;
+  std::string Describe() const;
+};
+
+// One line of a Mooncake trace:
+//   {"timestamp": <ms since start>, "input_length": N, "output_length": M, "hash_ids": [..]}
+struct TraceEntry {
+  double timestamp_ms = 0;
+  int input_length = 0;
+  int output_length = 0;
+  std::vector<int64_t> hash_ids;
+};
+
+// Parses one trace line; InvalidArgument "<file>:<line>: <what is wrong>" for a bad one.
+absl::StatusOr<TraceEntry> ParseTraceLine(const std::string& line, const std::string& file,
+                                          int line_number);
+
+// Reads a whole trace (blank lines skipped). NotFound when the file cannot be read;
+// InvalidArgument naming file:line for the first bad line, or for an empty trace.
+absl::StatusOr<std::vector<TraceEntry>> ReadTrace(const std::string& path);
+
+// What one request sends.
+struct RequestSpec {
+  int index = 0;  // position in the run, warm-up requests first
+  bool warmup = false;
+  double arrival_s = 0;  // offset from the start of the run (open loop; unused when closed)
+  std::vector<int> prompt;
+  int output_tokens = 0;
+};
+
+struct SyntheticOptions {
+  int count = 0;  // requests, warm-up included
+  LengthSpec prompt;
+  LengthSpec output;
+  int vocab = 512;
+  uint64_t seed = 0;
+};
+
+// `count` requests with lengths drawn from the specs (arrival offsets left at 0).
+std::vector<RequestSpec> SyntheticWorkload(const SyntheticOptions& options);
+
+// One request per trace entry: arrival = timestamp / speedup, prompt built from the hash blocks
+// (tokens past the last hash block come from a per-request generator).
+std::vector<RequestSpec> TraceWorkload(const std::vector<TraceEntry>& trace, int vocab,
+                                       uint64_t seed, double speedup);
+
+// The prompt tokens of one trace entry (exposed for tests).
+std::vector<int> TracePrompt(const TraceEntry& entry, int vocab, uint64_t seed, uint64_t salt);
+
+}  // namespace pdserve::loadgen
+
+#endif  // PDSERVE_TOOLS_LOADGEN_WORKLOAD_H_
