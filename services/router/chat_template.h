@@ -1,0 +1,38 @@
+// ChatTemplate: how /v1/chat/completions turns a conversation into one text prompt. pdserve's
+// reference model (stories260K, a tiny Llama trained on TinyStories) was never tuned for chat and
+// ships no template, so the router uses a plain one (docs/openai-api.md):
+//
+//   <system message 1>\n
+//   <system message 2>\n            (system messages first, in order, each on its own line(s))
+//   \n                              (one blank line after the system text, when there is any)
+//   User: <text>\n
+//   Assistant: <text>\n
+//   ...                             (user and assistant turns in their order)
+//   Assistant:                      (no trailing space: the model's first token carries it)
+//
+// Generation stops at kChatStopString ("\nUser:"), where the model would begin the next user turn.
+// Pure functions; thread-safe.
+#ifndef PDSERVE_SERVICES_ROUTER_CHAT_TEMPLATE_H_
+#define PDSERVE_SERVICES_ROUTER_CHAT_TEMPLATE_H_
+
+#include <string>
+#include <vector>
+
+namespace pdserve {
+
+enum class ChatRole { kSystem, kUser, kAssistant };
+
+struct ChatMessage {
+  ChatRole role = ChatRole::kUser;
+  std::string content;  // the message's text (content parts already joined)
+};
+
+// Added to a chat request's stop strings: the start of the next user turn.
+inline constexpr char kChatStopString[] = "\nUser:";
+
+// The prompt for `messages` (system messages gathered at the top whatever their position).
+std::string RenderChatPrompt(const std::vector<ChatMessage>& messages);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_ROUTER_CHAT_TEMPLATE_H_
