@@ -22,7 +22,7 @@ up_pid=$!
 trap 'kill -TERM $up_pid 2>/dev/null; wait $up_pid 2>/dev/null; rm -f "$out"' EXIT
 router=""
 for _ in $(seq 1 600); do
-  router=$(awk '/^PDSERVE_READY up [0-9.]+:[0-9]+$/ {print $3}' "$out")
+  router=$(awk '/^PDSERVE_READY up / {print $3}' "$out")
   [ -n "$router" ] && break
   kill -0 $up_pid 2>/dev/null || { echo "demo: the cluster failed to start" >&2; exit 1; }
   sleep 0.1

@@ -14,6 +14,8 @@ PACKAGES=(
   libopenblas-pthread-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   python3
+  python3-yaml
+  prometheus
 )
 
 missing=()

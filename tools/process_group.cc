@@ -83,7 +83,7 @@ absl::StatusOr<std::string> ProcessGroup::Start(const std::string& name,
     ExecChild(args, fds[1]);
   }
   close(fds[1]);
-  children_.push_back(Child{name, pid, "", false, 0});
+  children_.push_back(Child{name, pid, "", "", false, 0});
   const std::string line = ReadReadyLine(fds[0], absl::Now() + timeout);
   // After the ready line, pass the child's stdout through so it never blocks on a full pipe.
   drains_.emplace_back([fd = fds[0]] {
@@ -108,6 +108,7 @@ absl::StatusOr<std::string> ProcessGroup::Start(const std::string& name,
   }
   std::vector<std::string> parts = absl::StrSplit(line, ' ');
   children_.back().address = parts.size() >= 3 ? parts[2] : "";
+  children_.back().http_address = parts.size() >= 4 ? parts[3] : "-";
   return children_.back().address;
 }
 

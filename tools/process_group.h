@@ -1,5 +1,5 @@
 // ProcessGroup: the child processes `pdserve up` runs — each a pdserve subcommand started from
-// this binary, its stdout read until it announces "PDSERVE_READY <role> <address>" (then passed
+// this binary, its stdout read until it announces "PDSERVE_READY <role> <grpc> <http>" (then passed
 // through to stderr), its stderr inherited. Children get SIGTERM if this process dies
 // (PR_SET_PDEATHSIG) and are stopped (SIGTERM, then SIGKILL after a grace period) by StopAll or
 // the destructor, so no child outlives the group.
@@ -23,7 +23,8 @@ class ProcessGroup {
   struct Child {
     std::string name;  // e.g. "decode-1"
     pid_t pid = -1;
-    std::string address;  // from its ready line
+    std::string address;       // gRPC, from its ready line
+    std::string http_address;  // HTTP (/metrics), from its ready line
     bool exited = false;
     int wait_status = 0;
   };

@@ -1,6 +1,7 @@
 // The service processes: `pdserve kvstore|prefill|decode|router`. Each turns its flags into the
 // service's options, serves until SIGINT/SIGTERM and drains (services/*). `pdserve up` starts
 // them as a cluster (tools/up_command.cc).
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,12 @@
 #include "tools/profile_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0 = any)");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
+          "HTTP listen address host:port: /metrics, and the OpenAI API on the router");
+ABSL_FLAG(double, drain_seconds, 30,
+          "On SIGTERM: seconds to finish in-flight work (NOT_SERVING meanwhile) before exiting");
+ABSL_FLAG(std::string, served_model_name, "",
+          "router: the model name of the OpenAI API; default: the --model file or directory name");
 ABSL_FLAG(std::string, router, "", "Router address to register with (workers)");
 ABSL_FLAG(std::string, kvstore, "", "The node-local KV store's gRPC address (decode workers)");
 ABSL_FLAG(std::string, ucx_tls, "shm,tcp",
@@ -48,6 +55,15 @@ ABSL_FLAG(int, heartbeat_ms, 500, "router: worker heartbeat interval in millisec
 
 namespace pdserve::cli {
 namespace {
+
+absl::StatusOr<absl::Duration> DrainFromFlags() {
+  const double seconds = absl::GetFlag(FLAGS_drain_seconds);
+  if (!(seconds >= 0) || seconds > 3600) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drain-seconds ", seconds, " is outside [0, 3600]"));
+  }
+  return absl::Seconds(seconds);
+}
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> TransportFromFlags() {
   UcxTransportOptions options;
@@ -100,6 +116,8 @@ absl::Status RunKvStoreCommand() {
   options.slot_bytes = absl::GetFlag(FLAGS_slot_kib) << 10;
   options.default_lease_seconds = absl::GetFlag(FLAGS_lease_seconds);
   options.max_lease_seconds = std::max(options.max_lease_seconds, options.default_lease_seconds);
+  options.http_listen_address = absl::GetFlag(FLAGS_http_listen);
+  PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFromFlags());
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport, TransportFromFlags());
   return RunKvStore(options, *transport);
@@ -118,6 +136,8 @@ absl::Status RunPrefillCommand() {
                            PrefillWorker::Create(std::move(engine), worker_options));
   PrefillServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.http_listen_address = absl::GetFlag(FLAGS_http_listen);
+  PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFromFlags());
   options.router_address = absl::GetFlag(FLAGS_router);
   options.calibration_hash = worker.calibration_hash;
   return RunPrefillServer(options, *prefill, *transport);
@@ -158,6 +178,8 @@ absl::Status RunDecodeCommand() {
                            DecodeWorker::Create(std::move(engine), tier, worker_options));
   DecodeServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.http_listen_address = absl::GetFlag(FLAGS_http_listen);
+  PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFromFlags());
   options.router_address = absl::GetFlag(FLAGS_router);
   options.kvstore_address = kvstore;
   options.calibration_hash = worker.calibration_hash;
@@ -168,6 +190,16 @@ absl::Status RunRouterCommand() {
   BlockShutdownSignals();
   RouterOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.http_listen_address = absl::GetFlag(FLAGS_http_listen);
+  PDSERVE_ASSIGN_OR_RETURN(options.shutdown_grace, DrainFromFlags());
+  options.model_id = absl::GetFlag(FLAGS_served_model_name);
+  if (options.model_id.empty()) {
+    options.model_id = std::filesystem::path(absl::GetFlag(FLAGS_model)).filename().string();
+    if (options.model_id.empty()) {  // "--model dir/"
+      options.model_id =
+          std::filesystem::path(absl::GetFlag(FLAGS_model)).parent_path().filename().string();
+    }
+  }
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
   options.max_context = absl::GetFlag(FLAGS_max_context) > 0 ? absl::GetFlag(FLAGS_max_context)
                                                              : model.weights.config.max_seq_len;

@@ -31,7 +31,8 @@ namespace pdserve::cli {
 namespace {
 
 // Flags `up` hands on to the processes that take them, when set to other than their default.
-constexpr const char* kModelFlags[] = {"model", "tokenizer", "max_context", "log_level"};
+constexpr const char* kModelFlags[] = {"model", "tokenizer", "max_context", "log_level",
+                                       "drain_seconds"};
 constexpr const char* kWorkerFlags[] = {"calibration",
                                         "threads",
                                         "weights",
@@ -51,7 +52,8 @@ constexpr const char* kWorkerFlags[] = {"calibration",
                                         "max_queue",
                                         "ucx_tls",
                                         "require_shm"};
-constexpr const char* kRouterFlags[] = {"policy", "max_inflight", "heartbeat_ms"};
+constexpr const char* kRouterFlags[] = {"policy", "max_inflight", "heartbeat_ms", "http_listen",
+                                        "served_model_name"};
 constexpr const char* kKvStoreFlags[] = {"pool_mib", "slot_kib", "lease_seconds", "ucx_tls",
                                          "require_shm"};
 
@@ -122,6 +124,7 @@ absl::Status RunUp() {
   Forward(kModelFlags, args);
   Forward(kRouterFlags, args);
   PDSERVE_ASSIGN_OR_RETURN(const std::string router, group.Start("router", args, startup));
+  const std::string router_http = group.children().back().http_address;
 
   std::string kvstore;
   if (!monolithic) {
@@ -132,7 +135,7 @@ absl::Status RunUp() {
       PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(absl::GetFlag(FLAGS_model)));
       args.push_back(absl::StrCat("--slot-kib=", SlotKibFor(weights.config)));
     }
-    Forward({"log_level"}, args);
+    Forward({"log_level", "drain_seconds"}, args);
     PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", args, startup));
     for (int i = 0; i < prefill_workers; ++i) {
       args = {"prefill", absl::StrCat("--router=", router)};
@@ -160,9 +163,10 @@ absl::Status RunUp() {
 
   std::printf("pdserve cluster up (%s):\n", monolithic ? "monolithic" : "disaggregated");
   for (const ProcessGroup::Child& child : group.children()) {
-    std::printf("  %-14s %-22s pid %d\n", child.name.c_str(), child.address.c_str(), child.pid);
+    std::printf("  %-14s %-22s %-22s pid %d\n", child.name.c_str(), child.address.c_str(),
+                child.http_address.c_str(), child.pid);
   }
-  std::printf("PDSERVE_READY up %s\n", router.c_str());
+  std::printf("PDSERVE_READY up %s %s\n", router.c_str(), router_http.c_str());
   std::fflush(stdout);
 
   absl::Status result = absl::OkStatus();

@@ -17,7 +17,7 @@ struct MetricsRegistry::Entry {
   std::unique_ptr<MetricFamily<Counter>> counter;
   std::unique_ptr<MetricFamily<Gauge>> gauge;
   std::unique_ptr<MetricFamily<Histogram>> histogram;
-  std::function<std::vector<GaugeSample>()> read;
+  std::function<std::vector<CallbackSample>()> read;
 
   void Render(std::string& out) const;
 };
@@ -61,7 +61,7 @@ void MetricsRegistry::Entry::Render(std::string& out) const {
       RenderHistogram(out, name, label_names, values, metric);
     });
   } else if (read) {
-    for (const GaugeSample& sample : read()) {
+    for (const CallbackSample& sample : read()) {
       AppendSample(out, name, label_names, sample.label_values, sample.value);
     }
   }
@@ -135,8 +135,16 @@ MetricFamily<Histogram>& MetricsRegistry::AddHistogram(const std::string& name,
 
 void MetricsRegistry::AddGaugeCallback(const std::string& name, const std::string& help,
                                        std::vector<std::string> label_names,
-                                       std::function<std::vector<GaugeSample>()> read) {
+                                       std::function<std::vector<CallbackSample>()> read) {
   std::unique_ptr<Entry> entry = NewEntry(name, help, std::move(label_names), "gauge");
+  entry->read = std::move(read);
+  Insert(std::move(entry));
+}
+
+void MetricsRegistry::AddCounterCallback(const std::string& name, const std::string& help,
+                                         std::vector<std::string> label_names,
+                                         std::function<std::vector<CallbackSample>()> read) {
+  std::unique_ptr<Entry> entry = NewEntry(name, help, std::move(label_names), "counter");
   entry->read = std::move(read);
   Insert(std::move(entry));
 }

@@ -21,8 +21,8 @@
 
 namespace pdserve {
 
-// One series of a gauge read at scrape time.
-struct GaugeSample {
+// One series of a metric read at scrape time.
+struct CallbackSample {
   std::vector<std::string> label_values;
   double value = 0;
 };
@@ -46,7 +46,11 @@ class MetricsRegistry {
   // outlive what it reads — register it only from objects that outlive the registry's server.
   void AddGaugeCallback(const std::string& name, const std::string& help,
                         std::vector<std::string> label_names,
-                        std::function<std::vector<GaugeSample>()> read);
+                        std::function<std::vector<CallbackSample>()> read);
+  // The same for a counter kept elsewhere (`read` must return values that never decrease).
+  void AddCounterCallback(const std::string& name, const std::string& help,
+                          std::vector<std::string> label_names,
+                          std::function<std::vector<CallbackSample>()> read);
 
   // Every family in registration order, in the text exposition format.
   std::string Render() const;

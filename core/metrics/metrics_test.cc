@@ -48,7 +48,7 @@ TEST(MetricsRegistryTest, RendersTheTextFormat) {
   latency.Observe(0.5);
   latency.Observe(7);
   registry.AddGaugeCallback("x_pool", "Pool", {"state"}, [] {
-    return std::vector<GaugeSample>{{{"free"}, 10}, {{"used\"x"}, 2}};
+    return std::vector<CallbackSample>{{{"free"}, 10}, {{"used\"x"}, 2}};
   });
 
   EXPECT_EQ(registry.Render(),

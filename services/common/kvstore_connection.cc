@@ -1,5 +1,6 @@
 #include "services/common/kvstore_connection.h"
 
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,6 +68,15 @@ absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
 void KvStoreConnections::Forget(const std::string& grpc_address) {
   std::lock_guard<std::mutex> lock(mu_);
   connections_.erase(grpc_address);
+}
+
+std::vector<std::string> KvStoreConnections::TransportsInUse() const {
+  std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [address, connection] : connections_) {
+    for (const std::string& name : connection->endpoint()->transports_in_use()) names.insert(name);
+  }
+  return {names.begin(), names.end()};
 }
 
 }  // namespace pdserve

@@ -70,10 +70,12 @@ class KvStoreConnections {
   absl::StatusOr<std::shared_ptr<KvStoreConnection>> Get(const std::string& grpc_address);
   // Drops the cached connection (after a failed transfer).
   void Forget(const std::string& grpc_address);
+  // The UCX transports (e.g. "sysv", "tcp") the open connections use, sorted, without repeats.
+  std::vector<std::string> TransportsInUse() const;
 
  private:
   Transport& transport_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<KvStoreConnection>> connections_;
 };
 

@@ -7,11 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/metrics/build_info.h"
 
 namespace pdserve {
 
 absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
-    const std::string& listen_address, const std::vector<grpc::Service*>& services) {
+    const std::string& listen_address, const std::vector<grpc::Service*>& services,
+    const HttpEndpoint& http) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -30,6 +32,21 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   const std::string host = listen_address.substr(0, listen_address.rfind(':'));
   auto result = std::unique_ptr<ServiceServer>(
       new ServiceServer(std::move(server), absl::StrCat(host, ":", port)));
+  if (http.metrics != nullptr) {
+    AddBuildInfo(*http.metrics, http.role);
+    result->serving_ =
+        &http.metrics
+             ->AddGauge("pdserve_serving",
+                        "1 while the process takes new work, 0 while it starts or drains")
+             .Get();
+    const ServiceServer& self = *result;
+    absl::StatusOr<std::unique_ptr<HttpServer>> http_server =
+        HttpServer::Start(http.options, *http.metrics, [&](httplib::Server& routes) {
+          if (http.install_routes) http.install_routes(routes, self);
+        });
+    if (!http_server.ok()) return http_server.status();
+    result->http_ = *std::move(http_server);
+  }
   result->SetServing(true);
   return result;
 }
@@ -40,14 +57,19 @@ ServiceServer::ServiceServer(std::unique_ptr<grpc::Server> server, std::string a
 ServiceServer::~ServiceServer() { Shutdown(absl::ZeroDuration()); }
 
 void ServiceServer::SetServing(bool serving) {
+  if (serving_ != nullptr) serving_->Set(serving ? 1 : 0);
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(serving);
   }
 }
 
 void ServiceServer::AnnounceReady(const std::string& role) const {
-  std::printf("PDSERVE_READY %s %s\n", role.c_str(), address_.c_str());
+  std::printf("PDSERVE_READY %s %s %s\n", role.c_str(), address_.c_str(), http_address().c_str());
   std::fflush(stdout);
+}
+
+std::shared_ptr<grpc::Channel> ServiceServer::InProcessChannel() const {
+  return server_->InProcessChannel(InternalChannelArguments());
 }
 
 void ServiceServer::Shutdown(absl::Duration grace) {
@@ -56,6 +78,7 @@ void ServiceServer::Shutdown(absl::Duration grace) {
   SetServing(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
+  if (http_ != nullptr) http_->Stop();
 }
 
 grpc::ChannelArguments InternalChannelArguments() {

@@ -1,36 +1,61 @@
 // ServiceServer: one pdserve process's gRPC server — binds (port 0 picks a free port), serves the
 // given services plus grpc.health.v1, and reports the bound address. Every pdserve service
-// binary prints one line "PDSERVE_READY <role> <host:port>" on stdout once it serves, which is how
-// `pdserve up` and the tests learn the ports.
+// binary prints one line "PDSERVE_READY <role> <grpc host:port> <http host:port>" on stdout once it
+// serves, which is how `pdserve up` and the tests learn the ports.
 #ifndef PDSERVE_SERVICES_COMMON_SERVICE_SERVER_H_
 #define PDSERVE_SERVICES_COMMON_SERVICE_SERVER_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/metrics/gauge.h"
+#include "core/metrics/metrics_registry.h"
+#include "services/common/http_server.h"
 
 namespace pdserve {
+
+class ServiceServer;
+
+// The HTTP side of a process: its metrics at /metrics, plus routes the role adds.
+struct HttpEndpoint {
+  std::string role;                    // pdserve_build_info's role label
+  MetricsRegistry* metrics = nullptr;  // not owned, outlives the server; null: no HTTP server
+  HttpServerOptions options;
+  // Runs once the gRPC server serves (so routes may use its InProcessChannel).
+  std::function<void(httplib::Server&, const ServiceServer&)> install_routes;
+};
 
 class ServiceServer {
  public:
   // Starts serving `services` (not owned; they must outlive the server) on `listen_address`
-  // ("host:port", port 0 = any free port). Unavailable when the address cannot be bound.
+  // ("host:port", port 0 = any free port), and the HTTP endpoint when `http.metrics` is set (it
+  // registers pdserve_build_info, pdserve_process_start_time_seconds and pdserve_serving there).
+  // Unavailable when an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<ServiceServer>> Start(
-      const std::string& listen_address, const std::vector<grpc::Service*>& services);
+      const std::string& listen_address, const std::vector<grpc::Service*>& services,
+      const HttpEndpoint& http = {});
   ~ServiceServer();
 
   // "host:port" with the port actually bound.
   const std::string& address() const { return address_; }
-  // Health as reported by grpc.health.v1 for the whole server ("") and every service name.
+  // The HTTP server's "host:port"; "-" when there is none.
+  std::string http_address() const { return http_ ? http_->address() : "-"; }
+  // Health as reported by grpc.health.v1 for the whole server ("") and every service name, and
+  // in pdserve_serving.
   void SetServing(bool serving);
-  // Prints the ready line on stdout and flushes it.
+  // Prints the ready line "PDSERVE_READY <role> <grpc address> <http address>" on stdout and
+  // flushes it.
   void AnnounceReady(const std::string& role) const;
-  // Stops accepting calls and cancels what is still running after `grace`.
+  // A channel to this server that does not leave the process (the router's HTTP API uses it).
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
+  // NOT_SERVING, stops accepting calls, waits up to `grace` for running calls (then cancels
+  // them), then stops the HTTP server.
   void Shutdown(absl::Duration grace);
 
  private:
@@ -38,6 +63,8 @@ class ServiceServer {
 
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  Gauge* serving_ = nullptr;  // in the HTTP endpoint's registry, when there is one
+  std::unique_ptr<HttpServer> http_;
   bool shut_down_ = false;
 };
 

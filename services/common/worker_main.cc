@@ -10,8 +10,12 @@ namespace pdserve {
 
 absl::Status ServeWorker(const WorkerProcess& process,
                          const std::vector<grpc::Service*>& services) {
+  HttpEndpoint http;
+  http.role = process.role;
+  http.metrics = process.metrics;
+  http.options.listen_address = process.http_listen_address;
   absl::StatusOr<std::unique_ptr<ServiceServer>> server =
-      ServiceServer::Start(process.listen_address, services);
+      ServiceServer::Start(process.listen_address, services, http);
   if (!server.ok()) return server.status();
   std::unique_ptr<RouterRegistration> registration;
   if (!process.router_address.empty()) {
@@ -21,10 +25,11 @@ absl::Status ServeWorker(const WorkerProcess& process,
         std::make_unique<RouterRegistration>(process.router_address, request, process.queue);
   }
   auto log = GetLogger(process.role);
-  log->info("{} worker serving on {}", process.role, (*server)->address());
+  log->info("{} worker serving on {} (metrics on http://{}/metrics)", process.role,
+            (*server)->address(), (*server)->http_address());
   (*server)->AnnounceReady(process.role);
   const int signal_number = WaitForShutdownSignal();
-  log->info("signal {}: draining", signal_number);
+  log->info("signal {}: draining (up to {})", signal_number, absl::FormatDuration(process.grace));
   (*server)->SetServing(false);
   registration.reset();
   (*server)->Shutdown(process.grace);

@@ -1,16 +1,18 @@
 // The life of a worker process after its service is built: serve, register with the router (when
 // one is given) and report the queue with every heartbeat, announce readiness, wait for
 // SIGINT/SIGTERM (blocked by the caller), then drain — NOT_SERVING, leave the router, finish
-// in-flight calls within `grace`.
+// in-flight calls within `grace` — and exits cleanly.
 #ifndef PDSERVE_SERVICES_COMMON_WORKER_MAIN_H_
 #define PDSERVE_SERVICES_COMMON_WORKER_MAIN_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/metrics/metrics_registry.h"
 #include "pdserve/v1/router.pb.h"
 #include "services/common/service_server.h"
 
@@ -19,7 +21,9 @@ namespace pdserve {
 struct WorkerProcess {
   std::string role;  // the ready line's role, e.g. "prefill"
   std::string listen_address;
-  std::string router_address;  // empty: do not register
+  std::string http_listen_address = "127.0.0.1:0";  // /metrics
+  MetricsRegistry* metrics = nullptr;               // served at /metrics; required
+  std::string router_address;                       // empty: do not register
   // Role, calibration hash and KV store; the address is filled in once bound.
   v1::RegisterWorkerRequest registration;
   std::function<v1::QueueStatus()> queue;

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
 #include "services/common/grpc_status.h"
+#include "services/common/kv_transfer_metrics.h"
 #include "services/common/sampling_proto.h"
 #include "services/common/worker_main.h"
 
@@ -47,7 +48,17 @@ absl::StatusOr<DecodeJob> DecodeService::MakeJob(const v1::DecodeRequest& reques
 
 grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                                    grpc::ServerWriter<v1::DecodeResponse>* writer) {
-  absl::StatusOr<DecodeJob> job = MakeJob(*request);
+  const grpc::Status status = Serve(context, *request, writer);
+  worker_.stats()
+      .requests
+      .WithLabels({absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))})
+      .Increment();
+  return status;
+}
+
+grpc::Status DecodeService::Serve(grpc::ServerContext* context, const v1::DecodeRequest& request,
+                                  grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  absl::StatusOr<DecodeJob> job = MakeJob(request);
   if (!job.ok()) return ToGrpcStatus(job.status());
   // The pages are released on every ending, once the scheduler is done with them.
   absl::Cleanup release = [&] {
@@ -128,11 +139,15 @@ absl::Status RunDecodeServer(const DecodeServerOptions& options, DecodeWorker& w
   process.role = worker.monolithic() ? "monolithic" : "decode";
   process.listen_address = options.listen_address;
   process.router_address = options.router_address;
+  process.http_listen_address = options.http_listen_address;
+  process.metrics = &worker.metrics();
+  process.grace = options.drain;
   process.registration.set_role(worker.monolithic() ? v1::WORKER_ROLE_MONOLITHIC
                                                     : v1::WORKER_ROLE_DECODE);
   process.registration.set_calibration_hash(options.calibration_hash);
   process.registration.set_kvstore_grpc_address(options.kvstore_address);
   process.queue = [&worker] { return worker.queue(); };
+  if (stores != nullptr) AddTransportInfoMetric(worker.metrics(), *stores);
   return ServeWorker(process, {&service});
 }
 

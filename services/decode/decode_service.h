@@ -4,9 +4,12 @@
 #ifndef PDSERVE_SERVICES_DECODE_DECODE_SERVICE_H_
 #define PDSERVE_SERVICES_DECODE_DECODE_SERVICE_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/decode.grpc.pb.h"
 #include "services/common/kvstore_connection.h"
@@ -26,6 +29,8 @@ class DecodeService final : public v1::Decode::Service {
 
  private:
   absl::StatusOr<DecodeJob> MakeJob(const v1::DecodeRequest& request);
+  grpc::Status Serve(grpc::ServerContext* context, const v1::DecodeRequest& request,
+                     grpc::ServerWriter<v1::DecodeResponse>* writer);
   grpc::Status Relay(grpc::ServerContext* context, const DecodeJob& job, const DecodeStart& start,
                      grpc::ServerWriter<v1::DecodeResponse>* writer);
 
@@ -38,6 +43,8 @@ struct DecodeServerOptions {
   std::string router_address;   // empty: do not register
   std::string kvstore_address;  // the node-local KV store (disaggregated workers)
   uint64_t calibration_hash = 0;
+  std::string http_listen_address = "127.0.0.1:0";  // /metrics
+  absl::Duration drain = absl::Seconds(30);         // in-flight calls' budget after SIGTERM
 };
 
 // Serves until SIGINT/SIGTERM (blocked by the caller), then drains and returns. `transport` is

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
@@ -66,6 +67,9 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
 DecodeWorker::DecodeWorker(std::unique_ptr<LlamaEngine> engine, RemoteValueTier* tier,
                            const DecodeWorkerOptions& options)
     : engine_(std::move(engine)), tier_(tier), options_(options) {
+  if (options_.metrics == nullptr) options_.metrics = std::make_shared<MetricsRegistry>();
+  stats_ = std::make_unique<DecodeMetrics>(
+      *options_.metrics, [this] { return queue(); }, tier_);
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 }
 
@@ -172,7 +176,13 @@ absl::Status DecodeWorker::PullPages(Admission& admission, double* lease_seconds
     page.bytes.resize(page.v_remote ? KvPageVOffset(layout) : full);
     ops.push_back(TransferOp{page.bytes.data(), page.bytes.size(), ref.remote_address()});
   }
+  const absl::Time get_start = absl::Now();
   absl::Status status = store.endpoint()->GetBatch(manifest.pool_rkey(), ops);
+  if (status.ok()) {
+    int64_t bytes = 0;
+    for (const TransferOp& op : ops) bytes += static_cast<int64_t>(op.length);
+    stats_->transfer.Record(bytes, static_cast<int64_t>(ops.size()), absl::Now() - get_start);
+  }
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat("reading the pages of request ",
                                                manifest.request_id(), " from KV store ",
@@ -257,6 +267,7 @@ absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
 
 bool DecodeWorker::Emit(Live& live, int32_t token) {
   ++live.produced;
+  stats_->generated_tokens.Increment();
   {
     std::lock_guard<std::mutex> lock(mu_);
     --queued_tokens_;
@@ -327,6 +338,11 @@ void DecodeWorker::Step() {
   std::vector<ForwardChunk> chunks;
   chunks.reserve(live_.size());
   for (auto& live : live_) chunks.push_back(ForwardChunk{live->sequence, {&live->next, 1}});
+  const absl::Time step_start = absl::Now();
+  stats_->batch_sequences.Observe(static_cast<double>(chunks.size()));
+  absl::Cleanup timed = [&] {
+    stats_->step_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - step_start));
+  };
   absl::StatusOr<std::span<const float>> logits = engine_->Forward(chunks);
   if (!logits.ok()) {
     GetLogger("decode")->error("decode step over {} sequences failed: {}", live_.size(),

@@ -25,10 +25,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/metrics/metrics_registry.h"
 #include "core/model/llama_engine.h"
 #include "core/model/sampler.h"
 #include "pdserve/v1/common.pb.h"
 #include "services/common/kvstore_connection.h"
+#include "services/decode/decode_metrics.h"
 #include "services/decode/decode_stream.h"
 #include "services/decode/remote_value_tier.h"
 
@@ -38,6 +40,7 @@ struct DecodeWorkerOptions {
   int max_queued_requests = 256;  // admissions waiting for a sequence slot
   uint64_t calibration_hash = 0;
   bool monolithic = false;
+  std::shared_ptr<MetricsRegistry> metrics;  // where its metrics go; null: a private registry
 };
 
 struct DecodeJob {
@@ -75,6 +78,8 @@ class DecodeWorker {
   v1::QueueStatus queue() const;
   const LlamaEngine& engine() const { return *engine_; }
   bool monolithic() const { return options_.monolithic; }
+  MetricsRegistry& metrics() { return *options_.metrics; }
+  DecodeMetrics& stats() { return *stats_; }
 
  private:
   struct StagedPage;
@@ -96,7 +101,8 @@ class DecodeWorker {
 
   std::unique_ptr<LlamaEngine> engine_;
   RemoteValueTier* tier_;
-  DecodeWorkerOptions options_;
+  DecodeWorkerOptions options_;  // metrics set
+  std::unique_ptr<DecodeMetrics> stats_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -10,6 +10,7 @@
 #include "core/base/status_macros.h"
 #include "services/common/grpc_status.h"
 #include "services/common/shutdown_signal.h"
+#include "services/kvstore/kvstore_metrics.h"
 
 namespace pdserve {
 namespace {
@@ -64,8 +65,8 @@ PagePoolOptions KvStoreOptions::ToPagePoolOptions() const {
 }
 
 KvStoreService::KvStoreService(PagePool& pool, const MemoryRegion& region,
-                               const Transport& transport)
-    : pool_(pool), region_(region), transport_(transport) {}
+                               const Transport& transport, MetricFamily<Counter>* allocations)
+    : pool_(pool), region_(region), transport_(transport), allocations_(allocations) {}
 
 grpc::Status KvStoreService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
                                      v1::KvStoreInfo* reply) {
@@ -81,12 +82,18 @@ grpc::Status KvStoreService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequ
 
 grpc::Status KvStoreService::Allocate(grpc::ServerContext*, const v1::AllocateRequest* request,
                                       v1::AllocateReply* reply) {
+  if (draining_.load()) {
+    return ToGrpcStatus(absl::UnavailableError("kvstore is draining: it takes no new pages"));
+  }
   absl::StatusOr<absl::Duration> lease = LeaseFromWire(request->lease_seconds());
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   const std::vector<uint32_t> page_bytes(request->page_bytes().begin(),
                                          request->page_bytes().end());
   absl::StatusOr<PageAllocation> allocation =
       pool_.Allocate(request->request_id(), page_bytes, *lease);
+  if (allocations_ != nullptr) {
+    allocations_->WithLabels({absl::StatusCodeToString(allocation.status().code())}).Increment();
+  }
   if (!allocation.ok()) return ToGrpcStatus(allocation.status());
   reply->set_allocation_id(allocation->allocation_id);
   reply->set_lease_token(allocation->lease_token);
@@ -163,6 +170,7 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
                      " slots is more than the protocol's int32 slot counts can report"));
   }
   std::unique_ptr<KvStoreServer> server(new KvStoreServer());
+  server->metrics_ = std::make_shared<MetricsRegistry>();
   const PagePoolOptions pool_options = options.ToPagePoolOptions();
   // The transport allocates the pool's memory: UCX then backs it with shared memory that
   // same-host peers map directly (one-sided put/get become memcpy), which caller-owned memory
@@ -177,14 +185,20 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   server->region_ = *std::move(region);
   PDSERVE_ASSIGN_OR_RETURN(server->pool_, PagePool::Create(pool_options, server->region_->data()));
   PagePool& pool = *server->pool_;
-  server->service_ = std::make_unique<KvStoreService>(pool, *server->region_, transport);
+  MetricFamily<Counter>& allocations = AddKvStoreMetrics(*server->metrics_, pool);
+  server->service_ =
+      std::make_unique<KvStoreService>(pool, *server->region_, transport, &allocations);
 
   const absl::Duration interval =
       std::clamp(pool.options().default_lease / 4, absl::Milliseconds(1), absl::Milliseconds(100));
   server->reaper_ = std::thread([raw = server.get(), interval] { raw->ReaperLoop(interval); });
 
-  PDSERVE_ASSIGN_OR_RETURN(server->server_,
-                           ServiceServer::Start(options.listen_address, {server->service_.get()}));
+  HttpEndpoint http;
+  http.role = "kvstore";
+  http.metrics = server->metrics_.get();
+  http.options.listen_address = options.http_listen_address;
+  PDSERVE_ASSIGN_OR_RETURN(server->server_, ServiceServer::Start(options.listen_address,
+                                                                 {server->service_.get()}, http));
   Log().info(
       "kvstore on {}: {} slots x {} bytes = {:.1f} MiB at 0x{:x}, lease {} s (max {} s), "
       "transports '{}'",
@@ -225,9 +239,19 @@ absl::Status RunKvStore(const KvStoreOptions& options, Transport& transport) {
   server->server().AnnounceReady("kvstore");
   const int signal_number = WaitForShutdownSignal();
   const PagePoolUsage usage = server->pool().Usage();
-  Log().info("kvstore: signal {}, draining ({} allocations, {} slots in use)", signal_number,
-             usage.allocations, usage.total_slots - usage.free_slots);
+  Log().info("kvstore: signal {}, draining ({} allocations, {} slots in use; up to {})",
+             signal_number, usage.allocations, usage.total_slots - usage.free_slots,
+             absl::FormatDuration(options.drain));
   server->server().SetServing(false);
+  server->service().StartDraining();
+  // Readers (decode workers) keep pulling pages until their requests end; the pool cannot be
+  // freed under them. Pages are released by RPCs, so poll the pool until it is empty.
+  const absl::Time deadline = absl::Now() + options.drain;
+  while (server->pool().Usage().allocations > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const int64_t left = server->pool().Usage().allocations;
+  if (left > 0) Log().warn("kvstore: {} allocations still leased after the drain budget", left);
   server->Shutdown(absl::Seconds(2));
   server.reset();  // deregisters and frees the pool
   return absl::OkStatus();

@@ -18,6 +18,7 @@
 #ifndef PDSERVE_SERVICES_KVSTORE_KVSTORE_SERVICE_H_
 #define PDSERVE_SERVICES_KVSTORE_KVSTORE_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 #include "services/common/service_server.h"
@@ -41,6 +43,9 @@ struct KvStoreOptions {
   int64_t slot_bytes = int64_t{128} << 10;     // ≥ 4 KiB, a multiple of 64
   double default_lease_seconds = 10;           // > 0: the lease of a request that asks for 0
   double max_lease_seconds = 60;               // ≥ default: longer requested leases are capped
+  std::string http_listen_address = "127.0.0.1:0";  // /metrics
+  // On SIGTERM: how long to wait for the pages still leased to be released before exiting.
+  absl::Duration drain = absl::Seconds(30);
 
   // InvalidArgument naming the option that is out of range.
   absl::Status Validate() const;
@@ -49,8 +54,10 @@ struct KvStoreOptions {
 
 class KvStoreService final : public pdserve::v1::KvStore::Service {
  public:
-  // `pool`, `region` (the registration of the pool's memory) and `transport` must outlive it.
-  KvStoreService(PagePool& pool, const MemoryRegion& region, const Transport& transport);
+  // `pool`, `region` (the registration of the pool's memory), `transport` and `allocations`
+  // (Allocate calls by code; may be null) must outlive it.
+  KvStoreService(PagePool& pool, const MemoryRegion& region, const Transport& transport,
+                 MetricFamily<Counter>* allocations = nullptr);
 
   grpc::Status GetInfo(grpc::ServerContext* context, const pdserve::v1::GetInfoRequest* request,
                        pdserve::v1::KvStoreInfo* reply) override;
@@ -69,10 +76,16 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
                             const pdserve::v1::PoolUsageRequest* request,
                             pdserve::v1::PoolUsage* reply) override;
 
+  // From now on Allocate answers UNAVAILABLE; every other call still works, so that the pages
+  // already handed out can be read and released.
+  void StartDraining() { draining_.store(true); }
+
  private:
   PagePool& pool_;
   const MemoryRegion& region_;
   const Transport& transport_;
+  MetricFamily<Counter>* allocations_;
+  std::atomic<bool> draining_{false};
 };
 
 class KvStoreServer {
@@ -90,6 +103,7 @@ class KvStoreServer {
   const std::string& address() const { return server_->address(); }  // bound "host:port"
   ServiceServer& server() { return *server_; }
   PagePool& pool() { return *pool_; }
+  KvStoreService& service() { return *service_; }
   const MemoryRegion& region() const { return *region_; }
 
   // Reports NOT_SERVING, stops accepting calls (cancelling those still running after `grace`),
@@ -100,8 +114,9 @@ class KvStoreServer {
   KvStoreServer() = default;
   void ReaperLoop(absl::Duration interval);
 
-  std::unique_ptr<MemoryRegion> region_;  // owns the pool's memory (Transport::Allocate)
-  std::unique_ptr<PagePool> pool_;        // destroyed before region_
+  std::shared_ptr<MetricsRegistry> metrics_;  // outlives server_ (its HTTP server reads it)
+  std::unique_ptr<MemoryRegion> region_;      // owns the pool's memory (Transport::Allocate)
+  std::unique_ptr<PagePool> pool_;            // destroyed before region_
   std::unique_ptr<KvStoreService> service_;
   std::unique_ptr<ServiceServer> server_;
 
@@ -113,8 +128,8 @@ class KvStoreServer {
 
 // Runs a KV store until SIGINT or SIGTERM: Create, AnnounceReady("kvstore"), wait for the
 // signal (the caller has called BlockShutdownSignals before starting any thread), then drain:
-// NOT_SERVING, Shutdown with a 2 s grace, free the pool. OK after a clean drain; Create's error
-// otherwise.
+// NOT_SERVING, wait up to `options.drain` for the leased pages to be released (readers finish),
+// Shutdown, free the pool. OK after a drain; Create's error otherwise.
 absl::Status RunKvStore(const KvStoreOptions& options, Transport& transport);
 
 }  // namespace pdserve

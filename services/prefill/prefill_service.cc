@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "services/common/grpc_status.h"
+#include "services/common/kv_transfer_metrics.h"
 #include "services/common/sampling_proto.h"
 #include "services/common/worker_main.h"
 
@@ -48,9 +49,13 @@ absl::Status RunPrefillServer(const PrefillServerOptions& options, PrefillWorker
   process.role = "prefill";
   process.listen_address = options.listen_address;
   process.router_address = options.router_address;
+  process.http_listen_address = options.http_listen_address;
+  process.metrics = &worker.metrics();
+  process.grace = options.drain;
   process.registration.set_role(v1::WORKER_ROLE_PREFILL);
   process.registration.set_calibration_hash(options.calibration_hash);
   process.queue = [&worker] { return worker.queue(); };
+  AddTransportInfoMetric(worker.metrics(), stores);
   return ServeWorker(process, {&service});
 }
 

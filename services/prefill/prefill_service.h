@@ -3,9 +3,12 @@
 #ifndef PDSERVE_SERVICES_PREFILL_PREFILL_SERVICE_H_
 #define PDSERVE_SERVICES_PREFILL_PREFILL_SERVICE_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/prefill.grpc.pb.h"
 #include "services/common/kvstore_connection.h"
@@ -32,6 +35,8 @@ struct PrefillServerOptions {
   std::string listen_address = "127.0.0.1:0";
   std::string router_address;  // empty: do not register
   uint64_t calibration_hash = 0;
+  std::string http_listen_address = "127.0.0.1:0";  // /metrics
+  absl::Duration drain = absl::Seconds(30);         // in-flight calls' budget after SIGTERM
 };
 
 // Serves until SIGINT/SIGTERM (the caller has blocked them with BlockShutdownSignals), then

@@ -121,6 +121,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
 PrefillWorker::PrefillWorker(std::unique_ptr<LlamaEngine> engine,
                              const PrefillWorkerOptions& options)
     : engine_(std::move(engine)), options_(options) {
+  if (options_.metrics == nullptr) options_.metrics = std::make_shared<MetricsRegistry>();
+  stats_ = std::make_unique<PrefillMetrics>(*options_.metrics, [this] { return queue(); });
   batcher_ = std::thread([this] { BatcherLoop(); });
   sender_ = std::thread([this] { SenderLoop(); });
 }
@@ -211,6 +213,21 @@ void PrefillWorker::Release(Pending& pending) {
 }
 
 absl::StatusOr<PrefillOutcome> PrefillWorker::Run(PrefillJob job) {
+  const int64_t tokens = static_cast<int64_t>(job.prompt.size());
+  absl::StatusOr<PrefillOutcome> outcome = RunJob(std::move(job));
+  stats_->requests.WithLabels({absl::StatusCodeToString(outcome.status().code())}).Increment();
+  if (outcome.ok()) {
+    const ModelConfig& config = engine_->config();
+    stats_->uncompressed_bytes.Increment(
+        static_cast<double>(tokens * config.n_layers * 2 * config.kv_dim() * sizeof(float)));
+    int64_t stored = 0;
+    for (const v1::PageRef& page : outcome->manifest.pages()) stored += page.encoded_bytes();
+    stats_->stored_bytes.Increment(static_cast<double>(stored));
+  }
+  return outcome;
+}
+
+absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   const int n = static_cast<int>(job.prompt.size());
   if (n < 1) return absl::InvalidArgumentError("the prompt has no tokens");
   if (n >= engine_->max_context()) {
@@ -351,6 +368,11 @@ void PrefillWorker::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch)
   std::vector<int> sequences;
   absl::Status status = ForwardBatch(batch, sequences);
   const double compute = Seconds(absl::Now() - start);
+  int64_t tokens = 0;
+  for (const auto& pending : batch) tokens += static_cast<int64_t>(pending->job.prompt.size());
+  stats_->batch_requests.Observe(static_cast<double>(batch.size()));
+  stats_->batch_tokens.Observe(static_cast<double>(tokens));
+  stats_->forward_seconds.Observe(compute);
   // The sender reads the engine's pages: they must stay until every write has gone out.
   WaitForWrites();
   for (int sequence : sequences) (void)engine_->RemoveSequence(sequence);
@@ -415,7 +437,13 @@ void PrefillWorker::SenderLoop() {
       ops.push_back(TransferOp{encoded.back().data(), encoded.back().size(), write.remote_address});
     }
     if (status.ok()) {
+      const absl::Time put_start = absl::Now();
       status = pending.job.store->endpoint()->PutBatch(pending.job.store->info().pool_rkey(), ops);
+      int64_t bytes = 0;
+      for (const TransferOp& op : ops) bytes += static_cast<int64_t>(op.length);
+      if (status.ok()) {
+        stats_->transfer.Record(bytes, static_cast<int64_t>(ops.size()), absl::Now() - put_start);
+      }
     }
     const absl::Time done = absl::Now();
     {

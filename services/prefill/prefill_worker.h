@@ -20,16 +20,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/metrics/metrics_registry.h"
 #include "core/model/llama_engine.h"
 #include "core/model/sampler.h"
 #include "pdserve/v1/common.pb.h"
 #include "services/common/kvstore_connection.h"
+#include "services/prefill/prefill_metrics.h"
 
 namespace pdserve {
 
 struct PrefillWorkerOptions {
   int max_queued_requests = 256;  // beyond this Run answers ResourceExhausted
   uint64_t calibration_hash = 0;
+  std::shared_ptr<MetricsRegistry> metrics;  // where its metrics go; null: a private registry
 };
 
 struct PrefillJob {
@@ -59,6 +62,7 @@ class PrefillWorker {
   // ResourceExhausted when the queue is full or the KV store has no room; Unavailable when the KV
   // store cannot be reached.
   absl::StatusOr<PrefillOutcome> Run(PrefillJob job);
+  MetricsRegistry& metrics() { return *options_.metrics; }
 
   v1::QueueStatus queue() const;
   const LlamaEngine& engine() const { return *engine_; }
@@ -69,6 +73,7 @@ class PrefillWorker {
   class LayerStreamer;
 
   PrefillWorker(std::unique_ptr<LlamaEngine> engine, const PrefillWorkerOptions& options);
+  absl::StatusOr<PrefillOutcome> RunJob(PrefillJob job);
   absl::Status Allocate(Pending& pending);
   absl::Status Seal(Pending& pending);
   void Release(Pending& pending);
@@ -82,7 +87,8 @@ class PrefillWorker {
   void WaitForWrites();
 
   std::unique_ptr<LlamaEngine> engine_;
-  PrefillWorkerOptions options_;
+  PrefillWorkerOptions options_;  // metrics set
+  std::unique_ptr<PrefillMetrics> stats_;
 
   mutable std::mutex mu_;
   std::condition_variable queue_cv_;

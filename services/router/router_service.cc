@@ -12,6 +12,7 @@
 #include "pdserve/v1/kvstore.grpc.pb.h"
 #include "services/common/grpc_status.h"
 #include "services/common/shutdown_signal.h"
+#include "services/router/openai_api.h"
 #include "services/router/output_text.h"
 
 namespace pdserve {
@@ -91,7 +92,12 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Sched
     : options_(options),
       limits_{options.tokenizer.get(), options.max_context, options.vocab_size},
       policy_(std::move(policy)),
-      registry_(WorkerRegistry::Options{options.heartbeat_interval, 3, nullptr}) {
+      registry_(WorkerRegistry::Options{options.heartbeat_interval, 3, nullptr}),
+      metrics_(options.metrics != nullptr ? options.metrics : std::make_shared<MetricsRegistry>()),
+      stats_(*metrics_, registry_, inflight_) {
+  metrics_->AddGauge("pdserve_model_info", "The model this router serves; always 1", {"model"})
+      .WithLabels({options.model_id})
+      .Set(1);
   for (const std::string& a : options_.prefill_workers) {
     registry_.AddStatic(WorkerRole::kPrefill, a, "");
   }
@@ -136,20 +142,24 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   call.arrival = absl::Now();
   call.server_context = context;
   call.writer = writer;
-  absl::StatusOr<ValidatedRequest> validated = ValidateGenerateRequest(*request, limits_);
-  if (!validated.ok()) return ToGrpcStatus(validated.status());
-  call.request = *std::move(validated);
+  const absl::Status status = Serve(call, *request);
+  stats_.RecordOutcome(status);
+  return ToGrpcStatus(status);
+}
+
+absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request) {
+  PDSERVE_ASSIGN_OR_RETURN(call.request, ValidateGenerateRequest(request, limits_));
 
   const int admitted = inflight_.fetch_add(1) + 1;
   absl::Cleanup leave = [this] { inflight_.fetch_sub(1); };
   if (admitted > options_.max_inflight) {
-    return ToGrpcStatus(absl::ResourceExhaustedError(
+    return absl::ResourceExhaustedError(
         absl::StrCat("router overloaded: ", admitted - 1, " requests in flight (limit ",
-                     options_.max_inflight, "); retry after a short backoff")));
+                     options_.max_inflight, "); retry after a short backoff"));
   }
   call.id = RandomRequestId();
   call.request_id =
-      request->request_id().empty() ? absl::StrFormat("%016x", call.id) : request->request_id();
+      request.request_id().empty() ? absl::StrFormat("%016x", call.id) : request.request_id();
 
   const bool monolithic = registry_.Count(WorkerRole::kMonolithic) > 0 &&
                           registry_.Count(WorkerRole::kPrefill) == 0 &&
@@ -159,7 +169,7 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   if (!status.ok()) {
     Log()->info("request {} (id {:016x}) failed: {}", call.request_id, call.id, status.ToString());
   }
-  return ToGrpcStatus(status);
+  return status;
 }
 
 absl::Status RouterService::RunDisaggregated(Call& call) {
@@ -294,10 +304,13 @@ absl::Status RouterService::RelayDecode(Call& call, const std::string& address,
         break;
       }
       out.Clear();
-      call.last_token_time = absl::Now();
+      const absl::Time now = absl::Now();
       if (call.first_token_time == absl::InfiniteFuture()) {
-        call.first_token_time = call.last_token_time;
+        call.first_token_time = now;
+      } else {
+        stats_.RecordTokenGap(now - call.last_token_time);
       }
+      call.last_token_time = now;
     }
   }
   if (stopped || client_gone || !done) context->TryCancel();
@@ -325,7 +338,11 @@ absl::Status RouterService::WriteFinal(Call& call, v1::FinishReason reason,
                                        v1::GenerateResponse& last) {
   const absl::Time now = absl::Now();
   if (last.tokens_size() > 0) {
-    if (call.first_token_time == absl::InfiniteFuture()) call.first_token_time = now;
+    if (call.first_token_time == absl::InfiniteFuture()) {
+      call.first_token_time = now;
+    } else {
+      stats_.RecordTokenGap(now - call.last_token_time);
+    }
     call.last_token_time = now;
   }
   if (call.first_token_time == absl::InfiniteFuture()) {
@@ -344,6 +361,9 @@ absl::Status RouterService::WriteFinal(Call& call, v1::FinishReason reason,
   final->set_prefill_worker(call.prefill_worker);
   final->set_decode_worker(call.decode_worker);
   if (!call.writer->Write(last)) return absl::CancelledError("cancelled by the client");
+  stats_.RecordLatencies(call.first_token_time - call.arrival, call.last_token_time - call.arrival,
+                         now - call.arrival, call.completion_tokens,
+                         static_cast<int>(call.request.prompt.size()));
   return absl::OkStatus();
 }
 
@@ -464,9 +484,25 @@ void RouterService::PollLoop() {
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOptions& options) {
   auto result = std::unique_ptr<RouterServer>(new RouterServer());
-  PDSERVE_ASSIGN_OR_RETURN(result->service_, RouterService::Create(options));
-  PDSERVE_ASSIGN_OR_RETURN(result->server_,
-                           ServiceServer::Start(options.listen_address, {result->service_.get()}));
+  RouterOptions with_metrics = options;
+  if (with_metrics.metrics == nullptr) with_metrics.metrics = std::make_shared<MetricsRegistry>();
+  PDSERVE_ASSIGN_OR_RETURN(result->service_, RouterService::Create(with_metrics));
+  HttpEndpoint http;
+  http.role = "router";
+  http.metrics = with_metrics.metrics.get();
+  http.options.listen_address = options.http_listen_address;
+  http.install_routes = [&options, &with_metrics](httplib::Server& routes,
+                                                  const ServiceServer& server) {
+    OpenAiApiOptions api;
+    api.router = server.InProcessChannel();
+    api.model_id = options.model_id;
+    api.max_context = options.max_context;
+    api.metrics = with_metrics.metrics.get();
+    api.default_timeout = options.default_deadline;
+    InstallOpenAiRoutes(routes, api);
+  };
+  PDSERVE_ASSIGN_OR_RETURN(result->server_, ServiceServer::Start(options.listen_address,
+                                                                 {result->service_.get()}, http));
   return result;
 }
 
@@ -478,12 +514,16 @@ void RouterServer::Shutdown(absl::Duration grace) { server_->Shutdown(grace); }
 
 absl::Status RunRouter(const RouterOptions& options) {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<RouterServer> router, RouterServer::Start(options));
-  Log()->info("router serving on {} (policy {}, {} prefill, {} decode, {} monolithic static)",
-              router->address(), options.policy, options.prefill_workers.size(),
-              options.decode_workers.size(), options.monolithic_workers.size());
+  Log()->info(
+      "router serving gRPC on {} and HTTP on {} (policy {}, {} prefill, {} decode, {} monolithic "
+      "static)",
+      router->address(), router->server().http_address(), options.policy,
+      options.prefill_workers.size(), options.decode_workers.size(),
+      options.monolithic_workers.size());
   router->server().AnnounceReady("router");
   const int signal = WaitForShutdownSignal();
-  Log()->info("signal {}: shutting down", signal);
+  Log()->info("signal {}: draining ({} requests in flight, up to {})", signal,
+              router->service().inflight(), absl::FormatDuration(options.shutdown_grace));
   router->server().SetServing(false);
   router->Shutdown(options.shutdown_grace);
   return absl::OkStatus();

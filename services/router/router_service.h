@@ -24,12 +24,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/metrics/metrics_registry.h"
 #include "core/model/tokenizer.h"
 #include "pdserve/v1/decode.grpc.pb.h"
 #include "pdserve/v1/prefill.grpc.pb.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "services/common/service_server.h"
 #include "services/router/request_validation.h"
+#include "services/router/router_metrics.h"
 #include "services/router/scheduling_policy.h"
 #include "services/router/worker_registry.h"
 
@@ -54,7 +56,12 @@ struct RouterOptions {
   int max_inflight = 256;                                // admitted Generate calls at once
   std::string policy = "least-tokens";                   // or "round-robin"
   absl::Duration default_deadline = absl::Seconds(600);  // when the client sets none
-  absl::Duration shutdown_grace = absl::Seconds(5);
+  absl::Duration shutdown_grace = absl::Seconds(30);     // in-flight streams' budget on SIGTERM
+  // HTTP: /metrics and the OpenAI-compatible API (`model_id` is the model name it serves).
+  std::string http_listen_address = "127.0.0.1:0";
+  std::string model_id = "pdserve";
+  // The process's metrics; RouterService::Create makes a registry when this is null.
+  std::shared_ptr<MetricsRegistry> metrics;
 
   // InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -77,11 +84,13 @@ class RouterService final : public v1::Router::Service {
 
   WorkerRegistry& registry() { return registry_; }
   int inflight() const { return inflight_.load(); }
+  MetricsRegistry& metrics() { return *metrics_; }
 
  private:
   struct Call;
   RouterService(const RouterOptions& options, std::unique_ptr<SchedulingPolicy> policy);
 
+  absl::Status Serve(Call& call, const v1::GenerateRequest& request);
   absl::Status RunDisaggregated(Call& call);
   absl::Status RunMonolithic(Call& call);
   // Streams a Decode call's tokens to the client and writes the final message.
@@ -103,6 +112,8 @@ class RouterService final : public v1::Router::Service {
   std::unique_ptr<SchedulingPolicy> policy_;
   WorkerRegistry registry_;
   std::atomic<int> inflight_{0};
+  std::shared_ptr<MetricsRegistry> metrics_;
+  RouterMetrics stats_;  // reads registry_ and inflight_
 
   absl::Mutex channels_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_

@@ -141,11 +141,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
         buffer.erase(0, eol + 1);
         std::vector<std::string> fields =
             absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-        if (fields.size() == 3 && fields[0] == "PDSERVE_READY" && fields[1] == "up") {
+        if (fields.size() == 4 && fields[0] == "PDSERVE_READY" && fields[1] == "up") {
           cluster->router_ = fields[2];
-        } else if (fields.size() == 4 && fields[2] == "pid") {
-          Process process{fields[0], fields[1], -1};
-          if (!absl::SimpleAtoi(fields[3], &process.pid) || process.pid <= 0) {
+          cluster->router_http_ = fields[3];
+        } else if (fields.size() == 5 && fields[3] == "pid") {
+          Process process{fields[0], fields[1], fields[2], -1};
+          if (!absl::SimpleAtoi(fields[4], &process.pid) || process.pid <= 0) {
             return fail(absl::StrCat("printed a bad table line: '", line, "'"));
           }
           cluster->processes_.push_back(process);

@@ -1,7 +1,8 @@
 // Cluster: a real `pdserve up` cluster for integration tests. Forks and execs
 // `<build>/tools/pdserve up --model ... <args>` with its stdout on a pipe and its stderr (and so
-// every child's log) in a temporary file, reads the table of processes ("  <name> <address> pid
-// <pid>") and waits for "PDSERVE_READY up <router>" until a startup deadline. Start fails with the
+// every child's log) in a temporary file, reads the table of processes ("  <name> <grpc> <http>
+// pid <pid>") and waits for "PDSERVE_READY up <router grpc> <router http>" until a startup
+// deadline. Start fails with the
 // tail of the log when `up` exits or stays silent first.
 //
 // The destructor sends SIGTERM to `up` (which stops every child), waits for it, and sends SIGKILL
@@ -38,8 +39,9 @@ bool ProcessIsRunning(pid_t pid);
 class Cluster {
  public:
   struct Process {
-    std::string name;  // "router", "kvstore", "prefill-0", "decode-1", "monolithic-0"
-    std::string address;
+    std::string name;          // "router", "kvstore", "prefill-0", "decode-1", "monolithic-0"
+    std::string address;       // gRPC
+    std::string http_address;  // /metrics (and the OpenAI API on the router)
     pid_t pid = -1;
   };
 
@@ -52,6 +54,7 @@ class Cluster {
   ~Cluster();
 
   const std::string& router_address() const { return router_; }
+  const std::string& router_http_address() const { return router_http_; }
   const std::vector<Process>& processes() const { return processes_; }
   // nullptr when there is no process of that name.
   const Process* Find(const std::string& name) const;
@@ -78,6 +81,7 @@ class Cluster {
   int stdout_fd_ = -1;
   std::string log_path_;
   std::string router_;
+  std::string router_http_;
   std::vector<Process> processes_;
   std::unique_ptr<v1::KvStore::Stub> kvstore_;
   std::atomic<bool> stop_drain_{false};

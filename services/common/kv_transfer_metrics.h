@@ -1,0 +1,36 @@
+// KV page traffic between a worker and the KV store, by direction ("put": prefill writes pages,
+// "get": decode reads them): bytes, pages and the seconds spent in transfer calls, so that
+// rate(bytes) / rate(seconds) is the achieved bandwidth. Also which UCX transports the worker's
+// KV store connections use (pdserve_ucx_transport_info{transport} = 1).
+#ifndef PDSERVE_SERVICES_COMMON_KV_TRANSFER_METRICS_H_
+#define PDSERVE_SERVICES_COMMON_KV_TRANSFER_METRICS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "core/metrics/metrics_registry.h"
+#include "services/common/kvstore_connection.h"
+
+namespace pdserve {
+
+class KvTransferMetrics {
+ public:
+  // Registers pdserve_kv_transfer_{bytes,pages,seconds}_total; `direction` is "put" or "get".
+  KvTransferMetrics(MetricsRegistry& metrics, const std::string& direction);
+
+  // One batched transfer call.
+  void Record(int64_t bytes, int64_t pages, absl::Duration elapsed);
+
+ private:
+  Counter& bytes_;
+  Counter& pages_;
+  Counter& seconds_;
+};
+
+// Registers pdserve_ucx_transport_info, read from `connections` (which must outlive every scrape).
+void AddTransportInfoMetric(MetricsRegistry& metrics, const KvStoreConnections& connections);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_SERVICES_COMMON_KV_TRANSFER_METRICS_H_

@@ -1,0 +1,117 @@
+#include "services/router/router_metrics.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pdserve {
+namespace {
+
+const char* Outcome(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return "completed";
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return "rejected";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
+    default:
+      return "failed";
+  }
+}
+
+std::vector<CallbackSample> WorkerQueues(const WorkerRegistry& workers, bool tokens) {
+  std::vector<CallbackSample> samples;
+  for (const WorkerSnapshot& worker : workers.List()) {
+    samples.push_back({{WorkerRoleName(worker.role), worker.address},
+                       tokens ? static_cast<double>(worker.pending_tokens)
+                              : static_cast<double>(worker.pending_requests)});
+  }
+  return samples;
+}
+
+}  // namespace
+
+RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& workers,
+                             const std::atomic<int>& inflight)
+    : requests_(metrics.AddCounter("pdserve_router_requests_total",
+                                   "Generate calls by outcome and gRPC status code",
+                                   {"outcome", "code"})),
+      ttft_(metrics
+                .AddHistogram("pdserve_router_time_to_first_token_seconds",
+                              "Arrival at the router to the first token sent, completed requests",
+                              LatencyBuckets())
+                .Get()),
+      tpot_(metrics
+                .AddHistogram("pdserve_router_time_per_output_token_seconds",
+                              "(last token - first token) / (tokens - 1) per completed request",
+                              LatencyBuckets())
+                .Get()),
+      itl_(metrics
+               .AddHistogram("pdserve_router_inter_token_latency_seconds",
+                             "Gaps between consecutive token messages of a request",
+                             LatencyBuckets())
+               .Get()),
+      e2e_(metrics
+               .AddHistogram("pdserve_router_e2e_request_latency_seconds",
+                             "Arrival to the final message, completed requests", LatencyBuckets())
+               .Get()),
+      prompt_tokens_(metrics
+                         .AddCounter("pdserve_router_prompt_tokens_total",
+                                     "Prompt tokens of completed requests")
+                         .Get()),
+      generation_tokens_(metrics
+                             .AddCounter("pdserve_router_generation_tokens_total",
+                                         "Tokens generated for completed requests")
+                             .Get()) {
+  metrics.AddGaugeCallback("pdserve_router_requests_inflight",
+                           "Generate calls admitted and not finished", {}, [&inflight] {
+                             return std::vector<CallbackSample>{{{}, double(inflight.load())}};
+                           });
+  metrics.AddGaugeCallback("pdserve_router_queue_requests",
+                           "Requests pending on each worker: its last report plus those sent since",
+                           {"role", "worker"},
+                           [&workers] { return WorkerQueues(workers, /*tokens=*/false); });
+  metrics.AddGaugeCallback(
+      "pdserve_router_queue_tokens",
+      "Tokens of work pending on each worker: its last report plus those sent since",
+      {"role", "worker"}, [&workers] { return WorkerQueues(workers, /*tokens=*/true); });
+  metrics.AddGaugeCallback(
+      "pdserve_router_workers", "Registered workers by role and health", {"role", "state"},
+      [&workers] {
+        std::vector<CallbackSample> samples;
+        for (WorkerRole role :
+             {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
+          int healthy = 0, unhealthy = 0;
+          for (const WorkerSnapshot& worker : workers.List()) {
+            if (worker.role == role) ++(worker.healthy ? healthy : unhealthy);
+          }
+          samples.push_back({{WorkerRoleName(role), "healthy"}, double(healthy)});
+          samples.push_back({{WorkerRoleName(role), "unhealthy"}, double(unhealthy)});
+        }
+        return samples;
+      });
+}
+
+void RouterMetrics::RecordOutcome(const absl::Status& status) {
+  requests_.WithLabels({Outcome(status.code()), absl::StatusCodeToString(status.code())})
+      .Increment();
+}
+
+void RouterMetrics::RecordLatencies(absl::Duration first_token, absl::Duration last_token,
+                                    absl::Duration total, int completion_tokens,
+                                    int prompt_tokens) {
+  ttft_.Observe(absl::ToDoubleSeconds(first_token));
+  if (completion_tokens > 1) {
+    tpot_.Observe(absl::ToDoubleSeconds(last_token - first_token) / (completion_tokens - 1));
+  }
+  e2e_.Observe(absl::ToDoubleSeconds(total));
+  prompt_tokens_.Increment(prompt_tokens);
+  generation_tokens_.Increment(completion_tokens);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,215 @@
+// Acceptance of the metrics: a real cluster (`pdserve up`, default profile) scraped by Debian's
+// real Prometheus server. After known traffic, Prometheus' HTTP API must hold every series of the
+// contract (deploy/metrics.txt) with values that follow from the traffic: request and token
+// counts exact, transfers and compression plausible, the KV pool back to empty. Every /metrics
+// page must also pass `promtool check metrics`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/pdserve_client.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/cluster.h"
+#include "tests/integration/prometheus_server.h"
+
+namespace pdserve::integration {
+namespace {
+
+constexpr int kGrpcRequests = 11;
+constexpr int kRequests = kGrpcRequests + 1;  // and one through the OpenAI API
+constexpr int kMaxTokens = 8;
+
+std::string Fetch(const std::string& address, const std::string& path) {
+  const size_t colon = address.rfind(':');
+  httplib::Client client(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
+  httplib::Result result = client.Get(path);
+  return result && result->status == 200 ? result->body : "";
+}
+
+// The contract: one metric name per line (first word), '#' comments.
+std::vector<std::string> ContractNames() {
+  std::ifstream in(std::string(PDSERVE_SOURCE_DIR) + "/deploy/metrics.txt");
+  std::vector<std::string> names;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string name;
+    if (words >> name && name[0] != '#') names.push_back(name);
+  }
+  return names;
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+        Cluster::Start({"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32"});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+    std::vector<PrometheusServer::Target> targets;
+    for (const Cluster::Process& process : cluster_->processes()) {
+      const std::string job = process.name.substr(0, process.name.find('-'));
+      targets.push_back({job, process.http_address});
+    }
+    absl::StatusOr<std::unique_ptr<PrometheusServer>> prometheus = PrometheusServer::Start(targets);
+    ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+    prometheus_ = prometheus->release();
+  }
+  static void TearDownTestSuite() {
+    delete prometheus_;
+    delete cluster_;
+  }
+  void SetUp() override {
+    ASSERT_NE(cluster_, nullptr);
+    ASSERT_NE(prometheus_, nullptr);
+  }
+
+  static Cluster* cluster_;
+  static PrometheusServer* prometheus_;
+};
+
+Cluster* MetricsTest::cluster_ = nullptr;
+PrometheusServer* MetricsTest::prometheus_ = nullptr;
+
+TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
+  auto client = Client::Create(cluster_->router_address());
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < kGrpcRequests; ++i) {
+    // Long enough for whole KV pages, whose V KCache then reads remotely.
+    GenerateRequest request = TextRequest(
+        absl::StrCat("Once upon a time, there was a little girl named Lily number ", i,
+                     ". She loved to play outside in the park with her friends. One day, she "
+                     "saw a big red ball under a tree and ran to get it. Her mom smiled and "
+                     "said that they could all play together until the sun went down."),
+        kMaxTokens);
+    request.mutable_stop()->set_ignore_eos(true);
+    absl::StatusOr<GenerateResult> result = (*client)->Generate(request);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->token_ids.size(), static_cast<size_t>(kMaxTokens));
+  }
+  const std::string& http = cluster_->router_http_address();
+  httplib::Client openai(http.substr(0, http.rfind(':')),
+                         std::stoi(http.substr(http.rfind(':') + 1)));
+  const nlohmann::json body = {
+      {"prompt", "Once upon a time"}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}};
+  httplib::Result completion = openai.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(completion);
+  ASSERT_EQ(completion->status, 200) << completion->body;
+  GenerateRequest bad = TextRequest("x", 0);  // max_tokens 0: INVALID_ARGUMENT
+  EXPECT_EQ((*client)->Generate(bad).status().code(), absl::StatusCode::kInvalidArgument);
+
+  const PrometheusServer& p = *prometheus_;
+  // Every process is scraped and reports itself.
+  const int processes = static_cast<int>(cluster_->processes().size());
+  EXPECT_TRUE(p.WaitForValue("count(up == 1)", processes).ok());
+  EXPECT_TRUE(p.WaitForValue("count(pdserve_build_info)", processes).ok());
+  EXPECT_TRUE(p.WaitForValue("sum(pdserve_serving)", processes).ok());
+
+  // The router: exact counts.
+  absl::Status ttft =
+      p.WaitForValue("sum(pdserve_router_time_to_first_token_seconds_count)", kRequests);
+  EXPECT_TRUE(ttft.ok()) << ttft;
+  EXPECT_TRUE(
+      p.WaitForValue(R"(pdserve_router_requests_total{outcome="completed",code="OK"})", kRequests)
+          .ok());
+  EXPECT_TRUE(
+      p.WaitForValue(R"(pdserve_router_requests_total{outcome="rejected",code="INVALID_ARGUMENT"})",
+                     1)
+          .ok());
+  EXPECT_TRUE(
+      p.WaitForValue("pdserve_router_generation_tokens_total", kRequests * kMaxTokens).ok());
+  EXPECT_TRUE(
+      p.WaitForValue("sum(pdserve_router_time_per_output_token_seconds_count)", kRequests).ok());
+  EXPECT_TRUE(
+      p.WaitForValue("sum(pdserve_router_e2e_request_latency_seconds_count)", kRequests).ok());
+  EXPECT_TRUE(p.WaitForValue("pdserve_router_requests_inflight", 0).ok());
+  EXPECT_TRUE(
+      p.WaitForValue(R"(sum(pdserve_router_workers{state="healthy"}))", processes - 2).ok());
+  // Latencies are positive and TTFT is below e2e.
+  absl::StatusOr<std::vector<PrometheusServer::Sample>> ratio = p.Query(
+      "sum(pdserve_router_time_to_first_token_seconds_sum) / "
+      "sum(pdserve_router_e2e_request_latency_seconds_sum)");
+  ASSERT_TRUE(ratio.ok() && ratio->size() == 1) << ratio.status();
+  EXPECT_GT((*ratio)[0].value, 0);
+  EXPECT_LT((*ratio)[0].value, 1);
+
+  // Prefill and decode: the same requests, the tokens all generated by decode.
+  EXPECT_TRUE(p.WaitForValue(R"(pdserve_prefill_requests_total{code="OK"})", kRequests).ok());
+  EXPECT_TRUE(p.WaitForValue(R"(pdserve_decode_requests_total{code="OK"})", kRequests).ok());
+  EXPECT_TRUE(p.WaitForValue("pdserve_decode_generated_tokens_total", kRequests * kMaxTokens).ok());
+  // Pages put equal pages read, bytes too (decode reads K-only parts of KCache pages, so fewer).
+  absl::StatusOr<std::vector<PrometheusServer::Sample>> put =
+      p.Query(R"(pdserve_kv_transfer_pages_total{direction="put"})");
+  ASSERT_TRUE(put.ok() && put->size() == 1);
+  EXPECT_GT((*put)[0].value, 0);
+  EXPECT_TRUE(
+      p.WaitForValue(R"(pdserve_kv_transfer_pages_total{direction="get"})", (*put)[0].value).ok());
+  EXPECT_TRUE(p.WaitForValue(R"(sum(pdserve_kv_transfer_bytes_total{direction="put"}) >= bool )"
+                             R"(sum(pdserve_kv_transfer_bytes_total{direction="get"}))",
+                             1)
+                  .ok());
+  // SwiftKV + FP8 store less than the plain fp32 KV; the stored bytes are what was put.
+  EXPECT_TRUE(p.WaitForValue("pdserve_prefill_kv_uncompressed_bytes_total > bool "
+                             "2 * pdserve_prefill_kv_stored_bytes_total",
+                             1)
+                  .ok());
+  EXPECT_TRUE(p.WaitForValue(R"(pdserve_prefill_kv_stored_bytes_total - ignoring(direction) )"
+                             R"(pdserve_kv_transfer_bytes_total{direction="put"})",
+                             0)
+                  .ok());
+  EXPECT_TRUE(p.WaitForValue("pdserve_decode_kcache_value_fetched_bytes_total > bool 0", 1).ok());
+  absl::StatusOr<std::vector<PrometheusServer::Sample>> transports =
+      p.Query("pdserve_ucx_transport_info == 1");
+  ASSERT_TRUE(transports.ok());
+  EXPECT_FALSE(transports->empty()) << "no worker reports the UCX transports it uses";
+  // The KV store: every page back, nothing expired, every allocation counted.
+  EXPECT_TRUE(p.WaitForValue(R"(pdserve_kvstore_slots{state="free"} - ignoring(state) )"
+                             R"(sum without(state) (pdserve_kvstore_slots))",
+                             0)
+                  .ok());
+  EXPECT_TRUE(p.WaitForValue("pdserve_kvstore_leases_active", 0).ok());
+  EXPECT_TRUE(p.WaitForValue("pdserve_kvstore_lease_expiries_total", 0).ok());
+  EXPECT_TRUE(p.WaitForValue(R"(pdserve_kvstore_allocations_total{code="OK"})", kRequests).ok());
+  EXPECT_TRUE(p.WaitForValue(R"(pdserve_kvstore_frees_total{reason="released"})", kRequests).ok());
+
+  EXPECT_TRUE(
+      p.WaitForValue(R"(pdserve_http_requests_total{path="/v1/completions",code="200"})", 1).ok());
+  // Every metric of the contract exists.
+  absl::StatusOr<std::string> names_json = p.Get("/api/v1/label/__name__/values");
+  ASSERT_TRUE(names_json.ok());
+  const nlohmann::json names = nlohmann::json::parse(*names_json)["data"];
+  std::set<std::string> present(names.begin(), names.end());
+  const std::vector<std::string> contract = ContractNames();
+  EXPECT_GE(contract.size(), 30u) << "deploy/metrics.txt is missing or short";
+  for (const std::string& name : contract) {
+    EXPECT_TRUE(present.count(name) || present.count(name + "_count"))
+        << name << " (deploy/metrics.txt) is not exported by any service";
+  }
+}
+
+TEST_F(MetricsTest, EveryMetricsPagePassesPromtool) {
+  for (const Cluster::Process& process : cluster_->processes()) {
+    const std::string page = Fetch(process.http_address, "/metrics");
+    ASSERT_FALSE(page.empty()) << process.name << " served no /metrics";
+    FILE* promtool = popen("/usr/bin/promtool check metrics > /tmp/pdserve-promtool.out 2>&1", "w");
+    ASSERT_NE(promtool, nullptr);
+    fwrite(page.data(), 1, page.size(), promtool);
+    const int status = pclose(promtool);
+    std::ifstream in("/tmp/pdserve-promtool.out");
+    std::string lint((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(status, 0) << process.name << ": " << lint;
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::integration
