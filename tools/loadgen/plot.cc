@@ -41,7 +41,7 @@ std::string Header(const SweepResult& sweep, const std::string& png_path,
       "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 900,560 "
       "enhanced font ',10' } else { set terminal png size 900,560 }\n",
       "set output ", Quote(png_path), "\n", "set title ", Quote(title), " noenhanced\n",
-      "set datafile missing '?'\n", "set key top left box opaque\n", "set grid\n",
+      "set datafile missing '?'\n", "set key below box\n", "set grid\n",
       "set xlabel 'offered rate (requests/s)'\n");
   if (lo > 0 && hi / lo >= 8) absl::StrAppend(&s, "set logscale x 2\n");
   return s;
