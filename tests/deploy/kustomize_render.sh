@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Renders deploy/k8s/base and every deploy/k8s/overlays/*/ with `kubectl kustomize` and checks
+# that each gives a non-empty list of objects. Usage: kustomize_render.sh DEPLOY_K8S_DIR
+set -euo pipefail
+k8s="${1:?usage: kustomize_render.sh DEPLOY_K8S_DIR}"
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "FAIL: kubectl is not installed: it renders the kustomizations (kustomize is built in)." >&2
+  echo "      Install kubectl (https://kubernetes.io/docs/tasks/tools/) and run ctest again." >&2
+  exit 1
+fi
+failed=0
+dirs=("$k8s/base")
+for overlay in "$k8s"/overlays/*/; do
+  [ -f "$overlay/kustomization.yaml" ] && dirs+=("${overlay%/}")
+done
+if [ ${#dirs[@]} -lt 2 ]; then
+  echo "FAIL: no overlays under $k8s/overlays" >&2
+  failed=1
+fi
+for dir in "${dirs[@]}"; do
+  if ! out="$(kubectl kustomize "$dir" 2>&1)"; then
+    echo "FAIL: kubectl kustomize $dir:" >&2
+    echo "$out" >&2
+    failed=1
+    continue
+  fi
+  kinds="$(printf '%s\n' "$out" | grep -c '^kind: ' || true)"
+  if [ "$kinds" -eq 0 ]; then
+    echo "FAIL: kubectl kustomize $dir rendered no objects" >&2
+    failed=1
+    continue
+  fi
+  echo "ok: $dir renders $kinds objects"
+done
+exit "$failed"
