@@ -45,7 +45,9 @@ ABSL_FLAG(std::string, protocol, "grpc",
           "/v1/completions at --url)");
 ABSL_FLAG(std::string, url, "",
           "loadgen: the router's HTTP address, http://HOST:PORT or HOST:PORT (--protocol http)");
-ABSL_FLAG(std::string, api_model, "pdserve", "loadgen: the \"model\" field of HTTP requests");
+ABSL_FLAG(std::string, api_model, "",
+          "loadgen: the \"model\" field of HTTP requests (default: the first model that "
+          "GET /v1/models lists)");
 ABSL_FLAG(double, rate, 1.0,
           "loadgen: open-loop arrivals per second (with --trace: replaces the trace's "
           "timestamps when given)");

@@ -92,7 +92,18 @@ absl::Status HttpBackend::Probe() {
   client.set_connection_timeout(5);
   client.set_read_timeout(10);
   httplib::Result result = client.Get("/v1/models");
-  if (result) return absl::OkStatus();
+  if (result) {
+    if (!model_.empty()) return absl::OkStatus();
+    const nlohmann::json j = nlohmann::json::parse(result->body, nullptr, false);
+    if (result->status == 200 && j.is_object() && j.contains("data") && j["data"].is_array() &&
+        !j["data"].empty() && j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
+      model_ = j["data"][0]["id"].get<std::string>();
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat("http://", host_, ":", port_,
+                                                      "/v1/models lists no model (HTTP ",
+                                                      result->status, "); give --api-model"));
+  }
   return absl::UnavailableError(absl::StrCat("router unreachable at http://", host_, ":", port_,
                                              ": ", httplib::to_string(result.error())));
 }

@@ -22,11 +22,13 @@ namespace pdserve::loadgen {
 class HttpBackend : public Backend {
  public:
   // `address` is "host:port" or "http://host:port[/]"; InvalidArgument naming --url otherwise.
+  // `model` is the requests' "model" field; empty = the first one /v1/models lists (Probe).
   static absl::StatusOr<std::unique_ptr<HttpBackend>> Create(const std::string& address,
                                                              const std::string& model);
 
   std::string Describe() const override;
-  // GET /v1/models; any HTTP answer counts as reachable.
+  // GET /v1/models; any HTTP answer counts as reachable. With an empty `model`, takes the first
+  // model listed (FailedPrecondition when none is). Call before Send.
   absl::Status Probe() override;
   BackendResult Send(const BackendRequest& request, Cancellation& cancellation,
                      const std::function<void()>& on_token) override;

@@ -19,7 +19,8 @@ class FakeOpenAiServer {
  public:
   FakeOpenAiServer() {
     server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"object": "list", "data": []})", "application/json");
+      res.set_content(R"({"object": "list", "data": [{"id": "tiny", "object": "model"}]})",
+                      "application/json");
     });
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       const nlohmann::json body = nlohmann::json::parse(req.body);
@@ -98,6 +99,17 @@ TEST(HttpBackend, StreamsTokensFromSse) {
   EXPECT_EQ(body["ignore_eos"], true);
   EXPECT_EQ(body["temperature"], 0);
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
+}
+
+TEST(HttpBackend, ProbeTakesTheServedModelWhenNoneIsGiven) {
+  FakeOpenAiServer server;
+  auto backend = HttpBackend::Create(absl::StrCat("127.0.0.1:", server.port()), "");
+  ASSERT_TRUE(backend.ok());
+  ASSERT_TRUE((*backend)->Probe().ok());
+  const std::vector<int> prompt = {5};
+  Cancellation cancellation;
+  EXPECT_EQ((*backend)->Send({&prompt, 2, 10}, cancellation, [] {}).code, "OK");
+  EXPECT_EQ(server.last_body()["model"], "tiny");
 }
 
 TEST(HttpBackend, HttpErrorsCarryStatusAndMessage) {
