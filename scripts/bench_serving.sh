@@ -60,36 +60,8 @@ if [[ ! -f $M42 ]]; then
     --log-level warn && mv "$M42.tmp" "$M42"
 fi
 
-UP_PID=
-cleanup() {
-  if [[ -n $UP_PID ]] && kill -0 "$UP_PID" 2>/dev/null; then
-    kill -TERM "$UP_PID" 2>/dev/null || true
-    wait "$UP_PID" 2>/dev/null || true
-  fi
-  UP_PID=
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# start_cluster LOG ARGS...: `pdserve up ARGS`; sets ROUTER (and MONO, the first monolithic worker).
-start_cluster() {
-  local log=$1; shift
-  "$PDSERVE" up --log-level warn "$@" > "$log" 2>&1 &
-  UP_PID=$!
-  local waited=0
-  ROUTER=
-  # The whole line, addresses included (the file may hold part of a write); the router's gRPC
-  # address is the third field (an HTTP address may follow).
-  until ROUTER=$(awk '/^PDSERVE_READY up [^ ]+:[0-9]+( [^ ]+:[0-9]+)*$/ {print $3}' "$log" \
-                   2>/dev/null) &&
-        [[ -n $ROUTER ]]; do
-    if ! kill -0 "$UP_PID" 2>/dev/null || (( waited > 1800 )); then
-      echo "pdserve up failed to start; its log ($log):" >&2; tail -20 "$log" >&2; exit 1
-    fi
-    sleep 0.1; waited=$((waited + 1))
-  done
-  MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
-}
+# shellcheck source=scripts/cluster_lib.sh
+source scripts/cluster_lib.sh
 
 # bench TAG MODE ROUND RATE REQUESTS WARMUP PROMPT GEN [extra loadgen args]
 bench() {

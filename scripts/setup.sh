@@ -15,7 +15,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   python3
   python3-yaml
-  prometheus
+  prometheus gnuplot-nox
 )
 
 missing=()

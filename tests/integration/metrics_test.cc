@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/pdserve_client.h"
@@ -194,6 +196,18 @@ TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
   for (const std::string& name : contract) {
     EXPECT_TRUE(present.count(name) || present.count(name + "_count"))
         << name << " (deploy/metrics.txt) is not exported by any service";
+  }
+  // ... and every pdserve metric exported is in the contract.
+  const std::set<std::string> listed(contract.begin(), contract.end());
+  for (const std::string& name : present) {
+    if (name.rfind("pdserve_", 0) != 0) continue;
+    std::string base = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      if (!listed.count(base) && absl::EndsWith(base, suffix)) {
+        base = base.substr(0, base.size() - std::strlen(suffix));
+      }
+    }
+    EXPECT_TRUE(listed.count(base)) << name << " is exported but not in deploy/metrics.txt";
   }
 }
 

@@ -1,0 +1,34 @@
+# Sourced by the serving benchmarks: start and stop one `pdserve up` cluster at a time.
+#   start_cluster LOG ARGS...   runs `$PDSERVE up ARGS` in the background, waits for its ready
+#                               line; sets UP_PID, ROUTER (gRPC), ROUTER_HTTP and MONO (the first
+#                               monolithic worker's address, if any)
+#   cleanup                     stops it (SIGTERM, then waits); installed as the EXIT trap
+UP_PID=
+cleanup() {
+  if [[ -n $UP_PID ]] && kill -0 "$UP_PID" 2>/dev/null; then
+    kill -TERM "$UP_PID" 2>/dev/null || true
+    wait "$UP_PID" 2>/dev/null || true
+  fi
+  UP_PID=
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_cluster() {
+  local log=$1; shift
+  "$PDSERVE" up --log-level warn "$@" > "$log" 2>&1 &
+  UP_PID=$!
+  local waited=0
+  ROUTER=
+  # The whole line (the file may hold part of a write): PDSERVE_READY up <grpc> <http>.
+  until ROUTER=$(awk '/^PDSERVE_READY up [^ ]+:[0-9]+ [^ ]+:[0-9]+$/ {print $3}' "$log" \
+                   2>/dev/null) &&
+        [[ -n $ROUTER ]]; do
+    if ! kill -0 "$UP_PID" 2>/dev/null || (( waited > 1800 )); then
+      echo "pdserve up failed to start; its log ($log):" >&2; tail -20 "$log" >&2; exit 1
+    fi
+    sleep 0.1; waited=$((waited + 1))
+  done
+  ROUTER_HTTP=$(awk '/^PDSERVE_READY up / {print $4}' "$log")
+  MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
+}
