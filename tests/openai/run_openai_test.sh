@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The OpenAI-compatible API against a real `pdserve up` cluster (stories260K), checked with the
+# official `openai` npm client (openai_client_test.mjs): installs the pinned client with `npm ci`
+# in a temporary copy of this folder, starts the cluster, waits for its ready line
+# "PDSERVE_READY up <router-grpc> <router-http>", runs the script against the HTTP address, and
+# always stops the cluster.
+# Env: PDSERVE (the binary), PDSERVE_SHARED_DIR. Needs node >= 18 and npm (and the npm registry,
+# or a warm npm cache).
+set -euo pipefail
+
+: "${PDSERVE:?}" "${PDSERVE_SHARED_DIR:?}"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MODEL="$PDSERVE_SHARED_DIR/models/stories260K/stories260K.bin"
+TOKENIZER="$PDSERVE_SHARED_DIR/models/stories260K/tok512.bin"
+READY_SECONDS=${READY_SECONDS:-180}
+WORK=$(mktemp -d)
+up_pid=""
+
+cleanup() {
+  if [[ -n "$up_pid" ]] && kill -0 "$up_pid" 2>/dev/null; then
+    kill -TERM "$up_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$up_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$up_pid" 2>/dev/null || true
+    wait "$up_pid" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for tool in node npm; do
+  command -v "$tool" > /dev/null || { echo "FAIL: $tool is not installed" >&2; exit 1; }
+done
+
+cp "$HERE/package.json" "$HERE/package-lock.json" "$HERE/openai_client_test.mjs" "$WORK/"
+(cd "$WORK" && npm ci --no-audit --no-fund --loglevel=error) ||
+  { echo "FAIL: npm ci in $WORK" >&2; exit 1; }
+
+"$PDSERVE" up --model "$MODEL" --tokenizer "$TOKENIZER" --log-level warn \
+  > "$WORK/up.out" 2> "$WORK/up.err" &
+up_pid=$!
+
+ready=""
+deadline=$((SECONDS + READY_SECONDS))
+while [[ -z "$ready" ]]; do
+  ready=$(grep -m1 '^PDSERVE_READY up ' "$WORK/up.out" || true)
+  [[ -n "$ready" ]] && break
+  if ! kill -0 "$up_pid" 2>/dev/null; then
+    echo "FAIL: pdserve up exited before its ready line; its stderr:" >&2
+    cat "$WORK/up.err" >&2
+    exit 1
+  fi
+  if ((SECONDS > deadline)); then
+    echo "FAIL: no ready line from pdserve up in ${READY_SECONDS}s; its stderr:" >&2
+    cat "$WORK/up.err" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
+read -r _ _ router_grpc router_http _ <<< "$ready"
+if [[ -z "${router_http:-}" ]]; then
+  echo "FAIL: the ready line '$ready' has no router HTTP address" >&2
+  exit 1
+fi
+echo "cluster ready: router gRPC $router_grpc, HTTP $router_http"
+
+if ! node "$WORK/openai_client_test.mjs" "http://$router_http"; then
+  echo "--- pdserve up stderr (last 50 lines) ---" >&2
+  tail -50 "$WORK/up.err" >&2
+  exit 1
+fi
