@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rate sweep (issue 5 acceptance; DESIGN.md §5): the disaggregated cluster with the default
-# profile (--swiftkv-layer 4 --fp8 per-token --kcache-topn 32) against monolithic mode, in one
-# run, on stories260K with 384-token prompts and 32 generated tokens. For each mode: `pdserve up`
+# profile (--swiftkv-layer 4 --fp8 per-token --kcache-topn 32) against monolithic mode (two
+# monolithic workers, plain model), in one run, on stories260K with 384-token prompts and 32 generated tokens. For each mode: `pdserve up`
 # → `pdserve loadgen --sweep-rates` (open-loop Poisson, same seeded workload at every rate) →
 # stop. Loadgen finds the highest rate whose SLO attainment (TTFT ≤ SLO_TTFT_MS and TPOT ≤
 # SLO_TPOT_MS, both per request) is ≥ 90 % and draws latency-vs-rate and goodput-vs-rate PNGs.
@@ -9,6 +9,8 @@
 #
 #   scripts/bench_sweep.sh [build-dir]            (default build/bs; built if needed)
 #   RATES=4:1.5:10 REQUESTS=200 SLO_TTFT_MS=100 scripts/bench_sweep.sh
+#   MODEL_ARGS="--model /tmp/42M.gguf --pool-mib 1024" PROMPT=768 RATES=0.2:1.5:5 \
+#     REQUESTS=20 SLO_TTFT_MS=5000 scripts/bench_sweep.sh     (a bigger model; any pdserve up args)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/bs}
@@ -23,6 +25,9 @@ GEN=${GEN:-32}
 SLO_TTFT_MS=${SLO_TTFT_MS:-1000}
 SLO_TPOT_MS=${SLO_TPOT_MS:-100}
 SEED=${SEED:-1}
+# Both modes get two worker processes for the two cores (stories260K runs one thread per engine):
+# disaggregated one prefill and one decode worker, monolithic two monolithic workers.
+MONO_WORKERS=${MONO_WORKERS:-2}
 PROFILE=(--swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
 mkdir -p "$WORK"
 
@@ -35,9 +40,14 @@ ninja -C "$BUILD" -j2 pdserve > "$WORK/build.log" || { tail -30 "$WORK/build.log
 source scripts/cluster_lib.sh
 
 M=$SHARED/models/stories260K
-MODEL=(--model "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --threads 1)
+read -r -a MODEL <<< "${MODEL_ARGS:---model $M/stories260K.bin --tokenizer $M/tok512.bin}"
+MODEL+=(--threads 1)
 for mode in disagg mono; do
-  if [[ $mode == disagg ]]; then extra=("${PROFILE[@]}"); else extra=(--monolithic); fi
+  if [[ $mode == disagg ]]; then
+    extra=("${PROFILE[@]}")
+  else
+    extra=(--monolithic --decode-workers "$MONO_WORKERS")
+  fi
   echo "=== $mode: sweep $RATES, $REQUESTS requests per rate, $PROMPT+$GEN tokens ($(date +%T))"
   start_cluster "$WORK/$mode.log" "${MODEL[@]}" "${extra[@]}"
   "$PDSERVE" loadgen --router "$ROUTER" --sweep-rates "$RATES" --requests "$REQUESTS" \
@@ -68,5 +78,6 @@ for mode, sweep in sweeps.items():
     best = sweep["max_rate_meeting_slo"]
     point = next((p for p in sweep["points"] if best is not None and p["rate"] == best), None)
     goodput = f"{point['goodput']:.1f}" if point else "-"
-    print(f"{mode}: highest rate meeting the SLO = {best} req/s, goodput there = {goodput} req/s")
+    rate = "none" if best is None else f"{best:.1f}"
+    print(f"{mode}: highest rate meeting the SLO = {rate} req/s, goodput there = {goodput} req/s")
 PY

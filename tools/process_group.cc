@@ -126,15 +126,15 @@ std::vector<ProcessGroup::Child> ProcessGroup::Reap() {
   return dead;
 }
 
-void ProcessGroup::StopAll(absl::Duration grace) {
+void ProcessGroup::Stop(const std::function<bool(const Child&)>& which, absl::Duration grace) {
   for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
-    if (!it->exited) kill(it->pid, SIGTERM);
+    if (!it->exited && which(*it)) kill(it->pid, SIGTERM);
   }
   const absl::Time deadline = absl::Now() + grace;
   while (true) {
     Reap();
     bool all = true;
-    for (const Child& child : children_) all = all && child.exited;
+    for (const Child& child : children_) all = all && (child.exited || !which(child));
     if (all) return;
     if (absl::Now() >= deadline) break;
     // Children exit on their own schedule; there is no portable wait-with-timeout for a set of
@@ -142,7 +142,7 @@ void ProcessGroup::StopAll(absl::Duration grace) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   for (Child& child : children_) {
-    if (child.exited) continue;
+    if (child.exited || !which(child)) continue;
     std::fprintf(stderr, "pdserve up: %s (pid %d) ignored SIGTERM; killing it\n",
                  child.name.c_str(), child.pid);
     kill(child.pid, SIGKILL);

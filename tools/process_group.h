@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,9 +41,12 @@ class ProcessGroup {
                                     absl::Duration timeout);
   // Reaps children that exited; returns the ones newly found dead.
   std::vector<Child> Reap();
-  // SIGTERM to every live child, in reverse start order; SIGKILL to those still alive after
-  // `grace`.
-  void StopAll(absl::Duration grace);
+  // SIGTERM to every live child that `which` selects, at once; SIGKILL to those still alive
+  // after `grace`.
+  void Stop(const std::function<bool(const Child&)>& which, absl::Duration grace);
+  void StopAll(absl::Duration grace) {
+    Stop([](const Child&) { return true; }, grace);
+  }
 
   const std::vector<Child>& children() const { return children_; }
 

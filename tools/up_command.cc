@@ -27,6 +27,8 @@ ABSL_FLAG(int, prefill_workers, 1, "up: prefill worker processes");
 ABSL_FLAG(int, decode_workers, 1, "up: decode (or monolithic) worker processes");
 ABSL_FLAG(int, startup_seconds, 180, "up: how long each process may take to become ready");
 
+ABSL_DECLARE_FLAG(double, drain_seconds);
+
 namespace pdserve::cli {
 namespace {
 
@@ -188,7 +190,14 @@ absl::Status RunUp() {
       break;
     }
   }
-  group.StopAll(absl::Seconds(15));
+  // Drain in dependency order, each stage within the processes' own budget plus a margin: the
+  // router first (it finishes the streams, which need the workers), then the workers, then the
+  // KV store (it waits for the workers' pages).
+  const absl::Duration budget = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds) + 5);
+  using Child = ProcessGroup::Child;
+  group.Stop([](const Child& child) { return child.name == "router"; }, budget);
+  group.Stop([](const Child& child) { return !IsCore(child.name); }, budget);
+  group.StopAll(budget);
   return result;
 }
 

@@ -136,15 +136,20 @@ MetricFamily<Histogram>& MetricsRegistry::AddHistogram(const std::string& name,
 void MetricsRegistry::AddGaugeCallback(const std::string& name, const std::string& help,
                                        std::vector<std::string> label_names,
                                        std::function<std::vector<CallbackSample>()> read) {
-  std::unique_ptr<Entry> entry = NewEntry(name, help, std::move(label_names), "gauge");
-  entry->read = std::move(read);
-  Insert(std::move(entry));
+  AddCallback(name, help, std::move(label_names), std::move(read), "gauge");
 }
 
 void MetricsRegistry::AddCounterCallback(const std::string& name, const std::string& help,
                                          std::vector<std::string> label_names,
                                          std::function<std::vector<CallbackSample>()> read) {
-  std::unique_ptr<Entry> entry = NewEntry(name, help, std::move(label_names), "counter");
+  AddCallback(name, help, std::move(label_names), std::move(read), "counter");
+}
+
+void MetricsRegistry::AddCallback(const std::string& name, const std::string& help,
+                                  std::vector<std::string> label_names,
+                                  std::function<std::vector<CallbackSample>()> read,
+                                  const char* type) {
+  std::unique_ptr<Entry> entry = NewEntry(name, help, std::move(label_names), type);
   entry->read = std::move(read);
   Insert(std::move(entry));
 }

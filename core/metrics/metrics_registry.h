@@ -60,6 +60,9 @@ class MetricsRegistry {
   static std::unique_ptr<Entry> NewEntry(const std::string& name, const std::string& help,
                                          std::vector<std::string> label_names, const char* type);
   void Insert(std::unique_ptr<Entry> entry);
+  void AddCallback(const std::string& name, const std::string& help,
+                   std::vector<std::string> label_names,
+                   std::function<std::vector<CallbackSample>()> read, const char* type);
 
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/metrics/exposition.h"
 
 namespace pdserve {
@@ -18,8 +19,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   if (colon == std::string::npos ||
       !absl::SimpleAtoi(options.listen_address.substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("HTTP listen address '", options.listen_address, "' is not host:port"));
+    return absl::InvalidArgumentError(absl::StrCat("HTTP listen address (--http-listen) '",
+                                                   options.listen_address,
+                                                   "' is not host:port with a port in [0, 65535]"));
   }
   std::string host = options.listen_address.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -29,6 +31,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   const int threads = std::max(options.threads, 1);
   server->server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server->server_.set_payload_max_length(options.max_body_bytes);
+  // Idle keep-alive connections (Prometheus keeps one) hold Stop for at most this long.
+  server->server_.set_keep_alive_timeout(1);
   // httplib's default adds SO_REUSEPORT, which would let a second server share a taken port.
   server->server_.set_socket_options([](socket_t sock) {
     int yes = 1;
@@ -42,14 +46,24 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   const int bound = port == 0 ? server->server_.bind_to_any_port(host)
                               : (server->server_.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for HTTP on ", options.listen_address));
+    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", options.listen_address,
+                                               " (--http-listen): the port is taken or the host is "
+                                               "not a local address"));
   }
   server->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", bound);
   HttpServer* self = server.get();
-  server->thread_ = std::thread([self] { self->server_.listen_after_bind(); });
+  server->thread_ = std::thread([self] {
+    self->server_.listen_after_bind();
+    self->listen_returned_.store(true);
+  });
   // Stop only takes effect once the accept loop runs (httplib 0.11 has no wait_until_ready).
-  while (!server->server_.is_running()) std::this_thread::yield();
+  while (!server->server_.is_running() && !server->listen_returned_.load()) {
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  if (server->listen_returned_.load()) {
+    return absl::UnavailableError(
+        absl::StrCat("the HTTP server on ", server->address_, " stopped as it started"));
+  }
   return server;
 }
 

@@ -7,6 +7,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,8 +20,9 @@ namespace pdserve {
 
 struct HttpServerOptions {
   std::string listen_address = "127.0.0.1:0";
-  // Connections served at once (each streaming response holds one thread).
-  int threads = 128;
+  // Connections served at once (each streaming response holds one thread; the pool's threads
+  // are started up front).
+  int threads = 8;
   // Request bodies above this get 413.
   size_t max_body_bytes = 8 << 20;
 };
@@ -44,6 +46,7 @@ class HttpServer {
 
   httplib::Server server_;
   std::string address_;
+  std::atomic<bool> listen_returned_{false};
   std::thread thread_;
 };
 

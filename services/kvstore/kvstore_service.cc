@@ -82,26 +82,27 @@ grpc::Status KvStoreService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequ
 
 grpc::Status KvStoreService::Allocate(grpc::ServerContext*, const v1::AllocateRequest* request,
                                       v1::AllocateReply* reply) {
-  if (draining_.load()) {
-    return ToGrpcStatus(absl::UnavailableError("kvstore is draining: it takes no new pages"));
-  }
-  absl::StatusOr<absl::Duration> lease = LeaseFromWire(request->lease_seconds());
-  if (!lease.ok()) return ToGrpcStatus(lease.status());
-  const std::vector<uint32_t> page_bytes(request->page_bytes().begin(),
-                                         request->page_bytes().end());
-  absl::StatusOr<PageAllocation> allocation =
-      pool_.Allocate(request->request_id(), page_bytes, *lease);
+  const absl::Status status = AllocateSlots(*request, *reply);
   if (allocations_ != nullptr) {
-    allocations_->WithLabels({absl::StatusCodeToString(allocation.status().code())}).Increment();
+    allocations_->WithLabels({absl::StatusCodeToString(status.code())}).Increment();
   }
-  if (!allocation.ok()) return ToGrpcStatus(allocation.status());
-  reply->set_allocation_id(allocation->allocation_id);
-  reply->set_lease_token(allocation->lease_token);
-  for (int64_t slot : allocation->slots) {
-    reply->add_slot_addresses(region_.address() + static_cast<uint64_t>(slot * pool_.slot_bytes()));
+  return ToGrpcStatus(status);
+}
+
+absl::Status KvStoreService::AllocateSlots(const v1::AllocateRequest& request,
+                                           v1::AllocateReply& reply) {
+  if (draining_.load()) return absl::UnavailableError("kvstore is draining: it takes no new pages");
+  PDSERVE_ASSIGN_OR_RETURN(const absl::Duration lease, LeaseFromWire(request.lease_seconds()));
+  const std::vector<uint32_t> page_bytes(request.page_bytes().begin(), request.page_bytes().end());
+  PDSERVE_ASSIGN_OR_RETURN(PageAllocation allocation,
+                           pool_.Allocate(request.request_id(), page_bytes, lease));
+  reply.set_allocation_id(allocation.allocation_id);
+  reply.set_lease_token(allocation.lease_token);
+  for (int64_t slot : allocation.slots) {
+    reply.add_slot_addresses(region_.address() + static_cast<uint64_t>(slot * pool_.slot_bytes()));
   }
-  reply->set_lease_seconds(absl::ToDoubleSeconds(allocation->lease));
-  return grpc::Status::OK;
+  reply.set_lease_seconds(absl::ToDoubleSeconds(allocation.lease));
+  return absl::OkStatus();
 }
 
 grpc::Status KvStoreService::Seal(grpc::ServerContext*, const v1::SealRequest* request,

@@ -81,6 +81,8 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
   void StartDraining() { draining_.store(true); }
 
  private:
+  absl::Status AllocateSlots(const pdserve::v1::AllocateRequest& request,
+                             pdserve::v1::AllocateReply& reply);
   PagePool& pool_;
   const MemoryRegion& region_;
   const Transport& transport_;

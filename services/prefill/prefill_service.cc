@@ -12,6 +12,15 @@ namespace pdserve {
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* /*context*/,
                                      const v1::PrefillRequest* request, v1::PrefillReply* reply) {
+  const grpc::Status status = Serve(request, reply);
+  worker_.stats()
+      .requests
+      .WithLabels({absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))})
+      .Increment();
+  return status;
+}
+
+grpc::Status PrefillService::Serve(const v1::PrefillRequest* request, v1::PrefillReply* reply) {
   absl::StatusOr<std::shared_ptr<KvStoreConnection>> store =
       stores_.Get(request->kvstore_grpc_address());
   if (!store.ok()) return ToGrpcStatus(store.status());

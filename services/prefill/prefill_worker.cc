@@ -215,7 +215,6 @@ void PrefillWorker::Release(Pending& pending) {
 absl::StatusOr<PrefillOutcome> PrefillWorker::Run(PrefillJob job) {
   const int64_t tokens = static_cast<int64_t>(job.prompt.size());
   absl::StatusOr<PrefillOutcome> outcome = RunJob(std::move(job));
-  stats_->requests.WithLabels({absl::StatusCodeToString(outcome.status().code())}).Increment();
   if (outcome.ok()) {
     const ModelConfig& config = engine_->config();
     stats_->uncompressed_bytes.Increment(

@@ -63,6 +63,7 @@ class PrefillWorker {
   // store cannot be reached.
   absl::StatusOr<PrefillOutcome> Run(PrefillJob job);
   MetricsRegistry& metrics() { return *options_.metrics; }
+  PrefillMetrics& stats() { return *stats_; }
 
   v1::QueueStatus queue() const;
   const LlamaEngine& engine() const { return *engine_; }

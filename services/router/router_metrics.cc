@@ -84,10 +84,11 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
       "pdserve_router_workers", "Registered workers by role and health", {"role", "state"},
       [&workers] {
         std::vector<CallbackSample> samples;
+        const std::vector<WorkerSnapshot> snapshot = workers.List();
         for (WorkerRole role :
              {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
           int healthy = 0, unhealthy = 0;
-          for (const WorkerSnapshot& worker : workers.List()) {
+          for (const WorkerSnapshot& worker : snapshot) {
             if (worker.role == role) ++(worker.healthy ? healthy : unhealthy);
           }
           samples.push_back({{WorkerRoleName(role), "healthy"}, double(healthy)});

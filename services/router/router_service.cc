@@ -484,20 +484,19 @@ void RouterService::PollLoop() {
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOptions& options) {
   auto result = std::unique_ptr<RouterServer>(new RouterServer());
-  RouterOptions with_metrics = options;
-  if (with_metrics.metrics == nullptr) with_metrics.metrics = std::make_shared<MetricsRegistry>();
-  PDSERVE_ASSIGN_OR_RETURN(result->service_, RouterService::Create(with_metrics));
+  PDSERVE_ASSIGN_OR_RETURN(result->service_, RouterService::Create(options));
+  MetricsRegistry* metrics = &result->service_->metrics();
   HttpEndpoint http;
   http.role = "router";
-  http.metrics = with_metrics.metrics.get();
+  http.metrics = metrics;
+  http.options.threads = options.max_inflight + 16;  // each streaming response holds a thread
   http.options.listen_address = options.http_listen_address;
-  http.install_routes = [&options, &with_metrics](httplib::Server& routes,
-                                                  const ServiceServer& server) {
+  http.install_routes = [&options, metrics](httplib::Server& routes, const ServiceServer& server) {
     OpenAiApiOptions api;
     api.router = server.InProcessChannel();
     api.model_id = options.model_id;
     api.max_context = options.max_context;
-    api.metrics = with_metrics.metrics.get();
+    api.metrics = metrics;
     api.default_timeout = options.default_deadline;
     InstallOpenAiRoutes(routes, api);
   };

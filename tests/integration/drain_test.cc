@@ -35,6 +35,8 @@ std::vector<StreamOutcome> StreamThroughSigterm(const Cluster& cluster,
   EXPECT_NE(target, nullptr) << process;
   if (target == nullptr) return {};
   auto client = Client::Create(cluster.router_address());
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return {};
   std::vector<StreamOutcome> outcomes(kStreams);
   std::atomic<int> started{0};
   std::atomic<bool> signalled{false};
@@ -54,7 +56,9 @@ std::vector<StreamOutcome> StreamThroughSigterm(const Cluster& cluster,
     });
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (started.load() < kStreams && absl::Now() < deadline) std::this_thread::yield();
+  while (started.load() < kStreams && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(100));  // waiting for the streams' first tokens
+  }
   signalled.store(true);
   kill(target->pid, SIGTERM);
   for (std::thread& thread : threads) thread.join();
@@ -88,8 +92,8 @@ void ExpectAllFinished(const std::vector<StreamOutcome>& outcomes, const Cluster
 class DrainTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DrainTest, SigtermFinishesInFlightStreamsAndExitsZero) {
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      Cluster::Start({"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32"});
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(
+      {"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32", "--drain-seconds=30"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::vector<StreamOutcome> outcomes = StreamThroughSigterm(**cluster, GetParam());
   ExpectAllFinished(outcomes, **cluster);

@@ -103,9 +103,11 @@ class LoadgenTest : public ::testing::Test {
     const double client_tpot = report["tpot_s"]["mean"];
     // The client's TTFT starts earlier (send) and ends later (receipt) than the router's.
     EXPECT_GE(client_ttft, ttft.mean() * 0.98);
-    EXPECT_LE(client_ttft - ttft.mean(), 0.25 * ttft.mean() + 0.005)
+    // Slack for the loopback hop and, over HTTP, connection setup and JSON/SSE handling, on a
+    // loaded 2-core machine.
+    EXPECT_LE(client_ttft - ttft.mean(), 0.25 * ttft.mean() + 0.02)
         << "loadgen " << client_ttft << " s vs router " << ttft.mean() << " s";
-    EXPECT_NEAR(client_tpot, tpot.mean(), 0.25 * tpot.mean() + 0.001)
+    EXPECT_NEAR(client_tpot, tpot.mean(), 0.25 * tpot.mean() + 0.002)
         << "loadgen " << client_tpot << " s vs router " << tpot.mean() << " s";
   }
 
