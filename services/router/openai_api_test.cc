@@ -481,10 +481,10 @@ TEST_F(OpenAiApiTest, ErrorAfterTheStreamStartedIsAnSseEvent) {
   ASSERT_FALSE(stream.events.empty());
   const Json& last = stream.events.back();
   ASSERT_TRUE(last.contains("error")) << last.dump();
-  // The router reports the worker's failure as UNAVAILABLE (it cancels the downstream call before
-  // reading its status, so "worker broke" is lost; see router_service.cc RelayDecode).
-  EXPECT_EQ(last["error"]["type"], "service_unavailable");
+  // The worker's own error (INTERNAL "worker broke") reaches the client as a server error.
+  EXPECT_EQ(last["error"]["type"], "server_error");
   EXPECT_THAT(last["error"]["message"].get<std::string>(), HasSubstr("decode worker"));
+  EXPECT_THAT(last["error"]["message"].get<std::string>(), HasSubstr("worker broke"));
   std::string text;
   for (size_t i = 0; i + 1 < stream.events.size(); ++i) {
     text += stream.events[i]["choices"][0]["text"].get<std::string>();

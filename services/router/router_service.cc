@@ -313,7 +313,8 @@ absl::Status RouterService::RelayDecode(Call& call, const std::string& address,
       call.last_token_time = now;
     }
   }
-  if (stopped || client_gone || !done) context->TryCancel();
+  // Cancel only a stream we leave early; one the worker ended carries its own status.
+  if (stopped || client_gone) context->TryCancel();
   if (done && !stopped) {
     while (reader->Read(&response)) {
     }
