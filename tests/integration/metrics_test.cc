@@ -8,6 +8,8 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -16,11 +18,13 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "client/pdserve_client.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster.h"
@@ -224,6 +228,62 @@ TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
     }
     EXPECT_TRUE(listed.count(base)) << name << " is exported but not in deploy/metrics.txt";
   }
+}
+
+// The value of one series (e.g. "pdserve_decode_active_sequences") on a /metrics page; -1 when
+// absent.
+double SeriesValue(const std::string& page, const std::string& series) {
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::strtod(line.c_str() + series.size(), nullptr);
+  }
+  return -1;
+}
+
+// The gauges move with the load (the test above only sees them at rest): while streams run, the
+// router counts them in flight, decode has them in its batch and the KV store holds their leases.
+TEST_F(MetricsTest, GaugesFollowTheLoad) {
+  const Cluster::Process* decode = cluster_->Find("decode-0");
+  const Cluster::Process* kvstore = cluster_->Find("kvstore");
+  ASSERT_NE(decode, nullptr);
+  ASSERT_NE(kvstore, nullptr);
+  auto client = Client::Create(cluster_->router_address());
+  ASSERT_TRUE(client.ok());
+  constexpr int kStreams = 6;
+  std::atomic<int> running{kStreams};
+  std::vector<std::thread> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.emplace_back([&, i] {
+      GenerateRequest request = TextRequest(absl::StrCat("Once upon a time ", i), 450);
+      request.mutable_stop()->set_ignore_eos(true);
+      EXPECT_TRUE((*client)->Generate(request).ok());
+      running.fetch_sub(1);
+    });
+  }
+  double inflight = 0, active = 0, leases = 0;
+  while (running.load() > 0 && (inflight < 1 || active < 1 || leases < 1)) {
+    inflight = std::max(inflight, SeriesValue(Fetch(cluster_->router_http_address(), "/metrics"),
+                                              "pdserve_router_requests_inflight"));
+    active = std::max(active, SeriesValue(Fetch(decode->http_address, "/metrics"),
+                                          "pdserve_decode_active_sequences"));
+    leases = std::max(leases, SeriesValue(Fetch(kvstore->http_address, "/metrics"),
+                                          "pdserve_kvstore_leases_active"));
+  }
+  for (std::thread& stream : streams) stream.join();
+  EXPECT_GE(inflight, 1);
+  EXPECT_GE(active, 1);
+  EXPECT_GE(leases, 1);
+  // The router leaves a call just after the client has its final message: wait for it.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (SeriesValue(Fetch(cluster_->router_http_address(), "/metrics"),
+                     "pdserve_router_requests_inflight") != 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(SeriesValue(Fetch(cluster_->router_http_address(), "/metrics"),
+                        "pdserve_router_requests_inflight"),
+            0);
 }
 
 TEST_F(MetricsTest, EveryMetricsPagePassesPromtool) {
