@@ -164,6 +164,7 @@ absl::Status RunUp() {
       WaitForWorkers(router, (monolithic ? 0 : prefill_workers) + decode_workers, startup));
 
   std::printf("pdserve cluster up (%s):\n", monolithic ? "monolithic" : "disaggregated");
+  std::printf("  %-14s %-22s %s\n", "process", "gRPC", "HTTP (/metrics)");
   for (const ProcessGroup::Child& child : group.children()) {
     std::printf("  %-14s %-22s %-22s pid %d\n", child.name.c_str(), child.address.c_str(),
                 child.http_address.c_str(), child.pid);
