@@ -33,8 +33,7 @@ struct SumCount {
 };
 
 SumCount ReadHistogram(const std::string& http_address, const std::string& name) {
-  const size_t colon = http_address.rfind(':');
-  httplib::Client client(http_address.substr(0, colon), std::stoi(http_address.substr(colon + 1)));
+  httplib::Client client("http://" + http_address);
   httplib::Result page = client.Get("/metrics");
   SumCount result;
   if (!page || page->status != 200) return result;

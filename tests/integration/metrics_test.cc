@@ -43,8 +43,7 @@ constexpr int kRequests = kGrpcRequests + 1;  // and one through the OpenAI API
 constexpr int kMaxTokens = 8;
 
 std::string Fetch(const std::string& address, const std::string& path) {
-  const size_t colon = address.rfind(':');
-  httplib::Client client(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
+  httplib::Client client("http://" + address);
   httplib::Result result = client.Get(path);
   return result && result->status == 200 ? result->body : "";
 }
@@ -137,8 +136,7 @@ TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
     ASSERT_EQ(result->token_ids.size(), static_cast<size_t>(kMaxTokens));
   }
   const std::string& http = cluster_->router_http_address();
-  httplib::Client openai(http.substr(0, http.rfind(':')),
-                         std::stoi(http.substr(http.rfind(':') + 1)));
+  httplib::Client openai("http://" + http);
   const nlohmann::json body = {
       {"prompt", "Once upon a time"}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}};
   httplib::Result completion = openai.Post("/v1/completions", body.dump(), "application/json");

@@ -130,8 +130,7 @@ PrometheusServer::~PrometheusServer() {
 
 absl::StatusOr<std::string> PrometheusServer::Get(
     const std::string& path, const std::map<std::string, std::string>& params) const {
-  const size_t colon = address_.rfind(':');
-  httplib::Client client(address_.substr(0, colon), std::stoi(address_.substr(colon + 1)));
+  httplib::Client client("http://" + address_);
   httplib::Params query(params.begin(), params.end());
   httplib::Result result = client.Get(path, query, httplib::Headers{});
   if (!result) return absl::UnavailableError(httplib::to_string(result.error()));
