@@ -14,33 +14,9 @@
 #include <span>
 
 #include "core/base/thread_pool.h"
-#include "kernels/kv_view.h"
+#include "kernels/attention_shape.h"
 
 namespace pdserve::kernels {
-
-struct AttentionShape {
-  int n_heads = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;  // the model's: sets the softmax scale and bounds every stored width
-  // Float offsets of each query head's slice in a query row and in an output row; null =
-  // h·head_dim.
-  const int* q_offsets = nullptr;
-  const int* out_offsets = nullptr;
-
-  int group() const { return n_heads / n_kv_heads; }
-  int64_t q_offset(int h) const { return q_offsets ? q_offsets[h] : int64_t{h} * head_dim; }
-  int64_t out_offset(int h) const { return out_offsets ? out_offsets[h] : int64_t{h} * head_dim; }
-};
-
-struct AttentionSequence {
-  const float* q = nullptr;    // n_queries rows, q_row_stride floats apart
-  int64_t q_row_stride = 0;    // 0 = n_heads · head_dim
-  float* out = nullptr;        // n_queries rows, out_row_stride floats apart
-  int64_t out_row_stride = 0;  // 0 = n_heads · head_dim
-  int n_queries = 0;
-  int start_pos = 0;
-  PagedKvView kv;
-};
 
 // Floats of workspace Attention needs for `num_threads` threads, contexts up to `max_context` and
 // pages of `page_size` tokens.

@@ -5,10 +5,13 @@
 // head g's rows are [page_size, dim(g)] elements from head_offset(g): f32, or FP8 e4m3 codes whose
 // value is E4M3ToFloat(code) · scale, with scales_per_head floats per head at the section start
 // (head g's at float index g · scales_per_head; per token: slot-indexed; per page: one).
+// The CUDA kernels (kernels/cuda/) take the same views with every pointer in device memory.
 #ifndef PDSERVE_KERNELS_KV_VIEW_H_
 #define PDSERVE_KERNELS_KV_VIEW_H_
 
 #include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace pdserve::kernels {
 
@@ -23,12 +26,14 @@ struct KvSectionView {
   bool e4m3 = false;
   int scales_per_head = 0;  // 0 (f32), page_size (per token) or 1 (per page)
 
-  int dim(int g) const { return dims ? dims[g] : uniform_dim; }
-  int element_bytes() const { return e4m3 ? 1 : 4; }
-  int64_t head_offset(int g, int page_size) const {
+  PDSERVE_HOST_DEVICE int dim(int g) const { return dims ? dims[g] : uniform_dim; }
+  PDSERVE_HOST_DEVICE int element_bytes() const { return e4m3 ? 1 : 4; }
+  PDSERVE_HOST_DEVICE int64_t head_offset(int g, int page_size) const {
     return head_offsets ? head_offsets[g] : int64_t{g} * page_size * uniform_dim * element_bytes();
   }
-  const uint8_t* page(int32_t page_id) const { return pool + page_id * page_stride; }
+  PDSERVE_HOST_DEVICE const uint8_t* page(int32_t page_id) const {
+    return pool + page_id * page_stride;
+  }
 };
 
 struct PagedKvView {
