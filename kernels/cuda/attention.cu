@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
     for (int j = 0; j < kC; ++j) st.acc[i][j] = 0.0f;
   }
-  const float scale = rsqrtf(static_cast<float>(shape.head_dim));
+  const float scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
   for (int k0 = 0; k0 < n_keys; k0 += kBlockKeys) {
     __syncthreads();  // the previous tile is consumed (and, the first time, Q is stored)
     LoadTile<J>(k_src, seq.kv, k0, n_keys, sd, ks);
@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       st.acc[i][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
-  const float scale = rsqrtf(static_cast<float>(shape.head_dim));
+  const float scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
   for (int key0 = static_cast<int>(k_begin) + warp * kDecodeUnroll; key0 < k_end;
        key0 += kDecodeStepKeys) {
     DecodeStep(k_src, v_src, seq.kv, key0, k_end, scale, st);
