@@ -11,6 +11,8 @@ if(NOT PDSERVE_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # One CUDA runtime in a process: the shared one, as cuBLAS and CUDA::cudart use.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     # CMake 3.25 does not know that nvcc 13 speaks C++20; tell it.
     set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")

@@ -11,6 +11,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/compress/flops.h"
+#include "core/model/create_engine.h"
 #include "core/model/generator.h"
 #include "core/model/model_loader.h"
 #include "core/model/sampler.h"
@@ -38,7 +39,7 @@ double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-absl::StatusOr<double> TimePrefill(LlamaEngine& engine, std::span<const int32_t> prompt) {
+absl::StatusOr<double> TimePrefill(Engine& engine, std::span<const int32_t> prompt) {
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
   auto start = Clock::now();
   absl::StatusOr<std::span<const float>> logits = Prefill(engine, sequence, prompt);
@@ -49,7 +50,7 @@ absl::StatusOr<double> TimePrefill(LlamaEngine& engine, std::span<const int32_t>
 }
 
 // Decodes `tokens` greedy steps after an untimed prefill of `context` (empty or not).
-absl::StatusOr<double> TimeDecode(LlamaEngine& engine, std::span<const int32_t> context, int tokens,
+absl::StatusOr<double> TimeDecode(Engine& engine, std::span<const int32_t> context, int tokens,
                                   int32_t first) {
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
   if (!context.empty()) {
@@ -107,7 +108,7 @@ absl::Status RunBench() {
   options.max_context = std::max(prompt_tokens, decode_context + gen_tokens + 1);
   PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared, PrepareModelFromFlags(weights, profile));
   options.compression = prepared.compression;
-  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, CreateEngine(prepared.weights, options));
   auto log = GetLogger("bench");
   log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), engine->options().num_threads,
             DTypeName(options.weight_dtype), kernels::SimdLevelName(kernels::ActiveSimdLevel()));

@@ -20,6 +20,8 @@ ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = all");
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
 ABSL_FLAG(int, threads, 0, "Worker threads; 0 = all cores, or 1 for models too small to split");
 ABSL_FLAG(std::string, weights, "f32", "Weight dtype the engine runs: f32, f16 or bf16");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where generate, eval and bench run the model: cpu, or cuda (a CUDA build and a GPU)");
 ABSL_FLAG(std::string, text, "", "Text file to evaluate");
 ABSL_FLAG(int, ctx, 256, "Evaluation context (tokens per chunk)");
 ABSL_FLAG(int, prompt_tokens, 512, "Benchmark prompt length");
@@ -56,6 +58,7 @@ absl::StatusOr<LoadedModel> LoadModelFromFlags() {
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions options;
   PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(absl::GetFlag(FLAGS_weights)));
+  PDSERVE_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = automatic)");
   options.num_threads = threads;

@@ -21,6 +21,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/compress/flops.h"
+#include "core/model/create_engine.h"
 #include "core/model/sampler.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_flags.h"
@@ -72,7 +73,7 @@ void Compare(std::span<const float> model, std::span<const float> baseline, int 
 
 // One chunk the serving way on `engine`: prefill [0, first], then decode tokens first+1 .. ctx-2
 // one at a time; calls on_logits(j, logits predicting token j + 1) for j = first .. ctx-2.
-absl::Status DecodeChunk(LlamaEngine& engine, std::span<const int32_t> chunk, int first,
+absl::Status DecodeChunk(Engine& engine, std::span<const int32_t> chunk, int first,
                          const std::function<void(int, std::span<const float>)>& on_logits) {
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
   absl::Status status;
@@ -93,9 +94,9 @@ absl::Status CompareToBaseline(const LoadedModel& model, const PreparedModel& pr
                                const std::vector<int>& tokens, int ctx) {
   ModelWeights plain = model.weights;  // a SwiftKV checkpoint's base model is the baseline
   plain.swiftkv.reset();
-  PDSERVE_ASSIGN_OR_RETURN(auto baseline, LlamaEngine::Create(plain, options));
+  PDSERVE_ASSIGN_OR_RETURN(auto baseline, CreateEngine(plain, options));
   options.compression = prepared.compression;
-  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, CreateEngine(prepared.weights, options));
   const int chunks = static_cast<int>(tokens.size() / ctx), first = ctx / 2;
   const int vocab = model.weights.config.vocab_size;
   auto log = GetLogger("eval");
@@ -165,7 +166,7 @@ absl::Status RunEval() {
   if (absl::GetFlag(FLAGS_compare_to_baseline) || profile.Describe() != "plain") {
     return CompareToBaseline(model, prepared, profile, options, tokens, ctx);
   }
-  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(model.weights, options));
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, CreateEngine(model.weights, options));
   auto log = GetLogger("eval");
   log->info("{} tokens, {} chunks of {}", tokens.size(), chunks, ctx);
 

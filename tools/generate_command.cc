@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/model/create_engine.h"
 #include "core/model/generator.h"
 #include "core/model/text_stream.h"
 #include "tools/cli_flags.h"
@@ -44,7 +45,7 @@ absl::Status RunGenerate() {
   options.max_batch_tokens = std::min(512, options.max_context);
   PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared, PrepareModelFromFlags(model.weights, profile));
   options.compression = prepared.compression;
-  PDSERVE_ASSIGN_OR_RETURN(auto engine, LlamaEngine::Create(prepared.weights, options));
+  PDSERVE_ASSIGN_OR_RETURN(auto engine, CreateEngine(prepared.weights, options));
 
   // The prompt is echoed with the first generated token, so that a request that fails
   // validation prints nothing on stdout.

@@ -86,6 +86,12 @@ struct WorkerModel {
 absl::StatusOr<WorkerModel> LoadWorkerModel(int default_sequences, bool plain) {
   WorkerModel worker;
   PDSERVE_ASSIGN_OR_RETURN(worker.engine, EngineOptionsFromFlags());
+  if (worker.engine.device != Device::kCpu) {
+    return absl::InvalidArgumentError(
+        "--device cuda: prefill and decode workers run on the CPU for now (their KV pages are "
+        "exported from and imported into host memory); --device applies to generate, eval and "
+        "bench");
+  }
   PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
   if (plain && (profile.swiftkv_layer >= 0 || profile.zack || profile.fp8 != KvScaleMode::kNone ||
                 profile.kcache.top_n > 0 || !absl::GetFlag(FLAGS_calibration).empty())) {

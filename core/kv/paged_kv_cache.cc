@@ -7,12 +7,6 @@
 
 namespace pdserve {
 
-namespace {
-
-int64_t StrideOf(const KvSectionLayout& layout) { return (layout.bytes() + 63) / 64 * 64; }
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheConfig& config) {
   if (config.page_size <= 0 || config.num_pages <= 0 || config.sections.empty()) {
     return absl::InvalidArgumentError(
@@ -42,7 +36,8 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
   return cache;
 }
 
-PagedKvCache::PagedKvCache(const KvCacheConfig& config) : config_(config) {
+PagedKvCache::PagedKvCache(const KvCacheConfig& config)
+    : PageAllocator(config.page_size, config.num_pages), config_(config) {
   for (const KvSectionLayout& layout : config.sections) {
     strides_.push_back(StrideOf(layout));
     total_bytes_ += strides_.back() * config.num_pages;
@@ -56,48 +51,6 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config) : config_(config) {
     pools_.push_back(storage_.get() + offset);
     offset += stride * config.num_pages;
   }
-  free_list_.reserve(config.num_pages);
-  for (int32_t p = config.num_pages - 1; p >= 0; --p) free_list_.push_back(p);
-}
-
-absl::StatusOr<int32_t> PagedKvCache::AllocatePage() {
-  if (free_list_.empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("kv cache: all ", config_.num_pages, " pages are in use"));
-  }
-  int32_t page = free_list_.back();
-  free_list_.pop_back();
-  return page;
-}
-
-void PagedKvCache::FreePage(int32_t page) { free_list_.push_back(page); }
-
-absl::Status BlockTable::Reserve(PagedKvCache& cache, int total_tokens) {
-  const int page_size = cache.config().page_size;
-  const size_t needed = static_cast<size_t>((total_tokens + page_size - 1) / page_size);
-  const size_t before = pages_.size();
-  while (pages_.size() < needed) {
-    absl::StatusOr<int32_t> page = cache.AllocatePage();
-    if (!page.ok()) {
-      ShrinkTo(cache, before);
-      return page.status();
-    }
-    pages_.push_back(*page);
-  }
-  return absl::OkStatus();
-}
-
-void BlockTable::ShrinkTo(PagedKvCache& cache, size_t pages) {
-  while (pages_.size() > pages) {
-    cache.FreePage(pages_.back());
-    pages_.pop_back();
-  }
-}
-
-void BlockTable::Release(PagedKvCache& cache) {
-  for (int32_t page : pages_) cache.FreePage(page);
-  pages_.clear();
-  num_tokens_ = 0;
 }
 
 }  // namespace pdserve

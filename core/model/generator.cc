@@ -16,7 +16,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-absl::StatusOr<std::span<const float>> Prefill(LlamaEngine& engine, int sequence,
+absl::StatusOr<std::span<const float>> Prefill(Engine& engine, int sequence,
                                                std::span<const int32_t> tokens) {
   std::span<const float> logits;
   const size_t chunk_size = engine.options().max_batch_tokens;
@@ -28,7 +28,7 @@ absl::StatusOr<std::span<const float>> Prefill(LlamaEngine& engine, int sequence
   return logits;
 }
 
-absl::StatusOr<GenerationResult> Generate(LlamaEngine& engine, std::span<const int32_t> prompt,
+absl::StatusOr<GenerationResult> Generate(Engine& engine, std::span<const int32_t> prompt,
                                           const GenerationParams& params,
                                           const std::function<void(int32_t)>& on_token) {
   PDSERVE_RETURN_IF_ERROR(params.sampling.Validate());

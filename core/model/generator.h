@@ -1,4 +1,4 @@
-// Generate: runs one prompt through a LlamaEngine and samples tokens until a stop token or
+// Generate: runs one prompt through an Engine and samples tokens until a stop token or
 // max_tokens, reporting each token as it is produced. Prefill is chunked by the engine's
 // max_batch_tokens. The sequence is released on every exit path.
 #ifndef PDSERVE_CORE_MODEL_GENERATOR_H_
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/model/llama_engine.h"
+#include "core/model/engine.h"
 #include "core/model/sampler.h"
 
 namespace pdserve {
@@ -29,13 +29,13 @@ struct GenerationResult {
 
 // Calls on_token(id) after each sampled token. InvalidArgument for an empty prompt, bad sampling
 // values, max_tokens < 1, or a prompt + max_tokens beyond the engine's context.
-absl::StatusOr<GenerationResult> Generate(LlamaEngine& engine, std::span<const int32_t> prompt,
+absl::StatusOr<GenerationResult> Generate(Engine& engine, std::span<const int32_t> prompt,
                                           const GenerationParams& params,
                                           const std::function<void(int32_t)>& on_token);
 
 // Runs `tokens` into `sequence` in chunks of at most max_batch_tokens and returns the logits of
 // the last token (valid until the engine's next Forward).
-absl::StatusOr<std::span<const float>> Prefill(LlamaEngine& engine, int sequence,
+absl::StatusOr<std::span<const float>> Prefill(Engine& engine, int sequence,
                                                std::span<const int32_t> tokens);
 
 }  // namespace pdserve

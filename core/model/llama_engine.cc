@@ -30,6 +30,7 @@ struct StoreRun {
 struct LlamaEngine::Buffers {
   std::vector<int32_t> tokens;  // [n]
   std::vector<int32_t> positions;
+  std::vector<int32_t> kept_rows;                    // [n]: CompactToLogitRows' source rows
   std::vector<float> x, xb, qkv, attn, gate_up, hb;  // [n, width]
   std::vector<float> q_packed;                       // [n, n_heads·head_dim]: ZACK-projected q
   std::vector<float> swiftkv;                        // [n, swiftkv_kv rows]
@@ -37,10 +38,8 @@ struct LlamaEngine::Buffers {
   std::vector<float> matmul_workspace;
   std::vector<float> attention_workspace;
   std::vector<kernels::AttentionSequence> attention, kcache;
-  std::vector<size_t> pages_before;  // per chunk, while reserving KV
   std::vector<StoreRun> store_runs;  // per (segment, page) while storing KV
   std::vector<float> projected;      // [threads, head_dim]: a ZACK-projected key
-  std::vector<char> seen;            // per sequence slot, while validating a batch
 };
 
 namespace {
@@ -90,24 +89,15 @@ double PlannedBytes(const ModelConfig& c, const EngineOptions& o, const KvPlan& 
 
 }  // namespace
 
-absl::Status EngineOptions::Validate() const {
-  if (num_threads < 0 || num_threads > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("threads ", num_threads, " not in [0, 1024]"));
-  }
-  if (max_batch_tokens < 1 || max_sequences < 1 || kv_page_size < 1 || max_context < 0 ||
-      kv_pages < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine options: max_batch_tokens ", max_batch_tokens, ", max_sequences ", max_sequences,
-        ", kv_page_size ", kv_page_size, " must be positive; max_context ", max_context,
-        " and kv_pages ", kv_pages, " non-negative"));
-  }
-  return compression.Validate();
-}
-
 absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeights& weights,
                                                                  const EngineOptions& options) {
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
   PDSERVE_RETURN_IF_ERROR(options.Validate());
+  if (options.device != Device::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LlamaEngine runs on the CPU; device ", DeviceName(options.device),
+                     " needs CreateEngine (core/model/create_engine.h)"));
+  }
   const ModelConfig& c = weights.config;
   const int max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
   EngineOptions resolved = options;
@@ -150,6 +140,9 @@ absl::Status LlamaEngine::CreateCaches() {
     v_home.push_back(cache.layout.v);
   }
   PDSERVE_ASSIGN_OR_RETURN(kv_, PagedKvCache::Create(resident));
+  table_ = std::make_unique<SequenceTable>(
+      *kv_, SequenceLimits{options_.max_sequences, max_context_, options_.max_batch_tokens,
+                           config().vocab_size});
   if (tiered.empty()) return absl::OkStatus();
   if (options_.value_tier_factory) {
     PDSERVE_ASSIGN_OR_RETURN(
@@ -173,13 +166,13 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
       max_context_(max_context),
       pool_(options.num_threads),
       rope_(weights_.config.head_dim(), max_context, weights_.config.rope_theta),
-      sequences_(options.max_sequences),
       buffers_(std::make_unique<Buffers>()) {
   const ModelConfig& c = weights_.config;
   const size_t n = options.max_batch_tokens;
   Buffers& b = *buffers_;
   b.tokens.resize(n);
   b.positions.resize(n);
+  b.kept_rows.resize(n);
   int64_t qkv_width = 0;
   for (const LayerPlan& layer : plan_.layers) qkv_width = std::max(qkv_width, layer.w_in.shape[0]);
   const int64_t swiftkv_width = plan_.swiftkv() ? plan_.swiftkv_kv.shape[0] : 0;
@@ -205,38 +198,15 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
       kernels::KCacheWorkspaceFloats(shape, pool_.size(), max_context, options.kv_page_size)));
   b.attention.reserve(options.max_sequences);
   b.kcache.reserve(options.max_sequences);
-  b.pages_before.resize(options.max_sequences);
   b.projected.resize(static_cast<size_t>(pool_.size()) * c.head_dim());
-  b.seen.resize(options.max_sequences);
-  segments_.reserve(options.max_sequences);
 }
 
 LlamaEngine::~LlamaEngine() = default;
 
-absl::StatusOr<int> LlamaEngine::AddSequence() {
-  for (size_t i = 0; i < sequences_.size(); ++i) {
-    if (!sequences_[i].live) {
-      sequences_[i].live = true;
-      return static_cast<int>(i);
-    }
-  }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("engine: all ", sequences_.size(), " sequence slots are in use"));
-}
+absl::StatusOr<int> LlamaEngine::AddSequence() { return table_->Add(); }
 
 absl::StatusOr<int> LlamaEngine::AddSequenceWithTokens(int num_tokens) {
-  if (num_tokens < 1 || num_tokens > max_context_) {
-    return absl::InvalidArgumentError(absl::StrCat("engine: a sequence of ", num_tokens,
-                                                   " tokens; must be in [1, ", max_context_, "]"));
-  }
-  PDSERVE_ASSIGN_OR_RETURN(const int sequence, AddSequence());
-  BlockTable& table = sequences_[sequence].table;
-  if (absl::Status status = table.Reserve(*kv_, num_tokens); !status.ok()) {
-    sequences_[sequence].live = false;  // Reserve kept the table empty
-    return status;
-  }
-  table.set_num_tokens(num_tokens);
-  return sequence;
+  return table_->AddWithTokens(num_tokens);
 }
 
 absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_layer,
@@ -244,7 +214,7 @@ absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_la
   if (SequenceLength(sequence) < 0) {
     return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
   }
-  const std::vector<int32_t>& pages = sequences_[sequence].table.pages();
+  const std::vector<int32_t>& pages = table_->table(sequence).pages();
   if (cache_layer < 0 || cache_layer >= static_cast<int>(plan_.caches.size()) || page_index < 0 ||
       page_index >= static_cast<int>(pages.size())) {
     return absl::OutOfRangeError(
@@ -264,106 +234,31 @@ absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_la
   return slots;
 }
 
-absl::Status LlamaEngine::RemoveSequence(int sequence) {
-  if (SequenceLength(sequence) < 0) {
-    return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
-  }
-  sequences_[sequence].table.Release(*kv_);
-  sequences_[sequence].live = false;
-  return absl::OkStatus();
-}
+absl::Status LlamaEngine::RemoveSequence(int sequence) { return table_->Remove(sequence); }
 
-int LlamaEngine::SequenceLength(int sequence) const {
-  if (sequence < 0 || sequence >= static_cast<int>(sequences_.size()) ||
-      !sequences_[sequence].live) {
-    return -1;
-  }
-  return sequences_[sequence].table.num_tokens();
-}
+int LlamaEngine::SequenceLength(int sequence) const { return table_->Length(sequence); }
 
-absl::Status LlamaEngine::ValidateChunks(std::span<const ForwardChunk> chunks) const {
-  if (chunks.empty()) return absl::InvalidArgumentError("engine: no chunks to run");
-  if (chunks.size() > sequences_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine: ", chunks.size(), " chunks in one batch; at most one per sequence (",
-                     sequences_.size(), ")"));
-  }
-  int64_t total = 0;
-  std::vector<char>& seen = buffers_->seen;
-  std::fill(seen.begin(), seen.end(), 0);
+absl::Status LlamaEngine::CheckTier(std::span<const ForwardChunk> chunks) const {
+  if (tier_ == nullptr || local_tier_ != nullptr) return absl::OkStatus();
   for (const ForwardChunk& chunk : chunks) {
-    const int length = SequenceLength(chunk.sequence);
-    if (length < 0)
-      return absl::InvalidArgumentError(absl::StrCat("engine: unknown sequence ", chunk.sequence));
-    if (seen[chunk.sequence]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("engine: sequence ", chunk.sequence, " appears twice in one batch"));
-    }
-    seen[chunk.sequence] = 1;
-    if (chunk.tokens.empty()) return absl::InvalidArgumentError("engine: empty chunk");
-    if (chunk.tokens.size() > 1 && tier_ != nullptr && local_tier_ == nullptr) {
+    if (chunk.tokens.size() > 1) {
       return absl::FailedPreconditionError(absl::StrCat(
           "engine: a chunk of ", chunk.tokens.size(), " tokens for sequence ", chunk.sequence,
           " needs dense attention over KCache V, which a value tier from value_tier_factory does "
           "not offer; this engine runs decode steps (one-token chunks) only"));
-    }
-    if (length + static_cast<int64_t>(chunk.tokens.size()) > max_context_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine: sequence ", chunk.sequence, " would hold ", length + chunk.tokens.size(),
-          " tokens; the context limit is ", max_context_));
-    }
-    for (int32_t token : chunk.tokens) {
-      if (token < 0 || token >= config().vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "engine: token id ", token, " outside the vocabulary [0, ", config().vocab_size, ")"));
-      }
-    }
-    total += static_cast<int64_t>(chunk.tokens.size());
-  }
-  if (total > options_.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine: ", total, " tokens in one batch; the limit is ", options_.max_batch_tokens));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status LlamaEngine::ReserveKv(std::span<const ForwardChunk> chunks) {
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    BlockTable& table = sequences_[chunks[i].sequence].table;
-    buffers_->pages_before[i] = table.pages().size();
-    absl::Status status =
-        table.Reserve(*kv_, table.num_tokens() + static_cast<int>(chunks[i].tokens.size()));
-    if (!status.ok()) {
-      for (size_t j = 0; j < i; ++j) {  // give back what earlier chunks took: nothing changes
-        sequences_[chunks[j].sequence].table.ShrinkTo(*kv_, buffers_->pages_before[j]);
-      }
-      return status;
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const ForwardChunk> chunks) {
-  PDSERVE_RETURN_IF_ERROR(ValidateChunks(chunks));
-  PDSERVE_RETURN_IF_ERROR(ReserveKv(chunks));
+  PDSERVE_RETURN_IF_ERROR(CheckTier(chunks));
   Buffers& b = *buffers_;
+  // Nothing below fails: observers see the new lengths (SequenceLength counts this Forward's
+  // tokens once their cache layer is stored).
+  PDSERVE_ASSIGN_OR_RETURN(segments_, table_->Begin(chunks, b.tokens.data(), b.positions.data()));
   int n = 0;
-  segments_.clear();
-  for (const ForwardChunk& chunk : chunks) {
-    const int start = sequences_[chunk.sequence].table.num_tokens();
-    const int count = static_cast<int>(chunk.tokens.size());
-    segments_.push_back({chunk.sequence, n, count, start, chunk.all_logits, count == 1});
-    for (int i = 0; i < count; ++i, ++n) {
-      b.tokens[n] = chunk.tokens[i];
-      b.positions[n] = start + i;
-    }
-  }
-  // Nothing below fails or reads num_tokens: observers see the new lengths (SequenceLength counts
-  // this Forward's tokens once their cache layer is stored).
-  for (const ForwardChunk& chunk : chunks) {
-    BlockTable& table = sequences_[chunk.sequence].table;
-    table.set_num_tokens(table.num_tokens() + static_cast<int>(chunk.tokens.size()));
-  }
+  for (const Segment& segment : segments_) n += segment.n;
   kernels::EmbeddingLookup(weights_.token_embedding, b.tokens.data(), n, b.x.data());
   for (int layer = 0; layer < config().n_layers; ++layer) {
     if (layer == plan_.swiftkv_layer) {
@@ -464,19 +359,13 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
 int LlamaEngine::CompactToLogitRows() {
   const int dim = config().dim;
   Buffers& b = *buffers_;
-  int rows = 0;
-  for (Segment& segment : segments_) {
-    const int keep = segment.all_logits ? segment.n : 1;
-    const int first = segment.row + segment.n - keep;
-    if (first != rows) {
-      std::memmove(b.x.data() + int64_t{rows} * dim, b.x.data() + int64_t{first} * dim,
-                   sizeof(float) * keep * dim);
-      std::memmove(b.positions.data() + rows, b.positions.data() + first, sizeof(int32_t) * keep);
-    }
-    segment.start_pos += segment.n - keep;
-    segment.row = rows;
-    segment.n = keep;
-    rows += keep;
+  const int rows = table_->CompactToLogitRows(b.kept_rows.data());
+  for (int r = 0; r < rows; ++r) {  // kept_rows[r] ≥ r: moving forward never overwrites a source
+    const int from = b.kept_rows[r];
+    if (from == r) continue;
+    std::memmove(b.x.data() + int64_t{r} * dim, b.x.data() + int64_t{from} * dim,
+                 sizeof(float) * dim);
+    b.positions[r] = b.positions[from];
   }
   return rows;
 }
@@ -525,7 +414,7 @@ void LlamaEngine::StoreKv(int cache_index, float* k, const float* v, int64_t str
   }
   auto store = [&](const StoreRun& run, float* projected) {
     const Segment& segment = segments_[run.segment];
-    const std::vector<int32_t>& pages = sequences_[segment.sequence].table.pages();
+    const std::vector<int32_t>& pages = table_->table(segment.sequence).pages();
     for (int i = run.first; i < run.last; ++i) {
       const int64_t t = segment.row + i;
       const int pos = segment.start_pos + i;
@@ -588,7 +477,7 @@ void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
     seq.out_row_stride = cache.out_width;
     seq.n_queries = segment.n;
     seq.start_pos = segment.start_pos;
-    seq.kv = CacheView(cache_index, sequences_[segment.sequence].table);
+    seq.kv = CacheView(cache_index, table_->table(segment.sequence));
     // KCache selects for decode steps; prompts (even their last token alone) attend densely.
     (cache.kcache && segment.decode ? b.kcache : b.attention).push_back(seq);
   }

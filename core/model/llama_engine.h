@@ -29,42 +29,15 @@
 #include "core/base/thread_pool.h"
 #include "core/kv/paged_kv_cache.h"
 #include "core/kv/value_tier.h"
+#include "core/model/engine.h"
 #include "core/model/kv_compression.h"
 #include "core/model/kv_plan.h"
 #include "core/model/model_weights.h"
+#include "core/model/sequence_table.h"
 #include "kernels/kv_view.h"
 #include "kernels/rope.h"
 
 namespace pdserve {
-
-struct EngineOptions {
-  DType weight_dtype = DType::kF32;
-  int num_threads = 1;         // 0 = automatic: every core, or one for models too small to split
-  int max_batch_tokens = 512;  // tokens per Forward call
-  int max_sequences = 8;       // live sequences at once
-  int max_context = 0;         // tokens per sequence; 0 = the model's max_seq_len (may exceed it)
-  int kv_page_size = 16;
-  int kv_pages = 0;  // 0 = enough for max_sequences sequences of max_context tokens
-  KvCompression compression;
-  // Makes the value tier holding KCache layers' V pages (one section per KCache cache layer, in
-  // cache-layer order; num_pages pages mirroring the engine's KV pool). Empty = an
-  // InProcessValueTier; not called when no layer uses KCache. An engine whose KCache V lives in a
-  // tier from this factory runs decode steps only (one-token chunks): dense attention over V needs
-  // the in-process tier's memory, so Forward refuses longer chunks with FailedPrecondition.
-  std::function<absl::StatusOr<std::unique_ptr<ValueTier>>(int page_size, int num_pages,
-                                                           std::vector<KvSectionLayout> sections)>
-      value_tier_factory;
-
-  absl::Status Validate() const;
-};
-
-// Tokens to append to one sequence in a Forward call.
-struct ForwardChunk {
-  int sequence = -1;
-  std::span<const int32_t> tokens;
-  bool all_logits = false;  // logits for every token, not only the last
-  // A chunk of one token is a decode step: with KCache its later layers select what to read.
-};
 
 // Sees intermediate values of a Forward, for calibration. Called on the Forward caller's thread
 // between steps; pointers are valid during the call only. Rows are the tokens the step ran on.
@@ -95,66 +68,45 @@ struct KvPageSlots {
   int tier_section = -1;  // the value tier's section holding v; -1 when v is resident
 };
 
-class LlamaEngine {
+class LlamaEngine : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaEngine>> Create(const ModelWeights& weights,
                                                              const EngineOptions& options);
   ~LlamaEngine();
 
-  const ModelConfig& config() const { return weights_.config; }
-  const EngineOptions& options() const { return options_; }
-  int max_context() const { return max_context_; }
+  const ModelConfig& config() const override { return weights_.config; }
+  const EngineOptions& options() const override { return options_; }
+  int max_context() const override { return max_context_; }
 
-  // Starts an empty sequence; ResourceExhausted when max_sequences are live.
-  absl::StatusOr<int> AddSequence();
+  absl::StatusOr<int> AddSequence() override;
   // Starts a sequence whose cache already holds num_tokens tokens (SequenceLength = num_tokens,
   // their pages reserved) whose K/V bytes the caller writes through SequencePage before the next
   // Forward touching it. InvalidArgument unless 1 ≤ num_tokens ≤ max_context; ResourceExhausted
   // when no sequence slot or not enough pages are free (then nothing is taken).
   absl::StatusOr<int> AddSequenceWithTokens(int num_tokens);
-  // Frees the sequence and its KV pages; NotFound for an unknown id.
-  absl::Status RemoveSequence(int sequence);
-  // Tokens in the sequence's cache, or -1 for an unknown id.
-  int SequenceLength(int sequence) const;
+  absl::Status RemoveSequence(int sequence) override;
+  int SequenceLength(int sequence) const override;
 
-  const KvPlan& plan() const { return plan_; }
+  const KvPlan& plan() const override { return plan_; }
   // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
   // sequence, for reading (export) or writing (import); valid until the sequence is removed.
   // NotFound for an unknown sequence; OutOfRange for a cache layer or page index outside
   // [0, plan().caches.size()) or the sequence's pages.
   absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer, int page_index);
   // V bytes decode steps fetched from the value tier (KCache), since creation.
-  int64_t kv_bytes_fetched() const { return tier_ ? tier_->bytes_fetched() : 0; }
+  int64_t kv_bytes_fetched() const override { return tier_ ? tier_->bytes_fetched() : 0; }
   // Not owned; null to stop observing.
   void set_observer(ForwardObserver* observer) { observer_ = observer; }
 
-  // Appends every chunk's tokens to its sequence and returns logits [rows, vocab]: per chunk in
-  // order, one row per token when all_logits, else one row for its last token. InvalidArgument for
-  // unknown or repeated sequences, empty chunks, token ids outside the vocabulary, more than
-  // max_batch_tokens tokens or a sequence beyond max_context; ResourceExhausted when the KV pool is
-  // full. On error no sequence changes. The span is valid until the next Forward.
-  absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks);
+  absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks) override;
 
  private:
   struct Buffers;
-  struct Sequence {
-    bool live = false;
-    BlockTable table;
-  };
-  // Rows [row, row + n) of the batch belong to `sequence` at positions [start_pos, start_pos + n).
-  struct Segment {
-    int sequence = -1;
-    int row = 0;
-    int n = 0;
-    int start_pos = 0;
-    bool all_logits = false;
-    bool decode = false;  // a one-token chunk: a decode step (KCache selects for these)
-  };
   LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions& options, int max_context);
   absl::Status CreateCaches();
 
-  absl::Status ValidateChunks(std::span<const ForwardChunk> chunks) const;
-  absl::Status ReserveKv(std::span<const ForwardChunk> chunks);
+  // FailedPrecondition for a chunk of several tokens when KCache V lives in a remote tier.
+  absl::Status CheckTier(std::span<const ForwardChunk> chunks) const;
   void Layer(int layer, int n);
   // SwiftKV: every leader's K/V from x = RMSNorm(h_l) for all n rows, stored in its cache.
   void SwiftKvProjectAndStore(int n);
@@ -181,8 +133,8 @@ class LlamaEngine {
   std::unique_ptr<ValueTier> tier_;           // KCache V pages; null when no layer uses KCache
   InProcessValueTier* local_tier_ = nullptr;  // tier_ when in-process: dense attention reads it
   std::vector<int> k_section_, v_section_;    // per cache layer: section in kv_ (V: or in tier_)
-  std::vector<Sequence> sequences_;
-  std::vector<Segment> segments_;
+  std::unique_ptr<SequenceTable> table_;      // after kv_: it allocates from kv_
+  std::span<Segment> segments_;               // of the current Forward, in table_
   std::unique_ptr<Buffers> buffers_;
   ForwardObserver* observer_ = nullptr;
 };

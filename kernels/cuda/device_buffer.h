@@ -35,7 +35,7 @@ class DeviceBuffer {
   static absl::StatusOr<DeviceBuffer> Allocate(size_t n) {
     DeviceBuffer buffer;
     if (n == 0) return buffer;
-    const cudaError_t error = cudaMalloc(&buffer.data_, n * sizeof(T));
+    const cudaError_t error = cudaMalloc(reinterpret_cast<void**>(&buffer.data_), n * sizeof(T));
     if (error != cudaSuccess) {
       buffer.data_ = nullptr;
       cudaGetLastError();
@@ -88,7 +88,8 @@ class PinnedBuffer {
   static absl::StatusOr<PinnedBuffer> Allocate(size_t n) {
     PinnedBuffer buffer;
     if (n == 0) return buffer;
-    PDSERVE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&buffer.data_, n * sizeof(T), cudaHostAllocDefault));
+    PDSERVE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&buffer.data_),
+                                               n * sizeof(T), cudaHostAllocDefault));
     buffer.size_ = n;
     return buffer;
   }

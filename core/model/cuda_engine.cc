@@ -1,0 +1,395 @@
+#include "core/model/cuda_engine.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/model/cuda_model.h"
+#include "core/model/kv_plan.h"
+#include "core/model/sequence_table.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/kcache_attention.h"
+#include "kernels/cuda/kv_store.h"
+#include "kernels/cuda/residual.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
+
+namespace pdserve {
+namespace {
+
+namespace cu = kernels::cuda;
+using cu::DeviceBuffer;
+using cu::PinnedBuffer;
+
+// Device activation buffers for max_batch_tokens rows, and their pinned host staging.
+struct DeviceBuffers {
+  DeviceBuffer<float> x, xb, xn, qkv, attn, q_packed, swiftkv, gate_up, hb, logits;
+  DeviceBuffer<int32_t> tokens, positions, page_ids, slots, kept_rows;
+  DeviceBuffer<int32_t> page_table;  // [max_sequences, pages_per_sequence]
+  DeviceBuffer<uint8_t> attention_workspace;
+  // Pinned mirrors of the per-step tables; logits come back here.
+  PinnedBuffer<int32_t> host_tokens, host_positions, host_page_ids, host_slots, host_kept_rows;
+  PinnedBuffer<int32_t> host_page_table;
+  PinnedBuffer<float> host_logits;
+};
+
+absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const KvPlan& plan) {
+  if (o.value_tier_factory) {
+    return absl::InvalidArgumentError(
+        "cuda engine: value_tier_factory is CPU-only; KCache V lives in device memory");
+  }
+  if (o.max_sequences > cu::kMaxBatchSequences) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda engine: max_sequences ", o.max_sequences,
+                                                   " exceeds ", cu::kMaxBatchSequences));
+  }
+  if (c.head_dim() > cu::kMaxHeadDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda engine: head dim ", c.head_dim(), " exceeds ", cu::kMaxHeadDim));
+  }
+  if (plan.swiftkv() && plan.swiftkv_v_offsets.size() > cu::kMaxStoreTargets) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda engine: ", plan.swiftkv_v_offsets.size(),
+                                                   " SwiftKV cache layers exceed ",
+                                                   cu::kMaxStoreTargets));
+  }
+  for (const CachePlan& cache : plan.caches) {
+    if (cache.layout.k.scale_mode() == KvScaleMode::kPerPageHead ||
+        cache.layout.v.scale_mode() == KvScaleMode::kPerPageHead) {
+      return absl::InvalidArgumentError(
+          "cuda engine: per-page FP8 scales are CPU-only; use per-token scales");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct CudaEngine::State {
+  ModelConfig config;
+  EngineOptions options;
+  int max_context = 0;
+  int pages_per_sequence = 0;
+  KvPlan plan;
+  CudaModel model;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cu::Gemm> gemm;
+  std::unique_ptr<PageAllocator> pages;
+  std::unique_ptr<SequenceTable> table;
+  std::span<Segment> segments;
+  DeviceBuffers b;
+
+  ~State() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  absl::Status Allocate();
+  absl::StatusOr<int> Begin(std::span<const ForwardChunk> chunks);
+  absl::Status Layer(int layer, int n);
+  absl::Status SwiftKvProjectAndStore(int n);
+  absl::Status Compact(int& n);
+  void Store(std::span<const cu::KvStoreTarget> targets, const float* rows, int64_t stride, int n);
+  cu::KvStoreTarget StoreTarget(int cache, int64_t k_column, int64_t v_column) const;
+  void Attend(int layer, const float* q, int64_t q_stride);
+  absl::Status Matmul(const float* x, int n, const DeviceTensor& w, float* y) {
+    return gemm->Run(x, n, w.matrix, y);
+  }
+};
+
+absl::Status CudaEngine::State::Allocate() {
+  const ModelConfig& c = config;
+  const size_t n = options.max_batch_tokens;
+  int64_t qkv_width = 0;
+  for (const LayerPlan& layer : plan.layers) qkv_width = std::max(qkv_width, layer.w_in.shape[0]);
+  const int64_t swiftkv_width = plan.swiftkv() ? plan.swiftkv_kv.shape[0] : 0;
+  for (auto [buffer, width] :
+       {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
+        std::pair{&b.xn, int64_t{c.dim}}, std::pair{&b.qkv, qkv_width},
+        std::pair{&b.attn, int64_t{c.dim}}, std::pair{&b.q_packed, int64_t{c.dim}},
+        std::pair{&b.swiftkv, swiftkv_width}, std::pair{&b.gate_up, int64_t{2} * c.hidden_dim},
+        std::pair{&b.hb, int64_t{c.hidden_dim}}, std::pair{&b.logits, int64_t{c.vocab_size}}}) {
+    PDSERVE_ASSIGN_OR_RETURN(*buffer, DeviceBuffer<float>::Allocate(n * width));
+  }
+  for (auto* buffer : {&b.tokens, &b.positions, &b.page_ids, &b.slots, &b.kept_rows}) {
+    PDSERVE_ASSIGN_OR_RETURN(*buffer, DeviceBuffer<int32_t>::Allocate(n));
+  }
+  for (auto* buffer :
+       {&b.host_tokens, &b.host_positions, &b.host_page_ids, &b.host_slots, &b.host_kept_rows}) {
+    PDSERVE_ASSIGN_OR_RETURN(*buffer, PinnedBuffer<int32_t>::Allocate(n));
+  }
+  const size_t table_entries = static_cast<size_t>(options.max_sequences) * pages_per_sequence;
+  PDSERVE_ASSIGN_OR_RETURN(b.page_table, DeviceBuffer<int32_t>::Allocate(table_entries));
+  PDSERVE_ASSIGN_OR_RETURN(b.host_page_table, PinnedBuffer<int32_t>::Allocate(table_entries));
+  PDSERVE_ASSIGN_OR_RETURN(b.host_logits, PinnedBuffer<float>::Allocate(n * c.vocab_size));
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  const size_t workspace =
+      std::max(cu::AttentionWorkspaceBytes(shape, {options.max_batch_tokens, max_context}),
+               cu::KCacheWorkspaceBytes(shape, max_context));
+  PDSERVE_ASSIGN_OR_RETURN(b.attention_workspace, DeviceBuffer<uint8_t>::Allocate(workspace));
+  PDSERVE_ASSIGN_OR_RETURN(gemm,
+                           cu::Gemm::Create(stream, options.max_batch_tokens,
+                                            std::max<int64_t>({c.dim, c.hidden_dim, qkv_width})));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeights& weights,
+                                                               const EngineOptions& options) {
+  PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
+  PDSERVE_RETURN_IF_ERROR(options.Validate());
+  auto state = std::make_unique<State>();
+  state->config = weights.config;
+  state->options = options;
+  state->max_context = options.max_context > 0 ? options.max_context : weights.config.max_seq_len;
+  state->pages_per_sequence =
+      (state->max_context + options.kv_page_size - 1) / options.kv_page_size;
+  const int64_t num_pages = options.kv_pages > 0
+                                ? options.kv_pages
+                                : int64_t{options.max_sequences} * state->pages_per_sequence;
+  if (num_pages > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda engine: ", num_pages, " KV pages"));
+  }
+  state->options.kv_pages = static_cast<int>(num_pages);
+  state->options.num_threads = 1;  // host threads: the GPU does the work
+  PDSERVE_ASSIGN_OR_RETURN(state->plan, BuildKvPlan(weights, options.compression,
+                                                    options.kv_page_size, options.weight_dtype));
+  PDSERVE_RETURN_IF_ERROR(CheckSupported(weights.config, options, state->plan));
+  std::string why_not;
+  if (!cu::CudaDeviceAvailable(&why_not)) {
+    return absl::FailedPreconditionError(absl::StrCat("device cuda: no CUDA device: ", why_not));
+  }
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+  PDSERVE_ASSIGN_OR_RETURN(state->model, UploadModel(weights, state->plan, options.weight_dtype,
+                                                     state->options.kv_pages, state->max_context));
+  PDSERVE_RETURN_IF_ERROR(state->Allocate());
+  state->pages = std::make_unique<PageAllocator>(options.kv_page_size, state->options.kv_pages);
+  state->table = std::make_unique<SequenceTable>(
+      *state->pages, SequenceLimits{options.max_sequences, state->max_context,
+                                    options.max_batch_tokens, weights.config.vocab_size});
+  return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(state)));
+}
+
+CudaEngine::CudaEngine(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CudaEngine::~CudaEngine() = default;
+
+const ModelConfig& CudaEngine::config() const { return state_->config; }
+const EngineOptions& CudaEngine::options() const { return state_->options; }
+int CudaEngine::max_context() const { return state_->max_context; }
+const KvPlan& CudaEngine::plan() const { return state_->plan; }
+absl::StatusOr<int> CudaEngine::AddSequence() { return state_->table->Add(); }
+absl::Status CudaEngine::RemoveSequence(int sequence) { return state_->table->Remove(sequence); }
+int CudaEngine::SequenceLength(int sequence) const { return state_->table->Length(sequence); }
+
+// Books the batch, then sends its tokens, positions, store slots and the page tables of its
+// sequences to the device. Returns the batch's rows.
+absl::StatusOr<int> CudaEngine::State::Begin(std::span<const ForwardChunk> chunks) {
+  PDSERVE_ASSIGN_OR_RETURN(segments,
+                           table->Begin(chunks, b.host_tokens.data(), b.host_positions.data()));
+  const int page_size = options.kv_page_size;
+  int n = 0;
+  for (const Segment& segment : segments) {
+    const std::vector<int32_t>& pages = table->table(segment.sequence).pages();
+    for (int i = 0; i < segment.n; ++i, ++n) {
+      const int pos = segment.start_pos + i;
+      b.host_page_ids.data()[n] = pages[pos / page_size];
+      b.host_slots.data()[n] = pos % page_size;
+    }
+    int32_t* row = b.host_page_table.data() + int64_t{segment.sequence} * pages_per_sequence;
+    std::copy(pages.begin(), pages.end(), row);
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(b.page_table.data() + (row - b.host_page_table.data()), row,
+                        pages.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  }
+  for (auto [device, host] :
+       {std::pair{&b.tokens, &b.host_tokens}, std::pair{&b.positions, &b.host_positions},
+        std::pair{&b.page_ids, &b.host_page_ids}, std::pair{&b.slots, &b.host_slots}}) {
+    PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device->data(), host->data(), n * sizeof(int32_t),
+                                                 cudaMemcpyHostToDevice, stream));
+  }
+  return n;
+}
+
+absl::StatusOr<std::span<const float>> CudaEngine::Forward(std::span<const ForwardChunk> chunks) {
+  State& s = *state_;
+  PDSERVE_ASSIGN_OR_RETURN(int n, s.Begin(chunks));
+  const ModelConfig& c = s.config;
+  cu::EmbeddingLookup(s.model.embedding.matrix.data, s.model.embedding.matrix.dtype, c.dim,
+                      s.b.tokens.data(), n, s.b.x.data(), s.stream);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    if (layer == s.plan.swiftkv_layer) {
+      PDSERVE_RETURN_IF_ERROR(s.SwiftKvProjectAndStore(n));
+      PDSERVE_RETURN_IF_ERROR(s.Compact(n));
+    }
+    PDSERVE_RETURN_IF_ERROR(s.Layer(layer, n));
+  }
+  PDSERVE_RETURN_IF_ERROR(s.Compact(n));
+  cu::RmsNorm(s.b.x.data(), s.model.final_norm.f32(), n, c.dim, c.norm_eps, s.b.xb.data(),
+              s.stream);
+  PDSERVE_RETURN_IF_ERROR(s.Matmul(s.b.xb.data(), n, s.model.classifier, s.b.logits.data()));
+  const size_t count = static_cast<size_t>(n) * c.vocab_size;
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.b.host_logits.data(), s.b.logits.data(),
+                                               count * sizeof(float), cudaMemcpyDeviceToHost,
+                                               s.stream));
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return std::span<const float>(s.b.host_logits.data(), count);
+}
+
+// Keeps the rows that need logits (SequenceTable::CompactToLogitRows), gathering x and the
+// positions on the device; nothing moves when every row is kept.
+absl::Status CudaEngine::State::Compact(int& n) {
+  int32_t* kept = b.host_kept_rows.data();
+  const int rows = table->CompactToLogitRows(kept);
+  bool identity = rows == n;
+  for (int r = 0; identity && r < rows; ++r) identity = kept[r] == r;
+  n = rows;
+  if (identity) return absl::OkStatus();
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.kept_rows.data(), kept, rows * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, stream));
+  cu::GatherRows(b.x.data(), b.kept_rows.data(), rows, config.dim, b.xb.data(), stream);
+  std::swap(b.x, b.xb);
+  // Positions as floats would round; gather them on the host and send them again.
+  int32_t* positions = b.host_positions.data();
+  for (int r = 0; r < rows; ++r) positions[r] = positions[kept[r]];
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      b.positions.data(), positions, rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  return absl::OkStatus();
+}
+
+cu::KvStoreTarget CudaEngine::State::StoreTarget(int cache, int64_t k_column,
+                                                 int64_t v_column) const {
+  const DeviceCache& device = model.caches[cache];
+  cu::KvStoreTarget target;
+  target.k = device.k;
+  target.v = device.v;
+  if (plan.caches[cache].zack()) {
+    target.k_basis = device.k_basis.data();
+    target.k_basis_offsets = device.k_basis_offsets.data();
+  }
+  target.k_column = k_column;
+  target.v_column = v_column;
+  return target;
+}
+
+void CudaEngine::State::Store(std::span<const cu::KvStoreTarget> targets, const float* rows,
+                              int64_t stride, int n) {
+  cu::KvStoreBatch batch;
+  batch.n = static_cast<int>(targets.size());
+  std::copy(targets.begin(), targets.end(), batch.targets);
+  cu::KvStoreRows store{rows,
+                        stride,
+                        n,
+                        b.page_ids.data(),
+                        b.slots.data(),
+                        options.kv_page_size,
+                        config.n_kv_heads,
+                        config.head_dim()};
+  cu::StoreKv(batch, store, stream);
+}
+
+absl::Status CudaEngine::State::Layer(int layer, int n) {
+  const ModelConfig& c = config;
+  const DeviceLayer& w = model.layers[layer];
+  const LayerPlan& layer_plan = plan.layers[layer];
+  const CachePlan& cache = plan.caches[layer_plan.cache];
+  const int64_t width = layer_plan.w_in.shape[0];
+  cu::RmsNorm(b.x.data(), w.attn_norm.f32(), n, c.dim, c.norm_eps, b.xb.data(), stream);
+  PDSERVE_RETURN_IF_ERROR(Matmul(b.xb.data(), n, w.w_in, b.qkv.data()));
+  float* q = b.qkv.data();
+  if (layer_plan.writes_kv) {
+    cu::ApplyRope(q + c.dim, n, width, c.n_kv_heads, b.positions.data(), model.rope, c.rope_pairing,
+                  stream);
+    const cu::KvStoreTarget target = StoreTarget(layer_plan.cache, c.dim, c.dim + c.kv_dim());
+    Store({&target, 1}, q, width, n);
+  }
+  cu::ApplyRope(q, n, width, c.n_heads, b.positions.data(), model.rope, c.rope_pairing, stream);
+  if (cache.zack()) {
+    const DeviceCache& device = model.caches[layer_plan.cache];
+    const cu::QueryProjection projection{device.k_basis.data(),
+                                         device.k_basis_offsets.data(),
+                                         device.k_dims.data(),
+                                         device.q_offsets.data(),
+                                         c.n_heads,
+                                         c.n_kv_heads,
+                                         c.head_dim()};
+    cu::ProjectQueries(projection, q, width, n, b.q_packed.data(), cache.q_width, stream);
+    Attend(layer, b.q_packed.data(), cache.q_width);
+  } else {
+    Attend(layer, q, width);
+  }
+  PDSERVE_RETURN_IF_ERROR(Matmul(b.attn.data(), n, w.wo, b.xb.data()));
+  cu::AddRmsNorm(b.x.data(), b.xb.data(), w.ffn_norm.f32(), n, c.dim, c.norm_eps, b.xn.data(),
+                 stream);
+  PDSERVE_RETURN_IF_ERROR(Matmul(b.xn.data(), n, w.w13, b.gate_up.data()));
+  cu::SwiGlu(b.gate_up.data(), n, c.hidden_dim, b.hb.data(), stream);
+  PDSERVE_RETURN_IF_ERROR(Matmul(b.hb.data(), n, w.w2, b.xb.data()));
+  cu::AddInPlace(b.x.data(), b.xb.data(), int64_t{n} * c.dim, stream);
+  return absl::OkStatus();
+}
+
+// Every SwiftKV cache layer's K/V from x = RMSNorm(h_l): one fused projection, one RoPE over all
+// their K heads, one bulk store.
+absl::Status CudaEngine::State::SwiftKvProjectAndStore(int n) {
+  const ModelConfig& c = config;
+  cu::RmsNorm(b.x.data(), model.swiftkv_norm.f32(), n, c.dim, c.norm_eps, b.xb.data(), stream);
+  PDSERVE_RETURN_IF_ERROR(Matmul(b.xb.data(), n, model.swiftkv_kv, b.swiftkv.data()));
+  const int64_t width = plan.swiftkv_kv.shape[0];
+  const int leaders = static_cast<int>(plan.swiftkv_v_offsets.size());
+  cu::ApplyRope(b.swiftkv.data(), n, width, leaders * c.n_kv_heads, b.positions.data(), model.rope,
+                c.rope_pairing, stream);
+  std::vector<cu::KvStoreTarget> targets;
+  const int64_t v_base = int64_t{leaders} * c.kv_dim();
+  for (int i = 0; i < leaders; ++i) {
+    targets.push_back(StoreTarget(plan.swiftkv_layer + i, int64_t{i} * c.kv_dim(),
+                                  v_base + plan.swiftkv_v_offsets[i]));
+  }
+  Store(targets, b.swiftkv.data(), width, n);
+  return absl::OkStatus();
+}
+
+void CudaEngine::State::Attend(int layer, const float* q, int64_t q_stride) {
+  const ModelConfig& c = config;
+  const int cache_index = plan.layers[layer].cache;
+  const CachePlan& cache = plan.caches[cache_index];
+  const DeviceCache& device = model.caches[cache_index];
+  cu::SequenceBatch dense, kcache;
+  cu::BatchBounds bounds;
+  for (const Segment& segment : segments) {
+    kernels::AttentionSequence seq;
+    seq.q = q + int64_t{segment.row} * q_stride;
+    seq.q_row_stride = q_stride;
+    seq.out = b.attn.data() + int64_t{segment.row} * cache.out_width;
+    seq.out_row_stride = cache.out_width;
+    seq.n_queries = segment.n;
+    seq.start_pos = segment.start_pos;
+    seq.kv.k = device.k;
+    seq.kv.v = device.v;
+    seq.kv.pages = b.page_table.data() + int64_t{segment.sequence} * pages_per_sequence;
+    seq.kv.page_size = options.kv_page_size;
+    // KCache selects for decode steps; prompts (even their last token alone) attend densely.
+    cu::SequenceBatch& batch = cache.kcache && segment.decode ? kcache : dense;
+    batch.sequences[batch.n++] = seq;
+    bounds.max_queries = std::max(bounds.max_queries, segment.n);
+    bounds.max_context = std::max(bounds.max_context, segment.start_pos + segment.n);
+  }
+  kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  shape.q_offsets = device.q_offsets.data();
+  shape.out_offsets = device.out_offsets.data();
+  void* workspace = b.attention_workspace.data();
+  if (dense.n > 0) cu::Attention(shape, dense, bounds, workspace, stream);
+  if (kcache.n > 0) {
+    const KCacheOptions& o = options.compression.kcache;
+    cu::KCacheAttention(
+        shape, kcache,
+        {.top_n = o.top_n, .sink = o.sink, .recent = o.recent, .renormalize = o.renormalize},
+        max_context, workspace, nullptr, stream);
+  }
+}
+
+}  // namespace pdserve

@@ -1,0 +1,269 @@
+// CudaEngine against LlamaEngine (the reference) on the same weights and inputs: stories260K's
+// greedy output, logits under every technique and their combination, batches mixing prefill and
+// decode, 16-bit weights, and the errors it owes its callers. GPU tests: each skips without a
+// device. Tolerances are relative to the largest logit: 1e-4 where the arithmetic is the same
+// up to summation order (f32), 2e-2 where FP8 codes or bf16 activations may round differently.
+#include "core/model/cuda_engine.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/compress/calibrator.h"
+#include "core/compress/profile.h"
+#include "core/model/llama_engine.h"
+#include "core/model/model_loader.h"
+#include "core/model/random_model.h"
+#include "core/model/sampler.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/gpu_test.h"
+
+namespace pdserve {
+namespace {
+
+const std::string kShared = PDSERVE_SHARED_DIR;
+
+ModelConfig Config() {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 128;
+  c.n_layers = 4;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.vocab_size = 256;
+  c.max_seq_len = 256;
+  c.tied_embeddings = false;
+  return c;
+}
+
+const ModelWeights& Model() {
+  static const ModelWeights* weights = new ModelWeights(MakeRandomModel(Config(), 11));
+  return *weights;
+}
+
+std::vector<int32_t> Tokens(int n, int salt = 0) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 1 + (i * 37 + salt * 101) % (Config().vocab_size - 1);
+  return t;
+}
+
+// SwiftKV recovery at l = 2 (group `group`) and ZACK bases, ρ = 0, made once per group.
+const Calibration& TestCalibration(int group) {
+  static std::map<int, Calibration>* cache = new std::map<int, Calibration>;
+  auto [it, inserted] = cache->try_emplace(group);
+  if (inserted) {
+    std::vector<std::vector<int32_t>> sequences;
+    for (int s = 0; s < 4; ++s) sequences.push_back(Tokens(128, s + 10));
+    CalibrateOptions options;
+    options.swiftkv_layer = 2;
+    options.across_kv = group;
+    options.zack = true;
+    options.num_threads = 1;
+    absl::StatusOr<Calibration> calibration = Calibrate(Model(), sequences, options, "test");
+    EXPECT_TRUE(calibration.ok()) << calibration.status();
+    it->second = *calibration;
+  }
+  return it->second;
+}
+
+EngineOptions Options(Device device, const KvCompression& compression = {}) {
+  EngineOptions o;
+  o.device = device;
+  o.max_batch_tokens = 256;
+  o.max_sequences = 4;
+  o.kv_page_size = 16;
+  o.compression = compression;
+  return o;
+}
+
+std::unique_ptr<Engine> Make(const ModelWeights& weights, const EngineOptions& options) {
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      options.device == Device::kCuda
+          ? absl::StatusOr<std::unique_ptr<Engine>>(CudaEngine::Create(weights, options))
+          : absl::StatusOr<std::unique_ptr<Engine>>(LlamaEngine::Create(weights, options));
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+// Logits of a prompt's last token, prefilled in chunks of `chunk`, then of `decode`
+// teacher-forced decode steps; all rows concatenated.
+std::vector<float> RunPrompt(Engine& engine, const std::vector<int32_t>& prompt, int decode,
+                             int chunk) {
+  const int sequence = *engine.AddSequence();
+  std::vector<float> out;
+  std::span<const float> last;
+  for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
+    const size_t n = std::min<size_t>(chunk, prompt.size() - begin);
+    ForwardChunk c{sequence, std::span(prompt).subspan(begin, n)};
+    absl::StatusOr<std::span<const float>> logits = engine.Forward({&c, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return out;
+    last = *logits;
+  }
+  out.assign(last.begin(), last.end());
+  const std::vector<int32_t> next = Tokens(decode, 99);
+  for (int i = 0; i < decode; ++i) {
+    ForwardChunk c{sequence, std::span(next).subspan(i, 1)};
+    absl::StatusOr<std::span<const float>> logits = engine.Forward({&c, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return out;
+    out.insert(out.end(), logits->begin(), logits->end());
+  }
+  EXPECT_TRUE(engine.RemoveSequence(sequence).ok());
+  return out;
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
+    scale = std::max(scale, std::abs(double{b[i]}));
+  }
+  EXPECT_GT(scale, 1e-6) << "all-zero logits";
+  return diff / scale;
+}
+
+TEST(CudaEngineTest, Stories260KGreedyOutputEqualsTheCpuEngine) {
+  PDSERVE_REQUIRE_GPU();
+  absl::StatusOr<LoadedModel> model = LoadModel(kShared + "/models/stories260K/stories260K.bin",
+                                                kShared + "/models/stories260K/tok512.bin");
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<std::vector<int32_t>> outputs;
+  for (Device device : {Device::kCpu, Device::kCuda}) {
+    std::unique_ptr<Engine> engine = Make(model->weights, Options(device));
+    ASSERT_NE(engine, nullptr);
+    const int sequence = *engine->AddSequence();
+    std::vector<int32_t> tokens = {1};  // BOS, as llama2.c starts
+    for (int step = 0; step < 200; ++step) {
+      ForwardChunk chunk{sequence, std::span(tokens).last(1)};
+      absl::StatusOr<std::span<const float>> logits = engine->Forward({&chunk, 1});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      tokens.push_back(ArgMax(*logits));
+    }
+    outputs.push_back(tokens);
+  }
+  EXPECT_EQ(outputs[1], outputs[0]);
+}
+
+struct TechniqueCase {
+  const char* name;
+  CompressionProfile profile;
+  int calibration_group;  // 0 = none
+  double tolerance;
+};
+
+std::vector<TechniqueCase> Techniques() {
+  std::vector<TechniqueCase> cases;
+  cases.push_back({"plain", {}, 0, 1e-4});
+  CompressionProfile swiftkv;
+  swiftkv.swiftkv_layer = 2;
+  swiftkv.swiftkv_recovery = true;
+  cases.push_back({"swiftkv", swiftkv, 1, 1e-4});
+  CompressionProfile across = swiftkv;
+  across.across_kv = 2;
+  cases.push_back({"swiftkv+acrosskv", across, 2, 1e-4});
+  CompressionProfile zack;
+  zack.zack = true;
+  zack.zack_rho = 0.05;
+  cases.push_back({"zack", zack, 1, 1e-4});
+  CompressionProfile fp8;
+  fp8.fp8 = KvScaleMode::kPerTokenHead;
+  cases.push_back({"fp8", fp8, 0, 2e-2});
+  CompressionProfile kcache;
+  kcache.kcache = {.top_n = 8, .full_layers = 1, .sink = 2, .recent = 4};
+  cases.push_back({"kcache", kcache, 0, 1e-3});
+  CompressionProfile all = across;
+  all.zack = true;
+  all.zack_rho = 0.05;
+  all.fp8 = KvScaleMode::kPerTokenHead;
+  all.kcache = {.top_n = 8, .full_layers = 1, .sink = 2, .recent = 4};
+  cases.push_back({"all", all, 2, 2e-2});
+  return cases;
+}
+
+TEST(CudaEngineTest, EveryTechniqueMatchesTheCpuEngine) {
+  PDSERVE_REQUIRE_GPU();
+  for (const TechniqueCase& c : Techniques()) {
+    SCOPED_TRACE(c.name);
+    const Calibration* calibration =
+        c.calibration_group > 0 ? &TestCalibration(c.calibration_group) : nullptr;
+    absl::StatusOr<PreparedModel> prepared = PrepareModel(Model(), c.profile, calibration);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    // Chunks of 48 cross page boundaries (pages of 16 hold 3 per chunk), 20 decode steps.
+    const std::vector<int32_t> prompt = Tokens(150, 3);
+    std::unique_ptr<Engine> cpu =
+        Make(prepared->weights, Options(Device::kCpu, prepared->compression));
+    std::unique_ptr<Engine> gpu =
+        Make(prepared->weights, Options(Device::kCuda, prepared->compression));
+    ASSERT_NE(gpu, nullptr);
+    EXPECT_LE(RelativeError(RunPrompt(*gpu, prompt, 20, 48), RunPrompt(*cpu, prompt, 20, 48)),
+              c.tolerance);
+  }
+}
+
+TEST(CudaEngineTest, MixedBatchEqualsSequencesRunAlone) {
+  PDSERVE_REQUIRE_GPU();
+  std::unique_ptr<Engine> engine = Make(Model(), Options(Device::kCuda));
+  ASSERT_NE(engine, nullptr);
+  // Alone: a 40-token prompt, and a 70-token prompt followed by one decode step.
+  const std::vector<int32_t> a = Tokens(40, 1), b = Tokens(70, 2), step = {17};
+  const std::vector<float> alone_a = RunPrompt(*engine, a, 0, 40);
+  const int sb = *engine->AddSequence();
+  ForwardChunk prefill_b{sb, b};
+  ASSERT_TRUE(engine->Forward({&prefill_b, 1}).ok());
+  ForwardChunk decode_b{sb, step};
+  absl::StatusOr<std::span<const float>> alone = engine->Forward({&decode_b, 1});
+  ASSERT_TRUE(alone.ok());
+  const std::vector<float> alone_b(alone->begin(), alone->end());
+  ASSERT_TRUE(engine->RemoveSequence(sb).ok());
+  // Together: b's prefill first, then one batch of a's prompt and b's decode step.
+  const int sa = *engine->AddSequence();
+  const int sb2 = *engine->AddSequence();
+  ForwardChunk again_b{sb2, b};
+  ASSERT_TRUE(engine->Forward({&again_b, 1}).ok());
+  const ForwardChunk batch[] = {{sa, a}, {sb2, step}};
+  absl::StatusOr<std::span<const float>> together = engine->Forward(batch);
+  ASSERT_TRUE(together.ok()) << together.status();
+  const size_t vocab = Config().vocab_size;
+  ASSERT_EQ(together->size(), 2 * vocab);
+  EXPECT_LE(RelativeError({together->begin(), together->begin() + vocab}, alone_a), 1e-5);
+  EXPECT_LE(RelativeError({together->begin() + vocab, together->end()}, alone_b), 1e-5);
+}
+
+TEST(CudaEngineTest, Bf16WeightsMatchTheCpuEngineInBf16) {
+  PDSERVE_REQUIRE_GPU();
+  EngineOptions cpu_options = Options(Device::kCpu), gpu_options = Options(Device::kCuda);
+  cpu_options.weight_dtype = gpu_options.weight_dtype = DType::kBF16;
+  const std::vector<int32_t> prompt = Tokens(100, 4);
+  std::unique_ptr<Engine> cpu = Make(Model(), cpu_options), gpu = Make(Model(), gpu_options);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_LE(RelativeError(RunPrompt(*gpu, prompt, 10, 100), RunPrompt(*cpu, prompt, 10, 100)),
+            2e-2);
+}
+
+TEST(CudaEngineTest, BadInputIsRefusedAndChangesNothing) {
+  PDSERVE_REQUIRE_GPU();
+  std::unique_ptr<Engine> engine = Make(Model(), Options(Device::kCuda));
+  ASSERT_NE(engine, nullptr);
+  const int sequence = *engine->AddSequence();
+  const int32_t bad[] = {1, Config().vocab_size};
+  ForwardChunk chunk{sequence, bad};
+  absl::StatusOr<std::span<const float>> logits = engine->Forward({&chunk, 1});
+  ASSERT_FALSE(logits.ok());
+  EXPECT_EQ(logits.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->SequenceLength(sequence), 0);
+}
+
+TEST(CudaEngineTest, PerPageFp8ScalesAreRefusedBeforeTouchingTheDevice) {
+  KvCompression compression;
+  compression.fp8 = KvScaleMode::kPerPageHead;
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine =
+      CudaEngine::Create(Model(), Options(Device::kCuda, compression));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(engine.status().message()).find("per-page"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,88 @@
+// Engine: a Llama forward pass over a batch of sequences with a paged KV cache, whatever the
+// device — what its drivers (Generate, bench, eval) need. LlamaEngine (core/model/llama_engine.h)
+// runs on the CPU and is the reference; CudaEngine (core/model/cuda_engine.h) runs on a GPU.
+// CreateEngine (core/model/create_engine.h) picks by EngineOptions::device. Engines are not
+// thread-safe: one caller drives an engine.
+#ifndef PDSERVE_CORE_MODEL_ENGINE_H_
+#define PDSERVE_CORE_MODEL_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/kv/kv_layout.h"
+#include "core/kv/value_tier.h"
+#include "core/model/device.h"
+#include "core/model/kv_compression.h"
+#include "core/model/kv_plan.h"
+#include "core/model/model_config.h"
+#include "core/tensor/dtype.h"
+
+namespace pdserve {
+
+struct EngineOptions {
+  Device device = Device::kCpu;
+  DType weight_dtype = DType::kF32;
+  int num_threads = 1;         // 0 = automatic: every core, or one for models too small to split
+  int max_batch_tokens = 512;  // tokens per Forward call
+  int max_sequences = 8;       // live sequences at once
+  int max_context = 0;         // tokens per sequence; 0 = the model's max_seq_len (may exceed it)
+  int kv_page_size = 16;
+  int kv_pages = 0;  // 0 = enough for max_sequences sequences of max_context tokens
+  KvCompression compression;
+  // Makes the value tier holding KCache layers' V pages (one section per KCache cache layer, in
+  // cache-layer order; num_pages pages mirroring the engine's KV pool). Empty = an
+  // InProcessValueTier; not called when no layer uses KCache. An engine whose KCache V lives in a
+  // tier from this factory runs decode steps only (one-token chunks): dense attention over V needs
+  // the in-process tier's memory, so Forward refuses longer chunks with FailedPrecondition.
+  // CPU engine only.
+  std::function<absl::StatusOr<std::unique_ptr<ValueTier>>(int page_size, int num_pages,
+                                                           std::vector<KvSectionLayout> sections)>
+      value_tier_factory;
+
+  absl::Status Validate() const;
+};
+
+// Tokens to append to one sequence in a Forward call.
+struct ForwardChunk {
+  int sequence = -1;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every token, not only the last
+  // A chunk of one token is a decode step: with KCache its later layers select what to read.
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // As created, with automatic values resolved.
+  virtual const EngineOptions& options() const = 0;
+  virtual int max_context() const = 0;
+  // The layers and caches it runs (SwiftKV, AcrossKV, ZACK, FP8, KCache applied).
+  virtual const KvPlan& plan() const = 0;
+  // V bytes decode steps fetched from a value tier (KCache), since creation; 0 without one.
+  virtual int64_t kv_bytes_fetched() const { return 0; }
+
+  // Starts an empty sequence; ResourceExhausted when max_sequences are live.
+  virtual absl::StatusOr<int> AddSequence() = 0;
+  // Frees the sequence and its KV pages; NotFound for an unknown id.
+  virtual absl::Status RemoveSequence(int sequence) = 0;
+  // Tokens in the sequence's cache, or -1 for an unknown id.
+  virtual int SequenceLength(int sequence) const = 0;
+
+  // Appends every chunk's tokens to its sequence and returns logits [rows, vocab]: per chunk in
+  // order, one row per token when all_logits, else one row for its last token. InvalidArgument for
+  // unknown or repeated sequences, empty chunks, token ids outside the vocabulary, more than
+  // max_batch_tokens tokens or a sequence beyond max_context; ResourceExhausted when the KV pool is
+  // full. On error no sequence changes. The span (host memory) is valid until the next Forward.
+  virtual absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks) = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_ENGINE_H_
