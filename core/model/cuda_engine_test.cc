@@ -6,6 +6,7 @@
 #include "core/model/cuda_engine.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -21,7 +22,11 @@
 namespace pdserve {
 namespace {
 
-const std::string kShared = PDSERVE_SHARED_DIR;
+// The build's shared directory, or $PDSERVE_SHARED_DIR (a bundle run on another machine).
+std::string SharedDir() {
+  const char* env = std::getenv("PDSERVE_SHARED_DIR");
+  return env != nullptr ? env : PDSERVE_SHARED_DIR;
+}
 
 ModelConfig Config() {
   ModelConfig c;
@@ -126,8 +131,8 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CudaEngineTest, Stories260KGreedyOutputEqualsTheCpuEngine) {
   PDSERVE_REQUIRE_GPU();
-  absl::StatusOr<LoadedModel> model = LoadModel(kShared + "/models/stories260K/stories260K.bin",
-                                                kShared + "/models/stories260K/tok512.bin");
+  absl::StatusOr<LoadedModel> model = LoadModel(SharedDir() + "/models/stories260K/stories260K.bin",
+                                                SharedDir() + "/models/stories260K/tok512.bin");
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<std::vector<int32_t>> outputs;
   for (Device device : {Device::kCpu, Device::kCuda}) {
