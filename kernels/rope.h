@@ -1,7 +1,8 @@
 // Rotary position embedding. For head dim d and pair index i < d/2 the angle at position p is
 // p · θ^(-2i/d); the pair is (2i, 2i+1) with adjacent pairing (llama2.c, GGUF) or (i, i + d/2)
 // with split-half pairing (Hugging Face). RopeTable precomputes cos/sin per position exactly as
-// llama2.c does (fp32 powf/cosf/sinf), so both paths rotate by identical values.
+// llama2.c does (fp32 powf/cosf/sinf), so both paths rotate by identical values. A table may
+// rescale the frequencies as Llama 3.1 does (RopeScaling); the reference never does.
 #ifndef PDSERVE_KERNELS_ROPE_H_
 #define PDSERVE_KERNELS_ROPE_H_
 
@@ -12,10 +13,23 @@
 
 namespace pdserve::kernels {
 
+// Llama 3.1 frequency scaling ("rope_type": "llama3"). Each frequency f = θ^(-2i/d) has the
+// wavelength 2π/f; wavelengths shorter than original_max_positions / high_freq_factor keep f,
+// longer than original_max_positions / low_freq_factor become f / factor, and those between
+// blend the two linearly in original_max_positions / wavelength. factor = 0 means no scaling.
+// Requires, when factor > 0: high_freq_factor > low_freq_factor > 0 and original_max_positions > 0.
+struct RopeScaling {
+  float factor = 0;  // 0 = none
+  float low_freq_factor = 1;
+  float high_freq_factor = 4;
+  int original_max_positions = 8192;
+};
+
 // cos and sin for positions [0, max_positions): [max_positions, head_dim/2] each. Immutable.
 class RopeTable {
  public:
-  RopeTable(int head_dim, int max_positions, float theta);
+  // Without scaling (the default) the table holds exactly ApplyRopeReference's angles.
+  RopeTable(int head_dim, int max_positions, float theta, const RopeScaling& scaling = {});
   const float* cos(int pos) const { return cos_.data() + static_cast<int64_t>(pos) * half_; }
   const float* sin(int pos) const { return sin_.data() + static_cast<int64_t>(pos) * half_; }
   int head_dim() const { return 2 * half_; }

@@ -1,12 +1,14 @@
 // RoPE: the table path equals the reference bit for bit for both pairings; split-half rotation of
 // a Hugging Face-permuted vector equals the permuted adjacent rotation; rotations preserve each
-// pair's norm and match angles computed in double.
+// pair's norm and match angles computed in double. Llama 3.1 scaling: factor 0 changes nothing;
+// scaled angles match the rule computed in double, over all three frequency bands.
 #include "kernels/rope.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <random>
 #include <sstream>
 #include <string>
@@ -208,6 +210,100 @@ TEST(RopeTest, TableIsUnitCircle) {
       EXPECT_NEAR(c * c + s * s, 1.0, 1e-6);
     }
   }
+}
+
+// Llama 3.1's published configuration for a 128-wide head.
+constexpr RopeScaling kLlama31Scaling = {.factor = 8.0f,
+                                         .low_freq_factor = 1.0f,
+                                         .high_freq_factor = 4.0f,
+                                         .original_max_positions = 8192};
+
+enum class Band { kHigh, kMedium, kLow };
+
+// The Llama 3.1 rule in double, written from the published definition, and the band of frequency i.
+double ScaledFrequency(int i, int head_dim, double theta, const RopeScaling& s, Band* band) {
+  const double f = std::pow(theta, -2.0 * i / head_dim);
+  const double wavelength = 2.0 * std::numbers::pi / f;
+  const double original = s.original_max_positions;
+  if (wavelength < original / s.high_freq_factor) {
+    *band = Band::kHigh;
+    return f;
+  }
+  if (wavelength > original / s.low_freq_factor) {
+    *band = Band::kLow;
+    return f / s.factor;
+  }
+  *band = Band::kMedium;
+  const double smooth =
+      (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * f / s.factor + smooth * f;
+}
+
+bool SameBits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+
+// factor = 0 means no scaling whatever the other fields say: the table is the unscaled one bit for
+// bit (and TableMatchesReferenceExactly ties the unscaled table to the reference).
+TEST(RopeTest, ZeroFactorLeavesTableUnchanged) {
+  const RopeScaling off = {.factor = 0.0f,
+                           .low_freq_factor = 2.0f,
+                           .high_freq_factor = 3.0f,
+                           .original_max_positions = 64};
+  for (float theta : {10000.0f, 500000.0f}) {
+    for (int head_dim : {2, 64, 128}) {
+      RopeTable plain(head_dim, 500, theta), scaled(head_dim, 500, theta, off);
+      for (int pos = 0; pos < 500; ++pos) {
+        for (int i = 0; i < head_dim / 2; ++i) {
+          ASSERT_TRUE(SameBits(plain.cos(pos)[i], scaled.cos(pos)[i])) << pos << " " << i;
+          ASSERT_TRUE(SameBits(plain.sin(pos)[i], scaled.sin(pos)[i])) << pos << " " << i;
+        }
+      }
+    }
+  }
+}
+
+// The table's angle (recovered with atan2 from its fp32 cos and sin) equals pos · f_scaled computed
+// in double within 1e-5 relative (modulo 2π), with every band populated; high frequencies are
+// untouched, bit for bit.
+TEST(RopeTest, Llama3ScaledAnglesMatchDouble) {
+  const int head_dim = 128, max_positions = 16384;
+  const double theta = 500000.0;
+  RopeTable scaled(head_dim, max_positions, static_cast<float>(theta), kLlama31Scaling);
+  RopeTable plain(head_dim, max_positions, static_cast<float>(theta));
+  int per_band[3] = {0, 0, 0};
+  for (int i = 0; i < head_dim / 2; ++i) {
+    Band band;
+    const double freq = ScaledFrequency(i, head_dim, theta, kLlama31Scaling, &band);
+    ++per_band[static_cast<int>(band)];
+    for (int pos : {1, 2, 3, 100, 4095, 8191, 12000, max_positions - 1}) {
+      const double want = pos * freq;
+      const double got = std::atan2(double{scaled.sin(pos)[i]}, double{scaled.cos(pos)[i]});
+      const double error = std::fabs(std::remainder(want - got, 2.0 * std::numbers::pi));
+      EXPECT_LE(error, 1e-5 * want) << "pair " << i << " pos " << pos << " angle " << want;
+      if (band == Band::kHigh) {
+        EXPECT_TRUE(SameBits(scaled.cos(pos)[i], plain.cos(pos)[i])) << i << " " << pos;
+        EXPECT_TRUE(SameBits(scaled.sin(pos)[i], plain.sin(pos)[i])) << i << " " << pos;
+      }
+    }
+  }
+  EXPECT_GE(per_band[static_cast<int>(Band::kHigh)], 1);
+  EXPECT_GE(per_band[static_cast<int>(Band::kMedium)], 1);
+  EXPECT_GE(per_band[static_cast<int>(Band::kLow)], 1);
+}
+
+// Scaling only ever slows a rotation down: f / factor ≤ f_scaled ≤ f, strictly below f in the low
+// band.
+TEST(RopeTest, Llama3ScalingNeverSpeedsUp) {
+  const int head_dim = 128;
+  RopeTable scaled(head_dim, 2, 500000.0f, kLlama31Scaling), plain(head_dim, 2, 500000.0f);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double got = std::atan2(double{scaled.sin(1)[i]}, double{scaled.cos(1)[i]});
+    const double unscaled = std::atan2(double{plain.sin(1)[i]}, double{plain.cos(1)[i]});
+    EXPECT_LE(got, unscaled * (1 + 1e-6)) << i;
+    EXPECT_GE(got, unscaled / kLlama31Scaling.factor * (1 - 1e-6)) << i;
+  }
+  const double lowest = std::atan2(double{scaled.sin(1)[63]}, double{scaled.cos(1)[63]});
+  const double lowest_plain = std::atan2(double{plain.sin(1)[63]}, double{plain.cos(1)[63]});
+  EXPECT_NEAR(lowest, lowest_plain / 8, 1e-6 * lowest_plain);
 }
 
 }  // namespace

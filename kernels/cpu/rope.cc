@@ -1,14 +1,31 @@
 #include "kernels/rope.h"
 
 #include <cmath>
+#include <numbers>
+#include <vector>
 
 namespace pdserve::kernels {
 namespace {
 
-// The angle of pair i at `pos`, computed as llama2.c's run.c does.
+// The frequency of pair i and its angle at `pos`, computed as llama2.c's run.c does.
+float Frequency(int i, int head_dim, float theta) {
+  return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+}
 float Angle(int pos, int i, int head_dim, float theta) {
-  float freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-  return static_cast<float>(pos) * freq;
+  return static_cast<float>(pos) * Frequency(i, head_dim, theta);
+}
+
+// `freq` rescaled by the Llama 3.1 rule (rope.h), in fp32. Requires scaling.factor > 0.
+float Llama3Frequency(float freq, const RopeScaling& scaling) {
+  const float original = static_cast<float>(scaling.original_max_positions);
+  const float wavelength = 2.0f * std::numbers::pi_v<float> / freq;
+  const float low_freq_wavelength = original / scaling.low_freq_factor;
+  const float high_freq_wavelength = original / scaling.high_freq_factor;
+  if (wavelength < high_freq_wavelength) return freq;
+  if (wavelength > low_freq_wavelength) return freq / scaling.factor;
+  const float smooth = (original / wavelength - scaling.low_freq_factor) /
+                       (scaling.high_freq_factor - scaling.low_freq_factor);
+  return (1.0f - smooth) * freq / scaling.factor + smooth * freq;
 }
 
 inline void Rotate(float* x, int head_dim, const float* cos, const float* sin,
@@ -26,14 +43,19 @@ inline void Rotate(float* x, int head_dim, const float* cos, const float* sin,
 
 }  // namespace
 
-RopeTable::RopeTable(int head_dim, int max_positions, float theta)
+RopeTable::RopeTable(int head_dim, int max_positions, float theta, const RopeScaling& scaling)
     : half_(head_dim / 2),
       max_positions_(max_positions),
       cos_(static_cast<size_t>(max_positions) * half_),
       sin_(cos_.size()) {
+  std::vector<float> freq(half_);
+  for (int i = 0; i < half_; ++i) {
+    freq[i] = Frequency(i, head_dim, theta);
+    if (scaling.factor > 0) freq[i] = Llama3Frequency(freq[i], scaling);
+  }
   for (int pos = 0; pos < max_positions; ++pos) {
     for (int i = 0; i < half_; ++i) {
-      float angle = Angle(pos, i, head_dim, theta);
+      float angle = static_cast<float>(pos) * freq[i];
       cos_[static_cast<size_t>(pos) * half_ + i] = cosf(angle);
       sin_[static_cast<size_t>(pos) * half_ + i] = sinf(angle);
     }
