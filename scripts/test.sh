@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Sets up dependencies, builds pdserve (Release) and runs the whole CPU test suite, then builds
-# and runs it again under ASan+UBSan. GPU tests (ctest label `gpu`) are excluded here; they skip
-# cleanly without a device anyway. Usage: scripts/test.sh [--no-sanitizers]
+# Sets up dependencies, builds pdserve (Release, with the CUDA backend for sm_90 when the CUDA
+# toolkit is present) and runs the whole test suite, then builds and runs it again under
+# ASan+UBSan (CPU only). GPU tests (ctest label `gpu`) run too and skip without a device; on a
+# machine with a GPU, tests/gpu/run.sh verifies the backend. Usage: scripts/test.sh
+# [--no-sanitizers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
