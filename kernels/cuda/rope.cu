@@ -32,14 +32,14 @@ __global__ void __launch_bounds__(kElementwiseThreads) RopeKernel(RopeLaunch p) 
     const int in_row = static_cast<int>(e - t * pairs_per_row);
     const int h = in_row / half, i = in_row % half;
     const int64_t angle = int64_t{p.positions[t]} * half + i;
-    const float cos = p.tables.cos[angle], sin = p.tables.sin[angle];
+    const float c = p.tables.cos[angle], s = p.tables.sin[angle];
     const bool adjacent = p.pairing == RopePairing::kAdjacent;
     const int a = adjacent ? 2 * i : i;
     const int b = adjacent ? 2 * i + 1 : i + half;
     float* head = p.x + t * p.row_stride + int64_t{h} * p.tables.head_dim;
     const float x0 = head[a], x1 = head[b];
-    head[a] = fmaf(x0, cos, -(x1 * sin));
-    head[b] = fmaf(x0, sin, x1 * cos);
+    head[a] = fmaf(x0, c, -(x1 * s));
+    head[b] = fmaf(x0, s, x1 * c);
   }
 }
 
