@@ -44,7 +44,7 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   info.l2_bytes = prop.l2CacheSize;
   info.max_shared_per_block = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
   info.peak_memory_bandwidth = 2.0 * memory_clock_khz * 1e3 * (prop.memoryBusWidth / 8.0);
-  if (prop.major == 9) info.peak_bf16_flops = 2048.0 * info.sm_count * clock_khz * 1e3;
+  if (prop.major == 9) info.peak_bf16_flops = 4096.0 * info.sm_count * clock_khz * 1e3;
   return info;
 }
 

@@ -31,8 +31,9 @@ struct DeviceInfo {
   int64_t max_shared_per_block = 0;  // opt-in maximum
   // Theoretical DRAM bandwidth, bytes/s: 2 (DDR) × memory clock × bus width.
   double peak_memory_bandwidth = 0;
-  // Dense bf16 tensor-core peak, FLOP/s, from the SM count and clock for Hopper (sm_90:
-  // 1024 FMA/clock/SM, i.e. 2048 FLOP); 0 for other architectures.
+  // Dense bf16 tensor-core peak, FLOP/s, for Hopper (sm_90): 4096 FLOP per clock per SM (NVIDIA's
+  // 989 TFLOP/s for the H100 SXM is 132 SMs × 4096 × 1.83 GHz) at the device's maximum SM clock,
+  // so a little above the datasheet; 0 for other architectures.
   double peak_bf16_flops = 0;
 };
 
