@@ -10,7 +10,7 @@
 
 namespace pdserve::kernels::cuda {
 
-// gate_up: [n, 2·hidden]; out: [n, hidden].
+// gate_up: [n, 2·hidden]; out: [n, hidden], not aliasing gate_up (the rows differ in stride).
 void SwiGlu(const float* gate_up, int64_t n, int64_t hidden, float* out, cudaStream_t stream);
 
 }  // namespace pdserve::kernels::cuda
