@@ -37,7 +37,11 @@ struct DeviceBuffers {
   DeviceBuffer<int32_t> page_table;  // [max_sequences, pages_per_sequence]
   DeviceBuffer<uint8_t> attention_workspace;
   // Pinned mirrors of the per-step tables; logits come back here.
-  PinnedBuffer<int32_t> host_tokens, host_positions, host_page_ids, host_slots, host_kept_rows;
+  // Pinned memory a Forward's asynchronous copies read is written once per Forward: positions
+  // after compaction go to host_compacted_positions, not back into host_positions.
+  PinnedBuffer<int32_t> host_tokens, host_positions, host_page_ids, host_slots, host_kept_rows,
+      host_compacted_positions;
+  std::vector<int32_t> kept_scratch;  // CompactToLogitRows' answer, before it is known to move
   PinnedBuffer<int32_t> host_page_table;
   PinnedBuffer<float> host_logits;
 };
@@ -91,6 +95,7 @@ struct CudaEngine::State {
   }
 
   absl::Status Allocate();
+  absl::StatusOr<std::span<const float>> Run(std::span<const ForwardChunk> chunks);
   absl::StatusOr<int> Begin(std::span<const ForwardChunk> chunks);
   absl::Status Layer(int layer, int n);
   absl::Status SwiftKvProjectAndStore(int n);
@@ -120,10 +125,11 @@ absl::Status CudaEngine::State::Allocate() {
   for (auto* buffer : {&b.tokens, &b.positions, &b.page_ids, &b.slots, &b.kept_rows}) {
     PDSERVE_ASSIGN_OR_RETURN(*buffer, DeviceBuffer<int32_t>::Allocate(n));
   }
-  for (auto* buffer :
-       {&b.host_tokens, &b.host_positions, &b.host_page_ids, &b.host_slots, &b.host_kept_rows}) {
+  for (auto* buffer : {&b.host_tokens, &b.host_positions, &b.host_page_ids, &b.host_slots,
+                       &b.host_kept_rows, &b.host_compacted_positions}) {
     PDSERVE_ASSIGN_OR_RETURN(*buffer, PinnedBuffer<int32_t>::Allocate(n));
   }
+  b.kept_scratch.resize(n);
   const size_t table_entries = static_cast<size_t>(options.max_sequences) * pages_per_sequence;
   PDSERVE_ASSIGN_OR_RETURN(b.page_table, DeviceBuffer<int32_t>::Allocate(table_entries));
   PDSERVE_ASSIGN_OR_RETURN(b.host_page_table, PinnedBuffer<int32_t>::Allocate(table_entries));
@@ -216,7 +222,16 @@ absl::StatusOr<int> CudaEngine::State::Begin(std::span<const ForwardChunk> chunk
 }
 
 absl::StatusOr<std::span<const float>> CudaEngine::Forward(std::span<const ForwardChunk> chunks) {
-  State& s = *state_;
+  absl::StatusOr<std::span<const float>> logits = state_->Run(chunks);
+  // A failed step may leave copies from pinned memory in flight: let them finish before the next
+  // Forward rewrites it.
+  if (!logits.ok()) cudaStreamSynchronize(state_->stream);
+  return logits;
+}
+
+absl::StatusOr<std::span<const float>> CudaEngine::State::Run(
+    std::span<const ForwardChunk> chunks) {
+  State& s = *this;
   PDSERVE_ASSIGN_OR_RETURN(int n, s.Begin(chunks));
   const ModelConfig& c = s.config;
   cu::EmbeddingLookup(s.model.embedding.matrix.data, s.model.embedding.matrix.dtype, c.dim,
@@ -242,21 +257,24 @@ absl::StatusOr<std::span<const float>> CudaEngine::Forward(std::span<const Forwa
 }
 
 // Keeps the rows that need logits (SequenceTable::CompactToLogitRows), gathering x and the
-// positions on the device; nothing moves when every row is kept.
+// positions on the device; nothing moves when every row is kept. Compaction is idempotent, so
+// at most one call per Forward moves rows and writes the pinned buffers it copies from.
 absl::Status CudaEngine::State::Compact(int& n) {
-  int32_t* kept = b.host_kept_rows.data();
-  const int rows = table->CompactToLogitRows(kept);
+  const int32_t* kept = b.kept_scratch.data();
+  const int rows = table->CompactToLogitRows(b.kept_scratch.data());
   bool identity = rows == n;
   for (int r = 0; identity && r < rows; ++r) identity = kept[r] == r;
   n = rows;
   if (identity) return absl::OkStatus();
-  PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.kept_rows.data(), kept, rows * sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, stream));
+  std::copy(kept, kept + rows, b.host_kept_rows.data());
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.kept_rows.data(), b.host_kept_rows.data(),
+                                               rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                               stream));
   cu::GatherRows(b.x.data(), b.kept_rows.data(), rows, config.dim, b.xb.data(), stream);
   std::swap(b.x, b.xb);
   // Positions as floats would round; gather them on the host and send them again.
-  int32_t* positions = b.host_positions.data();
-  for (int r = 0; r < rows; ++r) positions[r] = positions[kept[r]];
+  int32_t* positions = b.host_compacted_positions.data();
+  for (int r = 0; r < rows; ++r) positions[r] = b.host_positions.data()[kept[r]];
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
       b.positions.data(), positions, rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   return absl::OkStatus();
