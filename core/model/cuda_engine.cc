@@ -174,6 +174,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeight
   PDSERVE_ASSIGN_OR_RETURN(state->model, UploadModel(weights, state->plan, options.weight_dtype,
                                                      state->options.kv_pages, state->max_context));
   PDSERVE_RETURN_IF_ERROR(state->Allocate());
+  // The uploads and the KV pools' cudaMemset ran on the legacy default stream, which `stream`
+  // (non-blocking) does not wait for, and may still be in flight: finish them before any Forward.
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   state->pages = std::make_unique<PageAllocator>(options.kv_page_size, state->options.kv_pages);
   state->table = std::make_unique<SequenceTable>(
       *state->pages, SequenceLimits{options.max_sequences, state->max_context,
