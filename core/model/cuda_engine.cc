@@ -135,9 +135,14 @@ absl::Status CudaEngine::State::Allocate() {
   PDSERVE_ASSIGN_OR_RETURN(b.host_page_table, PinnedBuffer<int32_t>::Allocate(table_entries));
   PDSERVE_ASSIGN_OR_RETURN(b.host_logits, PinnedBuffer<float>::Allocate(n * c.vocab_size));
   const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  const size_t workspace =
-      std::max(cu::AttentionWorkspaceBytes(shape, {options.max_batch_tokens, max_context}),
-               cu::KCacheWorkspaceBytes(shape, max_context));
+  // Dense attention and KCache run one after the other on `stream`: one workspace serves both.
+  // KCache's ([64 sequences, n_heads, max_context] probabilities, GBs at long contexts) only when
+  // some cache layer selects.
+  size_t workspace = cu::AttentionWorkspaceBytes(shape, {options.max_batch_tokens, max_context});
+  if (std::any_of(plan.caches.begin(), plan.caches.end(),
+                  [](const CachePlan& cache) { return cache.kcache; })) {
+    workspace = std::max(workspace, cu::KCacheWorkspaceBytes(shape, max_context));
+  }
   PDSERVE_ASSIGN_OR_RETURN(b.attention_workspace, DeviceBuffer<uint8_t>::Allocate(workspace));
   PDSERVE_ASSIGN_OR_RETURN(gemm,
                            cu::Gemm::Create(stream, options.max_batch_tokens,
