@@ -57,16 +57,6 @@ struct Config {
   std::vector<Spec> seqs = {};
 };
 
-template <typename T>
-DeviceBuffer<T> Upload(std::span<const T> host) {
-  auto buffer = DeviceBuffer<T>::FromHost(host);
-  if (!buffer.ok()) {
-    std::fprintf(stderr, "upload failed: %s\n", buffer.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(*buffer);
-}
-
 std::vector<int> Widths(const std::vector<int>& dims, const Config& c) {
   return dims.empty() ? std::vector<int>(c.n_kv_heads, c.head_dim) : dims;
 }

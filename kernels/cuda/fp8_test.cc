@@ -24,16 +24,6 @@ namespace pdserve::kernels::cuda {
 namespace {
 
 template <typename T>
-DeviceBuffer<T> Upload(std::span<const T> host) {
-  auto buffer = DeviceBuffer<T>::FromHost(host);
-  if (!buffer.ok()) {
-    std::fprintf(stderr, "upload failed: %s\n", buffer.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(*buffer);
-}
-
-template <typename T>
 std::vector<T> Download(const DeviceBuffer<T>& device, size_t n) {
   std::vector<T> host(n);
   const absl::Status status = device.CopyToHost(std::span<T>(host));

@@ -45,16 +45,6 @@ constexpr size_t kGuardFloats = 37;
 // Above this many multiply-adds, only sampled tokens are checked against the reference.
 constexpr int64_t kFullCheckMacs = int64_t{1} << 25;
 
-template <typename T>
-DeviceBuffer<T> Upload(std::span<const T> host) {
-  auto buffer = DeviceBuffer<T>::FromHost(host);
-  if (!buffer.ok()) {
-    std::fprintf(stderr, "upload failed: %s\n", buffer.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(*buffer);
-}
-
 std::vector<float> RandomFloats(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

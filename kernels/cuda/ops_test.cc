@@ -50,16 +50,6 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-template <typename T>
-DeviceBuffer<T> Upload(std::span<const T> host) {
-  auto buffer = DeviceBuffer<T>::FromHost(host);
-  if (!buffer.ok()) {
-    std::fprintf(stderr, "upload failed: %s\n", buffer.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(*buffer);
-}
-
 // `n` floats and kGuardFloats more, all kSentinel.
 DeviceBuffer<float> Output(size_t n) {
   return Upload<float>(std::vector<float>(n + kGuardFloats, kSentinel));
