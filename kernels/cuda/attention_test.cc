@@ -26,9 +26,12 @@
 #include "kernels/attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gpu_test.h"
+#include "kernels/cuda/kv_section_testing.h"
 
 namespace pdserve::kernels::cuda {
 namespace {
+
+using Section = TestSection;
 
 constexpr double kAbsTolerance = 2e-5;
 constexpr double kRelTolerance = 1e-4;
@@ -60,44 +63,6 @@ struct Config {
 std::vector<int> Widths(const std::vector<int>& dims, const Config& c) {
   return dims.empty() ? std::vector<int>(c.n_kv_heads, c.head_dim) : dims;
 }
-
-// Float offsets of each query head's slice when rows are packed: prefix sums of its KV head's
-// width.
-std::vector<int> PackedOffsets(const Config& c, const std::vector<int>& widths, int* row_floats) {
-  std::vector<int> offsets(c.n_heads);
-  int at = 0;
-  for (int h = 0; h < c.n_heads; ++h) {
-    offsets[h] = at;
-    at += widths[h / (c.n_heads / c.n_kv_heads)];
-  }
-  *row_floats = at;
-  return offsets;
-}
-
-// One section's pool on the host and on the device.
-struct Section {
-  KvSectionLayout layout = {};
-  int64_t stride = 0;
-  std::vector<uint8_t> host = {};
-  DeviceBuffer<uint8_t> device = {};
-  DeviceBuffer<int> dims = {};
-  DeviceBuffer<int64_t> head_offsets = {};
-
-  KvSectionView HostView() const { return SectionView(layout, host.data(), stride); }
-  KvSectionView DeviceView(int pool_offset) const {
-    KvSectionView view = SectionView(layout, device.data() + pool_offset, stride);
-    view.dims = dims.data();
-    view.head_offsets = head_offsets.data();
-    return view;
-  }
-  void Upload(int pool_offset) {
-    std::vector<uint8_t> shifted(pool_offset, 0xFF);
-    shifted.insert(shifted.end(), host.begin(), host.end());
-    device = cuda::Upload<uint8_t>(shifted);
-    dims = cuda::Upload<int>(layout.dims());
-    head_offsets = cuda::Upload<int64_t>(layout.head_offsets());
-  }
-};
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, size_t n) {
   double norm = 0.0;
@@ -139,8 +104,8 @@ void CheckAgainstReference(const Config& c) {
   int q_floats = c.n_heads * c.head_dim, out_floats = q_floats;
   std::vector<int> q_offsets, out_offsets;
   if (c.packed_offsets) {
-    q_offsets = PackedOffsets(c, k.layout.dims(), &q_floats);
-    out_offsets = PackedOffsets(c, v.layout.dims(), &out_floats);
+    q_offsets = PackedOffsets(c.n_heads, c.n_kv_heads, k.layout.dims(), &q_floats);
+    out_offsets = PackedOffsets(c.n_heads, c.n_kv_heads, v.layout.dims(), &out_floats);
   }
   AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim};
   if (c.packed_offsets) {

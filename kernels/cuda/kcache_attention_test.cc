@@ -32,10 +32,13 @@
 #include "kernels/attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gpu_test.h"
+#include "kernels/cuda/kv_section_testing.h"
 #include "kernels/kcache_attention.h"
 
 namespace pdserve::kernels::cuda {
 namespace {
+
+using Section = TestSection;
 
 constexpr double kAbsTolerance = 2e-5;
 constexpr double kRelTolerance = 1e-4;
@@ -59,40 +62,6 @@ struct Config {
 std::vector<int> Widths(const std::vector<int>& dims, const Config& c) {
   return dims.empty() ? std::vector<int>(c.n_kv_heads, c.head_dim) : dims;
 }
-
-// Float offsets of each query head's slice in rows that hold each head's own width.
-std::vector<int> PackedOffsets(const Config& c, const std::vector<int>& widths, int* row_floats) {
-  std::vector<int> offsets(c.n_heads);
-  int at = 0;
-  for (int h = 0; h < c.n_heads; ++h) {
-    offsets[h] = at;
-    at += widths[h / (c.n_heads / c.n_kv_heads)];
-  }
-  *row_floats = at;
-  return offsets;
-}
-
-struct Section {
-  KvSectionLayout layout = {};
-  int64_t stride = 0;
-  std::vector<uint8_t> host = {};
-  DeviceBuffer<uint8_t> device = {};
-  DeviceBuffer<int> dims = {};
-  DeviceBuffer<int64_t> head_offsets = {};
-
-  KvSectionView HostView() const { return SectionView(layout, host.data(), stride); }
-  KvSectionView DeviceView() const {
-    KvSectionView view = SectionView(layout, device.data(), stride);
-    view.dims = dims.data();
-    view.head_offsets = head_offsets.data();
-    return view;
-  }
-  void Upload() {
-    device = cuda::Upload<uint8_t>(host);
-    dims = cuda::Upload<int>(layout.dims());
-    head_offsets = cuda::Upload<int64_t>(layout.head_offsets());
-  }
-};
 
 // The host side of a test case: pools, pages and queries.
 struct Case {
@@ -123,8 +92,8 @@ Case Build(const Config& c, uint32_t seed) {
   std::shuffle(order.begin(), order.end(), rng);
   x.k.host.assign(total_pages * x.k.stride, 0xFF);
   x.v.host.assign(total_pages * x.v.stride, 0xFF);
-  x.q_offsets = PackedOffsets(c, x.k.layout.dims(), &x.q_floats);
-  x.out_offsets = PackedOffsets(c, x.v.layout.dims(), &x.out_floats);
+  x.q_offsets = PackedOffsets(c.n_heads, c.n_kv_heads, x.k.layout.dims(), &x.q_floats);
+  x.out_offsets = PackedOffsets(c.n_heads, c.n_kv_heads, x.v.layout.dims(), &x.out_floats);
   std::vector<float> row(c.head_dim);
   int next_page = 0;
   for (int start : c.start_pos) {

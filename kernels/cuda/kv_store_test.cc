@@ -31,9 +31,12 @@
 #include "kernels/basis_projection.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gpu_test.h"
+#include "kernels/cuda/kv_section_testing.h"
 
 namespace pdserve::kernels::cuda {
 namespace {
+
+using Section = TestSection;
 
 template <typename T>
 std::vector<T> Download(const DeviceBuffer<T>& device) {
@@ -45,31 +48,6 @@ std::vector<T> Download(const DeviceBuffer<T>& device) {
   }
   return host;
 }
-
-// One section's pool: written on the host by the CPU, and on the device by StoreKv from the same
-// initial bytes.
-struct Section {
-  KvSectionLayout layout = {};
-  int64_t stride = 0;
-  std::vector<uint8_t> host = {};
-  DeviceBuffer<uint8_t> device = {};
-  DeviceBuffer<int> dims = {};
-  DeviceBuffer<int64_t> head_offsets = {};
-
-  Section(const KvSectionLayout& l, int n_pages, uint8_t fill)
-      : layout(l), stride(PagedKvCache::StrideOf(l)), host(n_pages * stride, fill) {
-    device = Upload<uint8_t>(host);
-    dims = Upload<int>(layout.dims());
-    head_offsets = Upload<int64_t>(layout.head_offsets());
-  }
-  uint8_t* Page(int32_t page) { return host.data() + page * stride; }
-  KvSectionView DeviceView() const {
-    KvSectionView view = SectionView(layout, device.data(), stride);
-    view.dims = dims.data();
-    view.head_offsets = head_offsets.data();
-    return view;
-  }
-};
 
 struct Config {
   int n_kv_heads = 4;
@@ -201,10 +179,10 @@ void CheckStore(const Config& c) {
   for (int i = 0; i < c.n_targets; ++i) {
     const std::vector<int> k_dims = KDims(c, i), v_dims = VDims(c, i);
     targets.push_back(
-        {.k = Section(KvSectionLayout(c.page_size, k_dims, c.element, ScalesOf(c.element)), n_pages,
-                      static_cast<uint8_t>(0x5A + i)),
-         .v = Section(KvSectionLayout(c.page_size, v_dims, c.element, ScalesOf(c.element)), n_pages,
-                      static_cast<uint8_t>(0xA5 + i))});
+        {.k = FilledSection(KvSectionLayout(c.page_size, k_dims, c.element, ScalesOf(c.element)),
+                            n_pages, static_cast<uint8_t>(0x5A + i)),
+         .v = FilledSection(KvSectionLayout(c.page_size, v_dims, c.element, ScalesOf(c.element)),
+                            n_pages, static_cast<uint8_t>(0xA5 + i))});
     Target& target = targets.back();
     target.k_column = 3 + int64_t{i} * kv_dim;
     target.v_column = column;
