@@ -387,13 +387,8 @@ void CudaEngine::State::Attend(int layer, const float* q, int64_t q_stride) {
   cu::SequenceBatch dense, kcache;
   cu::BatchBounds bounds;
   for (const Segment& segment : segments) {
-    kernels::AttentionSequence seq;
-    seq.q = q + int64_t{segment.row} * q_stride;
-    seq.q_row_stride = q_stride;
-    seq.out = b.attn.data() + int64_t{segment.row} * cache.out_width;
-    seq.out_row_stride = cache.out_width;
-    seq.n_queries = segment.n;
-    seq.start_pos = segment.start_pos;
+    kernels::AttentionSequence seq =
+        SegmentQueries(segment, q, q_stride, b.attn.data(), cache.out_width);
     seq.kv.k = device.k;
     seq.kv.v = device.v;
     seq.kv.pages = b.page_table.data() + int64_t{segment.sequence} * pages_per_sequence;

@@ -470,13 +470,8 @@ void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
   b.attention.clear();
   b.kcache.clear();
   for (const Segment& segment : segments_) {
-    kernels::AttentionSequence seq;
-    seq.q = q + int64_t{segment.row} * q_stride;
-    seq.q_row_stride = q_stride;
-    seq.out = b.attn.data() + int64_t{segment.row} * cache.out_width;
-    seq.out_row_stride = cache.out_width;
-    seq.n_queries = segment.n;
-    seq.start_pos = segment.start_pos;
+    kernels::AttentionSequence seq =
+        SegmentQueries(segment, q, q_stride, b.attn.data(), cache.out_width);
     seq.kv = CacheView(cache_index, table_->table(segment.sequence));
     // KCache selects for decode steps; prompts (even their last token alone) attend densely.
     (cache.kcache && segment.decode ? b.kcache : b.attention).push_back(seq);

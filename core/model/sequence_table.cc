@@ -7,6 +7,18 @@
 
 namespace pdserve {
 
+kernels::AttentionSequence SegmentQueries(const Segment& segment, const float* q, int64_t q_stride,
+                                          float* out, int64_t out_stride) {
+  kernels::AttentionSequence seq;
+  seq.q = q + int64_t{segment.row} * q_stride;
+  seq.q_row_stride = q_stride;
+  seq.out = out + int64_t{segment.row} * out_stride;
+  seq.out_row_stride = out_stride;
+  seq.n_queries = segment.n;
+  seq.start_pos = segment.start_pos;
+  return seq;
+}
+
 SequenceTable::SequenceTable(PageAllocator& pool, const SequenceLimits& limits)
     : pool_(pool),
       limits_(limits),

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/kv/page_allocator.h"
 #include "core/model/engine.h"
+#include "kernels/attention_shape.h"
 
 namespace pdserve {
 
@@ -26,6 +27,11 @@ struct Segment {
   bool all_logits = false;
   bool decode = false;  // a one-token chunk: a decode step (KCache selects for these)
 };
+
+// The attention kernels' view of a segment's queries: its rows of `q` (q_stride floats apart) and
+// of `out` (out_stride floats apart), its query count and start position; `kv` is the caller's.
+kernels::AttentionSequence SegmentQueries(const Segment& segment, const float* q, int64_t q_stride,
+                                          float* out, int64_t out_stride);
 
 struct SequenceLimits {
   int max_sequences = 0;
