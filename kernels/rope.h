@@ -1,8 +1,8 @@
 // Rotary position embedding. For head dim d and pair index i < d/2 the angle at position p is
 // p · θ^(-2i/d); the pair is (2i, 2i+1) with adjacent pairing (llama2.c, GGUF) or (i, i + d/2)
 // with split-half pairing (Hugging Face). RopeTable precomputes cos/sin per position exactly as
-// llama2.c does (fp32 powf/cosf/sinf), so both paths rotate by identical values. A table may
-// rescale the frequencies as Llama 3.1 does (RopeScaling); the reference never does.
+// llama2.c does (fp32 powf/cosf/sinf), so both paths rotate by identical values. Either may
+// rescale the frequencies as Llama 3.1 does (RopeScaling), by the same fp32 rule.
 #ifndef PDSERVE_KERNELS_ROPE_H_
 #define PDSERVE_KERNELS_ROPE_H_
 
@@ -28,7 +28,7 @@ struct RopeScaling {
 // cos and sin for positions [0, max_positions): [max_positions, head_dim/2] each. Immutable.
 class RopeTable {
  public:
-  // Without scaling (the default) the table holds exactly ApplyRopeReference's angles.
+  // The table holds exactly ApplyRopeReference's angles for the same theta and scaling.
   RopeTable(int head_dim, int max_positions, float theta, const RopeScaling& scaling = {});
   const float* cos(int pos) const { return cos_.data() + static_cast<int64_t>(pos) * half_; }
   const float* sin(int pos) const { return sin_.data() + static_cast<int64_t>(pos) * half_; }
@@ -46,9 +46,18 @@ class RopeTable {
 // Requires pos < table.max_positions().
 void ApplyRope(float* x, int n_heads, const RopeTable& table, int pos, RopePairing pairing);
 
-// The specification: computes the angles directly (same fp32 formula), no table.
-void ApplyRopeReference(float* x, int n_heads, int head_dim, int pos, float theta,
-                        RopePairing pairing);
+// What ApplyRopeReference rotates by: pair i turns by pos · f_i, f_i = θ^(-2i/d) rescaled by
+// `scaling` when its factor > 0.
+struct RopeParams {
+  int head_dim = 0;  // even
+  float theta = 10000.0f;
+  RopePairing pairing = RopePairing::kAdjacent;
+  RopeScaling scaling;  // none by default
+};
+
+// The specification: computes the angles directly (same fp32 formula), no table. Rotates
+// `n_heads` consecutive head vectors of x ([n_heads, params.head_dim]) at position `pos`.
+void ApplyRopeReference(float* x, int n_heads, int pos, const RopeParams& params);
 
 }  // namespace pdserve::kernels
 

@@ -49,34 +49,45 @@ std::vector<float> HfPermute(const std::vector<float>& x, int n_heads, int head_
 
 const RopePairing kPairings[] = {RopePairing::kAdjacent, RopePairing::kSplitHalf};
 
-// Runs ApplyRope and ApplyRopeReference on the same seeded inputs over many configurations and
-// calls `check(x, fast, ref, description)` for each.
+// Runs ApplyRope and ApplyRopeReference on the same seeded inputs over many configurations
+// (unscaled, and Llama 3.1-scaled with an original context short enough for every band to occur
+// at these head dims) and calls `check(x, fast, ref, description)` for each.
 template <typename Check>
 void ForEachRopeCase(Check check) {
+  const RopeScaling scalings[] = {{},
+                                  {.factor = 4.0f,
+                                   .low_freq_factor = 1.0f,
+                                   .high_freq_factor = 4.0f,
+                                   .original_max_positions = 64}};
   uint32_t seed = 1;
-  for (float theta : {10000.0f, 500000.0f}) {
-    for (int head_dim : {2, 8, 48, 64, 128}) {
-      const int max_positions = 300;
-      RopeTable table(head_dim, max_positions, theta);
-      ASSERT_EQ(table.head_dim(), head_dim);
-      ASSERT_EQ(table.max_positions(), max_positions);
-      for (RopePairing pairing : kPairings) {
-        for (int n_heads : {1, 3}) {
-          for (int pos : {0, 1, 2, 17, 128, max_positions - 1}) {
-            std::vector<float> x = RandomVector(n_heads * head_dim, seed++);
-            ASSERT_FALSE(AllZero(x));
-            std::vector<float> fast = x, ref = x;
-            ApplyRope(fast.data(), n_heads, table, pos, pairing);
-            ApplyRopeReference(ref.data(), n_heads, head_dim, pos, theta, pairing);
-            ASSERT_FALSE(AllZero(ref));
-            if (pos > 0) {
-              EXPECT_NE(fast, x) << "no rotation happened";
+  for (const RopeScaling& scaling : scalings) {
+    for (float theta : {10000.0f, 500000.0f}) {
+      for (int head_dim : {2, 8, 48, 64, 128}) {
+        const int max_positions = 300;
+        RopeTable table(head_dim, max_positions, theta, scaling);
+        ASSERT_EQ(table.head_dim(), head_dim);
+        ASSERT_EQ(table.max_positions(), max_positions);
+        for (RopePairing pairing : kPairings) {
+          for (int n_heads : {1, 3}) {
+            for (int pos : {0, 1, 2, 17, 128, max_positions - 1}) {
+              std::vector<float> x = RandomVector(n_heads * head_dim, seed++);
+              ASSERT_FALSE(AllZero(x));
+              std::vector<float> fast = x, ref = x;
+              ApplyRope(fast.data(), n_heads, table, pos, pairing);
+              ApplyRopeReference(
+                  ref.data(), n_heads, pos,
+                  {.head_dim = head_dim, .theta = theta, .pairing = pairing, .scaling = scaling});
+              ASSERT_FALSE(AllZero(ref));
+              if (pos > 0) {
+                EXPECT_NE(fast, x) << "no rotation happened";
+              }
+              std::ostringstream description;
+              description << "scaling factor " << scaling.factor << " theta " << theta
+                          << " head_dim " << head_dim << " pairing "
+                          << (pairing == RopePairing::kAdjacent ? "adjacent" : "split-half")
+                          << " heads " << n_heads << " pos " << pos;
+              check(x, fast, ref, description.str());
             }
-            std::ostringstream description;
-            description << "theta " << theta << " head_dim " << head_dim << " pairing "
-                        << (pairing == RopePairing::kAdjacent ? "adjacent" : "split-half")
-                        << " heads " << n_heads << " pos " << pos;
-            check(x, fast, ref, description.str());
           }
         }
       }

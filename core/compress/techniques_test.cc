@@ -268,7 +268,7 @@ TEST(TechniquesTest, FusedSwiftKvProjectionEqualsPerLeaderProjections) {
   std::vector<float> x(capture.h_l.size());
   kernels::RmsNormReference(capture.h_l.data(), sw.norm.as<float>(), n, c.dim, c.norm_eps,
                             x.data());
-  kernels::RopeTable rope(c.head_dim(), c.max_seq_len, c.rope_theta);
+  kernels::RopeTable rope(c.head_dim(), c.max_seq_len, c.rope_theta, c.rope_scaling);
   for (int leader = 0; leader < 2; ++leader) {
     std::vector<float> k(static_cast<size_t>(n) * c.kv_dim()), v(k.size());
     kernels::MatmulReference(x.data(), n, sw.wk[leader], k.data());

@@ -91,7 +91,7 @@ absl::StatusOr<CudaModel> UploadModel(const ModelWeights& run, const KvPlan& pla
     model.caches.push_back(std::move(device));
   }
   const ModelConfig& c = run.config;
-  const kernels::RopeTable table(c.head_dim(), max_context, c.rope_theta);
+  const kernels::RopeTable table(c.head_dim(), max_context, c.rope_theta, c.rope_scaling);
   const size_t entries = static_cast<size_t>(max_context) * (c.head_dim() / 2);
   PDSERVE_ASSIGN_OR_RETURN(model.rope_cos,
                            DeviceBuffer<float>::FromHost(std::span(table.cos(0), entries)));

@@ -102,7 +102,7 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
   PDSERVE_ASSIGN_OR_RETURN(c.norm_eps,
                            GetFloatOr(file, p + "attention.layer_norm_rms_epsilon", 1e-5f));
   PDSERVE_ASSIGN_OR_RETURN(c.rope_theta, GetFloatOr(file, p + "rope.freq_base", 10000.0f));
-  PDSERVE_RETURN_IF_ERROR(CheckNoRopeScaling(file, p));
+  PDSERVE_RETURN_IF_ERROR(CheckNoRopeScaling(file, p));  // so c.rope_scaling stays none
   c.rope_pairing = RopePairing::kAdjacent;
   PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, p + "vocab_size"));
   c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
@@ -336,6 +336,11 @@ absl::StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
 absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights,
                             const Vocabulary& vocab, DType dtype) {
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
+  if (weights.config.rope_scaling.factor != 0.0f) {
+    return absl::InvalidArgumentError(
+        "gguf: RoPE scaling is not written (nor read) here; write a Hugging Face directory "
+        "instead");
+  }
   PDSERVE_RETURN_IF_ERROR(vocab.Validate());
   if (vocab.size() != weights.config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("gguf: the vocabulary has ", vocab.size(),

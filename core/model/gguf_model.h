@@ -31,8 +31,9 @@ absl::StatusOr<GgufModel> LoadGgufModel(const std::string& path);
 
 // Writes a llama.cpp-loadable "llama" GGUF v3: matrices (embedding and classifier included) in
 // `dtype`, 1-D norms always F32, q/k rows permuted to the adjacent RoPE pairing. general.name is
-// the file name without extension. InvalidArgument when `weights` or `vocab` fail validation or
-// their vocabulary sizes differ; Internal on I/O errors.
+// the file name without extension. InvalidArgument when `weights` or `vocab` fail validation,
+// their vocabulary sizes differ, or config.rope_scaling is set (not written: LoadGgufModel refuses
+// scaled files); Internal on I/O errors.
 absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights,
                             const Vocabulary& vocab, DType dtype);
 

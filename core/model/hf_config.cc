@@ -10,21 +10,61 @@ namespace {
 
 // RoPE parameters: transformers < 5 writes "rope_theta" at the top level and "rope_scaling" (null
 // or a dict); transformers 5 writes {"rope_parameters": {"rope_type": ..., "rope_theta": ...}}.
-// Only plain RoPE (no type, or "default") is supported; anything else is an error, never ignored.
-absl::Status CheckDefaultRope(const Json& json, const std::string& path, const char* key) {
+// The dict's "rope_type" (or the legacy "type") is "default" (or absent) for plain RoPE, or
+// "llama3" with all four of its fields; any other type is an error, never ignored.
+absl::StatusOr<kernels::RopeScaling> ParseRopeScaling(const Json& json, const std::string& path,
+                                                      const char* key) {
   const Json* rope = Member(json, key);
-  if (rope == nullptr) return absl::OkStatus();
+  if (rope == nullptr) return kernels::RopeScaling{};
   if (!rope->is_object()) return FieldError(path, key, "is not an object");
-  for (const char* type_key : {"rope_type", "type"}) {
-    const Json* type = Member(*rope, type_key);
-    if (type == nullptr) continue;
-    if (!type->is_string() || type->get<std::string>() != "default") {
+  std::string type = "default";
+  for (const char* type_key : {"type", "rope_type"}) {  // rope_type wins when both are present
+    const Json* value = Member(*rope, type_key);
+    if (value == nullptr) continue;
+    if (!value->is_string()) {
       return FieldError(path, key,
-                        absl::StrCat("has ", type_key, " ", type->dump(),
-                                     "; only plain RoPE (\"default\") is supported"));
+                        absl::StrCat("has ", type_key, " ", value->dump(), ", not a string"));
     }
+    type = value->get<std::string>();
   }
-  return absl::OkStatus();
+  if (type == "default") return kernels::RopeScaling{};
+  if (type != "llama3") {
+    return FieldError(path, key,
+                      absl::StrCat("has unsupported rope scaling type \"", type,
+                                   "\"; only \"default\" and \"llama3\" are supported"));
+  }
+  const std::string where = absl::StrCat(path, " ", key, " (rope_type \"llama3\")");
+  kernels::RopeScaling scaling;
+  for (auto [field, out] : {std::pair{"factor", &scaling.factor},
+                            std::pair{"low_freq_factor", &scaling.low_freq_factor},
+                            std::pair{"high_freq_factor", &scaling.high_freq_factor}}) {
+    if (Member(*rope, field) == nullptr) return FieldError(where, field, "is missing");
+    PDSERVE_ASSIGN_OR_RETURN(double value, NumberField(*rope, where, field, 0.0));
+    *out = static_cast<float>(value);
+  }
+  PDSERVE_ASSIGN_OR_RETURN(scaling.original_max_positions,
+                           IntField(*rope, where, "original_max_position_embeddings"));
+  if (scaling.factor == 0.0f) {  // 0 would read as "none": the file asked for scaling
+    return FieldError(where, "factor", "is 0; llama3 scaling needs a factor ≥ 1");
+  }
+  return scaling;
+}
+
+// The scaling from "rope_parameters" (transformers 5) when it sets one, else from "rope_scaling";
+// both are checked. InvalidArgument when both set one and they differ.
+absl::StatusOr<kernels::RopeScaling> ReadRopeScaling(const Json& json, const std::string& path) {
+  PDSERVE_ASSIGN_OR_RETURN(kernels::RopeScaling parameters,
+                           ParseRopeScaling(json, path, "rope_parameters"));
+  PDSERVE_ASSIGN_OR_RETURN(kernels::RopeScaling legacy,
+                           ParseRopeScaling(json, path, "rope_scaling"));
+  if (parameters.factor == 0.0f) return legacy;
+  if (legacy.factor != 0.0f &&
+      (legacy.factor != parameters.factor || legacy.low_freq_factor != parameters.low_freq_factor ||
+       legacy.high_freq_factor != parameters.high_freq_factor ||
+       legacy.original_max_positions != parameters.original_max_positions)) {
+    return FieldError(path, "rope_scaling", "disagrees with \"rope_parameters\"");
+  }
+  return parameters;
 }
 
 constexpr const char* kSwiftKvModelType = "llama_swiftkv";
@@ -40,9 +80,6 @@ absl::StatusOr<std::string> CheckSupportedArchitecture(const Json& json, const s
   PDSERVE_ASSIGN_OR_RETURN(std::string act, StringField(json, path, "hidden_act", "silu"));
   if (act != "silu") {
     return FieldError(path, "hidden_act", absl::StrCat("is \"", act, "\"; only silu is supported"));
-  }
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    PDSERVE_RETURN_IF_ERROR(CheckDefaultRope(json, path, key));
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     PDSERVE_ASSIGN_OR_RETURN(bool bias, BoolField(json, path, key, false));
@@ -101,6 +138,7 @@ absl::StatusOr<HfConfig> ParseHfConfig(const Json& json, const std::string& path
   PDSERVE_ASSIGN_OR_RETURN(c.max_seq_len, IntField(json, path, "max_position_embeddings", 2048));
   PDSERVE_ASSIGN_OR_RETURN(double eps, NumberField(json, path, "rms_norm_eps", 1e-6));
   PDSERVE_ASSIGN_OR_RETURN(double theta, RopeTheta(json, path));
+  PDSERVE_ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(json, path));
   PDSERVE_ASSIGN_OR_RETURN(c.tied_embeddings, BoolField(json, path, "tie_word_embeddings", false));
   c.norm_eps = static_cast<float>(eps);
   c.rope_theta = static_cast<float>(theta);
@@ -135,6 +173,16 @@ double ShortestDouble(float value) {
   return out;
 }
 
+// transformers' rope_scaling dict for `s` (as Llama 3.1's config.json has it), null when none.
+nlohmann::ordered_json RopeScalingJson(const kernels::RopeScaling& s) {
+  if (s.factor == 0.0f) return nullptr;
+  return {{"factor", ShortestDouble(s.factor)},
+          {"low_freq_factor", ShortestDouble(s.low_freq_factor)},
+          {"high_freq_factor", ShortestDouble(s.high_freq_factor)},
+          {"original_max_position_embeddings", s.original_max_positions},
+          {"rope_type", "llama3"}};
+}
+
 const char* TorchDTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -164,7 +212,7 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const Vocabulary& voca
       {"max_position_embeddings", c.max_seq_len},
       {"rms_norm_eps", ShortestDouble(c.norm_eps)},
       {"rope_theta", ShortestDouble(c.rope_theta)},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", RopeScalingJson(c.rope_scaling)},
       {"hidden_act", "silu"},
       {"attention_bias", false},
       {"mlp_bias", false},

@@ -1,7 +1,8 @@
 // config.json and tokenizer_config.json of Hugging Face Llama checkpoints: parsing into a
 // ModelConfig plus the SwiftKV fields of Snowflake's LlamaSwiftKVConfig (rejecting the LlamaConfig
 // variants the engine does not implement: other model types and activations, biases, RoPE
-// scaling) and writing them as transformers does. Stateless functions; thread-safe.
+// scaling other than Llama 3.1's "llama3") and writing them as transformers does. Stateless
+// functions; thread-safe.
 #ifndef PDSERVE_CORE_MODEL_HF_CONFIG_H_
 #define PDSERVE_CORE_MODEL_HF_CONFIG_H_
 

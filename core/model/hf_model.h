@@ -37,7 +37,10 @@ struct HfModel {
 // Loads the checkpoint in `dir`. NotFound when config.json (or both model.safetensors and its
 // index) is missing. InvalidArgument naming the file for: malformed JSON or fields of the wrong
 // type; model_type other than "llama" or "llama_swiftkv"; hidden_act other than "silu"; a
-// non-null rope_scaling; attention_bias or mlp_bias true; a head_dim other than hidden_size /
+// rope_scaling or rope_parameters whose rope_type (or type) is neither "default" nor "llama3", or
+// a "llama3" one missing factor, low_freq_factor, high_freq_factor or
+// original_max_position_embeddings, out of ModelConfig::Validate's range, or set in both keys with
+// different values; attention_bias or mlp_bias true; a head_dim other than hidden_size /
 // num_attention_heads; num_key_value_layers outside [0, num_hidden_layers] or a
 // key_value_group_size that does not divide the layers after it; shard names in the index that
 // are not plain file names; missing tensors, wrong shapes, and unexpected tensors (any name other
@@ -62,7 +65,8 @@ struct HfWriteOptions {
 // permuted to the split-half pairing first, as Hugging Face's convert_llama_weights_to_hf.py does;
 // lm_head.weight is omitted when the embeddings are tied. With weights.swiftkv at l < L it writes
 // a SwiftKV checkpoint (model_type "llama_swiftkv", "swiftkv": true, num_key_value_layers,
-// key_value_group_size and the tensors above, q/k permuted alike); at l = L a plain one.
+// key_value_group_size and the tensors above, q/k permuted alike); at l = L a plain one. A
+// config.rope_scaling is written as a "llama3" rope_scaling dict (null when none).
 // InvalidArgument when the weights or the vocabulary are invalid or disagree in size, num_shards
 // is not in [1, number of tensors], or swiftkv.layer is 0 (which config.json cannot express);
 // Internal when writing fails.

@@ -209,16 +209,31 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
       {"falcon", [](Json& j) { j["model_type"] = "falcon"; }, "\"llama_swiftkv\" are supported"},
       {"no_model_type", [](Json& j) { j.erase("model_type"); }, "model_type"},
       {"gelu", [](Json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
-      {"rope_scaling",
+      {"rope_scaling_linear",
        [](Json& j) {
          j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
        },
-       "rope_scaling"},
-      {"rope_parameters_llama3",
+       "\"rope_scaling\" has unsupported rope scaling type \"linear\""},
+      {"rope_scaling_dynamic",
+       [](Json& j) {
+         j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+       },
+       "unsupported rope scaling type \"dynamic\""},
+      {"rope_parameters_yarn",
+       [](Json& j) {
+         j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 500000.0}};
+       },
+       "\"rope_parameters\" has unsupported rope scaling type \"yarn\""},
+      {"rope_type_number",
+       [](Json& j) {
+         j["rope_scaling"] = {{"rope_type", 3}};
+       },
+       "rope_type 3"},
+      {"rope_parameters_llama3_without_fields",
        [](Json& j) {
          j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}};
        },
-       "rope_parameters"},
+       "rope_parameters (rope_type \"llama3\"): \"factor\" is missing"},
       {"rope_parameters_number", [](Json& j) { j["rope_parameters"] = 5; }, "rope_parameters"},
       {"attention_bias", [](Json& j) { j["attention_bias"] = true; }, "attention_bias"},
       {"mlp_bias", [](Json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
@@ -262,6 +277,124 @@ TEST(HfModelTest, ReadsRopeThetaFromEitherConfigLayout) {
   });
   ASSERT_TRUE(nested.ok()) << nested.status();
   EXPECT_EQ(nested->weights.config.rope_theta, 500000.0f);
+}
+
+// Llama 3.1's rope_scaling, as transformers < 5 writes it.
+Json Llama3RopeScaling() {
+  return {{"factor", 8.0},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", 64},
+          {"rope_type", "llama3"}};
+}
+
+void ExpectLlama3Scaling(const absl::StatusOr<HfModel>& model) {
+  ASSERT_TRUE(model.ok()) << model.status();
+  const kernels::RopeScaling& s = model->weights.config.rope_scaling;
+  EXPECT_EQ(s.factor, 8.0f);
+  EXPECT_EQ(s.low_freq_factor, 1.0f);
+  EXPECT_EQ(s.high_freq_factor, 4.0f);
+  EXPECT_EQ(s.original_max_positions, 64);
+}
+
+TEST(HfModelTest, ReadsLlama3RopeScalingFromEitherConfigLayout) {
+  // transformers < 5: a top-level rope_scaling dict, with "rope_type" or the legacy "type".
+  ExpectLlama3Scaling(
+      LoadModelWithConfig([](Json& j) { j["rope_scaling"] = Llama3RopeScaling(); }));
+  ExpectLlama3Scaling(LoadModelWithConfig([](Json& j) {
+    Json scaling = Llama3RopeScaling();
+    scaling.erase("rope_type");
+    scaling["type"] = "llama3";
+    j["rope_scaling"] = scaling;
+  }));
+  // transformers 5: rope_parameters holding rope_theta too.
+  auto nested = LoadModelWithConfig([](Json& j) {
+    j.erase("rope_theta");
+    j.erase("rope_scaling");
+    Json parameters = Llama3RopeScaling();
+    parameters["rope_theta"] = 500000.0;
+    j["rope_parameters"] = parameters;
+  });
+  ExpectLlama3Scaling(nested);
+  EXPECT_EQ(nested->weights.config.rope_theta, 500000.0f);
+  EXPECT_THAT(nested->weights.config.Describe(), HasSubstr("llama3 rope scaling"));
+  // Both layouts at once, agreeing.
+  ExpectLlama3Scaling(LoadModelWithConfig([](Json& j) {
+    j["rope_scaling"] = Llama3RopeScaling();
+    j["rope_parameters"] = Llama3RopeScaling();
+  }));
+  // Plain RoPE stays unscaled.
+  auto plain = LoadModelWithConfig([](Json& j) { j["rope_scaling"] = {{"rope_type", "default"}}; });
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->weights.config.rope_scaling.factor, 0.0f);
+}
+
+TEST(HfModelTest, RejectsIncompleteOrInvalidLlama3RopeScaling) {
+  for (const char* field :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      absl::Status s = LoadWithConfig([&](Json& j) {
+        Json scaling = Llama3RopeScaling();
+        scaling.erase(field);
+        j[key] = scaling;
+      });
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << key << " " << field << ": " << s;
+      EXPECT_THAT(s.message(), HasSubstr(absl::StrFormat(
+                                   "%s (rope_type \"llama3\"): \"%s\" is missing", key, field)));
+    }
+  }
+  struct Case {
+    const char* label;
+    std::function<void(Json&)> edit;  // of Llama3RopeScaling()
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"string_factor", [](Json& s) { s["factor"] = "8"; }, "\"factor\" is not a number"},
+      {"zero_factor", [](Json& s) { s["factor"] = 0.0; }, "\"factor\" is 0"},
+      {"factor_below_one", [](Json& s) { s["factor"] = 0.5; }, "rope_scaling.factor 0.5"},
+      {"zero_low", [](Json& s) { s["low_freq_factor"] = 0.0; }, "rope_scaling.low_freq_factor"},
+      {"high_not_above_low", [](Json& s) { s["high_freq_factor"] = 1.0; },
+       "rope_scaling.high_freq_factor"},
+      {"zero_original", [](Json& s) { s["original_max_position_embeddings"] = 0; },
+       "rope_scaling.original_max_positions"},
+      {"float_original", [](Json& s) { s["original_max_position_embeddings"] = 64.5; },
+       "\"original_max_position_embeddings\" is not an integer"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = LoadWithConfig([&](Json& j) {
+      Json scaling = Llama3RopeScaling();
+      c.edit(scaling);
+      j["rope_scaling"] = scaling;
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.label << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
+  }
+  absl::Status s = LoadWithConfig([](Json& j) {
+    j["rope_scaling"] = Llama3RopeScaling();
+    j["rope_parameters"] = Llama3RopeScaling();
+    j["rope_parameters"]["factor"] = 4.0;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("disagrees"));
+}
+
+TEST(HfModelTest, RopeScalingRoundTrips) {
+  ModelConfig c = SmallConfig(/*tied=*/false);
+  c.rope_scaling = {.factor = 4.0f,
+                    .low_freq_factor = 1.5f,
+                    .high_freq_factor = 3.0f,
+                    .original_max_positions = 32};
+  const ModelWeights w = MakeRandomModel(c, 7);
+  const std::string dir = TestDir() + "/model";
+  ASSERT_TRUE(WriteHfModel(dir, w, SyntheticVocabulary(300), {}).ok());
+  EXPECT_EQ(ReadJson(dir + "/config.json")["rope_scaling"]["rope_type"], "llama3");
+  auto loaded = LoadHfModel(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const kernels::RopeScaling& s = loaded->weights.config.rope_scaling;
+  EXPECT_EQ(s.factor, 4.0f);
+  EXPECT_EQ(s.low_freq_factor, 1.5f);
+  EXPECT_EQ(s.high_freq_factor, 3.0f);
+  EXPECT_EQ(s.original_max_positions, 32);
 }
 
 TEST(HfModelTest, RejectsMalformedConfigFiles) {

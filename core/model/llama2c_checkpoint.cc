@@ -110,6 +110,10 @@ absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
 }
 
 absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights& weights) {
+  if (weights.config.rope_scaling.factor != 0.0f) {
+    return absl::InvalidArgumentError(
+        "llama2.c checkpoints cannot store RoPE scaling; write a Hugging Face directory instead");
+  }
   ModelWeights w = WithRopePairing(ConvertWeights(weights, DType::kF32), RopePairing::kAdjacent);
   const ModelConfig& c = w.config;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -18,6 +18,7 @@ namespace pdserve {
 absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path);
 
 // Writes `weights` as fp32 in the legacy format (adjacent RoPE pairing; converts as needed).
+// InvalidArgument when config.rope_scaling is set: the format has no field for it.
 absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights& weights);
 
 }  // namespace pdserve

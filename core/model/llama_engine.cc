@@ -165,7 +165,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
       options_(options),
       max_context_(max_context),
       pool_(options.num_threads),
-      rope_(weights_.config.head_dim(), max_context, weights_.config.rope_theta),
+      rope_(weights_.config.head_dim(), max_context, weights_.config.rope_theta,
+            weights_.config.rope_scaling),
       buffers_(std::make_unique<Buffers>()) {
   const ModelConfig& c = weights_.config;
   const size_t n = options.max_batch_tokens;

@@ -98,6 +98,63 @@ TEST(LlamaEngineTest, MatchesReferenceOnStories260K) {
   }
 }
 
+// Llama 3.1 RoPE scaling reaches both the engine's table and the reference, identically: a context
+// past original_max_positions puts some frequencies in each band, and the logits move off the
+// unscaled model's.
+TEST(LlamaEngineTest, ScaledRopeMatchesReference) {
+  ModelConfig c = SmallGqaConfig();
+  c.max_seq_len = 64;
+  c.rope_scaling = {.factor = 4.0f,
+                    .low_freq_factor = 1.0f,
+                    .high_freq_factor = 4.0f,
+                    .original_max_positions = 16};
+  ASSERT_TRUE(c.Validate().ok());
+  ModelWeights scaled = MakeRandomModel(c, 13);
+  auto tokens = Tokens(c.max_seq_len, c.vocab_size);
+  std::vector<float> expected = ReferenceLogits(scaled, tokens);
+  for (int threads : {1, 2}) {
+    auto engine = MakeEngine(scaled, threads, DType::kF32);
+    EXPECT_LT(RelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << threads;
+  }
+  // The same weights in split-half pairing (as Hugging Face stores them) rotate alike.
+  ModelWeights split = WithRopePairing(scaled, RopePairing::kSplitHalf);
+  EXPECT_LT(RelativeError(PrefillLogits(*MakeEngine(split, 2, DType::kF32), tokens), expected),
+            1e-5);
+  // And the scaling matters: without it the later positions' logits differ.
+  ModelWeights plain = scaled;
+  plain.config.rope_scaling = {};
+  std::vector<float> unscaled = ReferenceLogits(plain, tokens);
+  EXPECT_GT(RelativeError(unscaled, expected), 1e-3);
+}
+
+// Only Hugging Face config.json can hold the scaling: the other writers refuse rather than drop
+// it, and the Hugging Face copy runs like the original.
+TEST(LlamaEngineTest, ScaledRopeIsWrittenOnlyAsHuggingFace) {
+  ModelConfig c = SmallGqaConfig();
+  c.rope_scaling = {.factor = 4.0f,
+                    .low_freq_factor = 1.0f,
+                    .high_freq_factor = 4.0f,
+                    .original_max_positions = 16};
+  ModelWeights w = MakeRandomModel(c, 17);
+  const fs::path dir = fs::temp_directory_path() / ("pdserve_scaled_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const Vocabulary vocab = SyntheticVocabulary(c.vocab_size);
+  for (ModelFormat format : {ModelFormat::kLlama2c, ModelFormat::kGguf}) {
+    absl::Status s = WriteModel((dir / "m").string(), w, vocab, {format});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("RoPE scaling"), std::string::npos) << s;
+  }
+  ASSERT_TRUE(WriteModel((dir / "hf").string(), w, vocab, {ModelFormat::kHuggingFace}).ok());
+  auto loaded = LoadModel((dir / "hf").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->weights.config.rope_scaling.factor, 4.0f);
+  auto tokens = Tokens(40, c.vocab_size);
+  EXPECT_LT(RelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens),
+                          PrefillLogits(*MakeEngine(w, 2, DType::kF32), tokens)),
+            1e-5);
+  fs::remove_all(dir);
+}
+
 TEST(LlamaEngineTest, SixteenBitWeightsMatchReferenceOnTheSameRoundedWeights) {
   ModelWeights w = MakeRandomModel(SmallGqaConfig(), 3);
   auto tokens = Tokens(20, w.config.vocab_size);

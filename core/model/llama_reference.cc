@@ -47,8 +47,10 @@ void LlamaReference::Layer(int layer) {
   kernels::MatmulReference(xb_.data(), 1, w.wq, q_.data());
   kernels::MatmulReference(xb_.data(), 1, w.wk, k_.data());
   kernels::MatmulReference(xb_.data(), 1, w.wv, v_.data());
-  kernels::ApplyRopeReference(q_.data(), c.n_heads, d, pos, c.rope_theta, c.rope_pairing);
-  kernels::ApplyRopeReference(k_.data(), c.n_kv_heads, d, pos, c.rope_theta, c.rope_pairing);
+  const kernels::RopeParams rope = {
+      .head_dim = d, .theta = c.rope_theta, .pairing = c.rope_pairing, .scaling = c.rope_scaling};
+  kernels::ApplyRopeReference(q_.data(), c.n_heads, pos, rope);
+  kernels::ApplyRopeReference(k_.data(), c.n_kv_heads, pos, rope);
 
   // The contiguous cache is a paged cache with one page of max_seq_len tokens.
   const int64_t layer_offset = int64_t{layer} * c.kv_dim() * c.max_seq_len;

@@ -18,6 +18,30 @@ absl::Status CheckRange(const char* name, int value, int max) {
   return absl::OkStatus();
 }
 
+// The Llama 3.1 scaling's requirements (kernels/rope.h); none (factor 0) is always valid.
+absl::Status CheckRopeScaling(const kernels::RopeScaling& s) {
+  if (s.factor == 0.0f) return absl::OkStatus();
+  if (!(s.factor >= 1.0f && s.factor < 1e6f)) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: rope_scaling.factor ", s.factor,
+                                                   " is neither 0 (none) nor in [1, 1e6)"));
+  }
+  if (!(s.low_freq_factor > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: rope_scaling.low_freq_factor ",
+                                                   s.low_freq_factor, " is not > 0"));
+  }
+  if (!(s.high_freq_factor > s.low_freq_factor && s.high_freq_factor < 1e6f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: rope_scaling.high_freq_factor ", s.high_freq_factor,
+                     " is not in (low_freq_factor = ", s.low_freq_factor, ", 1e6)"));
+  }
+  if (s.original_max_positions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: rope_scaling.original_max_positions ", s.original_max_positions,
+                     " is not ≥ 1"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t ModelConfig::NumParameters() const {
@@ -56,14 +80,20 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: rope_theta ", rope_theta, " is outside (1, 1e12)"));
   }
-  return absl::OkStatus();
+  return CheckRopeScaling(rope_scaling);
 }
 
 std::string ModelConfig::Describe() const {
+  std::string scaling;
+  if (rope_scaling.factor != 0.0f) {
+    scaling = absl::StrCat(", llama3 rope scaling ×", rope_scaling.factor, " (low ",
+                           rope_scaling.low_freq_factor, ", high ", rope_scaling.high_freq_factor,
+                           ", original ctx ", rope_scaling.original_max_positions, ")");
+  }
   return absl::StrCat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
                       " heads (", n_kv_heads, " kv), vocab ", vocab_size, ", ctx ", max_seq_len,
-                      ", rope ",
-                      rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half");
+                      ", rope ", rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half",
+                      scaling);
 }
 
 }  // namespace pdserve

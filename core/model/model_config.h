@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "core/tensor/rope_pairing.h"
+#include "kernels/rope.h"
 
 namespace pdserve {
 
@@ -22,6 +23,9 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopePairing rope_pairing = RopePairing::kAdjacent;
+  // Llama 3.1 frequency scaling (Hugging Face rope_type "llama3"); factor 0 = none. GGUF and
+  // llama2.c files cannot express it and always load with none.
+  kernels::RopeScaling rope_scaling;
   bool tied_embeddings = true;  // classifier shares the token embedding
 
   int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
@@ -31,10 +35,13 @@ struct ModelConfig {
   int64_t NumParameters() const;
 
   // InvalidArgument when any field is non-positive or implausibly large, dim is not divisible by
-  // n_heads, n_heads not by n_kv_heads, or the head dim is odd (RoPE needs pairs).
+  // n_heads, n_heads not by n_kv_heads, the head dim is odd (RoPE needs pairs), or rope_scaling is
+  // set (factor ≠ 0) without factor ≥ 1, 0 < low_freq_factor < high_freq_factor and
+  // original_max_positions ≥ 1.
   absl::Status Validate() const;
 
-  // "dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512".
+  // "dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512, rope adjacent", with
+  // ", llama3 rope scaling ×8 (low 1, high 4, original ctx 8192)" appended when scaled.
   std::string Describe() const;
 };
 

@@ -37,6 +37,41 @@ TEST(ModelConfigTest, ValidateRejectsImpossibleShapes) {
   EXPECT_FALSE(with([](ModelConfig& c) { c.vocab_size = 1 << 30; }).ok());
 }
 
+TEST(ModelConfigTest, ValidateChecksRopeScalingAndDescribeShowsIt) {
+  ModelConfig c = *ShapeByName("stories260K");
+  EXPECT_EQ(c.rope_scaling.factor, 0.0f);  // none by default
+  EXPECT_EQ(c.Describe().find("scaling"), std::string::npos);
+  c.rope_scaling = {.factor = 8.0f,
+                    .low_freq_factor = 1.0f,
+                    .high_freq_factor = 4.0f,
+                    .original_max_positions = 8192};
+  EXPECT_TRUE(c.Validate().ok());
+  EXPECT_NE(c.Describe().find("llama3 rope scaling ×8 (low 1, high 4, original ctx 8192)"),
+            std::string::npos)
+      << c.Describe();
+  struct Case {
+    kernels::RopeScaling scaling;
+    const char* field;
+  };
+  for (const Case& bad : {
+           Case{{.factor = 0.5f}, "rope_scaling.factor"},
+           Case{{.factor = -1.0f}, "rope_scaling.factor"},
+           Case{{.factor = 2.0f, .low_freq_factor = 0.0f}, "rope_scaling.low_freq_factor"},
+           Case{{.factor = 2.0f, .low_freq_factor = 4.0f, .high_freq_factor = 4.0f},
+                "rope_scaling.high_freq_factor"},
+           Case{{.factor = 2.0f, .original_max_positions = 0},
+                "rope_scaling.original_max_positions"},
+       }) {
+    c.rope_scaling = bad.scaling;
+    absl::Status s = c.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.field;
+    EXPECT_NE(s.message().find(bad.field), std::string::npos) << s;
+  }
+  // factor 0 is "none", whatever the other fields hold.
+  c.rope_scaling = {.factor = 0.0f, .low_freq_factor = -1.0f, .original_max_positions = 0};
+  EXPECT_TRUE(c.Validate().ok());
+}
+
 TEST(ModelWeightsTest, RopePairingPermutationRoundTrips) {
   ModelConfig c = *ShapeByName("stories260K");
   ModelWeights w = MakeRandomModel(c, 1);

@@ -7,12 +7,9 @@
 namespace pdserve::kernels {
 namespace {
 
-// The frequency of pair i and its angle at `pos`, computed as llama2.c's run.c does.
+// The frequency of pair i, computed as llama2.c's run.c does.
 float Frequency(int i, int head_dim, float theta) {
   return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-}
-float Angle(int pos, int i, int head_dim, float theta) {
-  return static_cast<float>(pos) * Frequency(i, head_dim, theta);
 }
 
 // `freq` rescaled by the Llama 3.1 rule (rope.h), in fp32. Requires scaling.factor > 0.
@@ -26,6 +23,12 @@ float Llama3Frequency(float freq, const RopeScaling& scaling) {
   const float smooth = (original / wavelength - scaling.low_freq_factor) /
                        (scaling.high_freq_factor - scaling.low_freq_factor);
   return (1.0f - smooth) * freq / scaling.factor + smooth * freq;
+}
+
+// The frequency of pair i with `scaling` applied when set; the angle at pos is pos · this.
+float ScaledFrequency(int i, int head_dim, float theta, const RopeScaling& scaling) {
+  const float freq = Frequency(i, head_dim, theta);
+  return scaling.factor > 0 ? Llama3Frequency(freq, scaling) : freq;
 }
 
 inline void Rotate(float* x, int head_dim, const float* cos, const float* sin,
@@ -49,10 +52,7 @@ RopeTable::RopeTable(int head_dim, int max_positions, float theta, const RopeSca
       cos_(static_cast<size_t>(max_positions) * half_),
       sin_(cos_.size()) {
   std::vector<float> freq(half_);
-  for (int i = 0; i < half_; ++i) {
-    freq[i] = Frequency(i, head_dim, theta);
-    if (scaling.factor > 0) freq[i] = Llama3Frequency(freq[i], scaling);
-  }
+  for (int i = 0; i < half_; ++i) freq[i] = ScaledFrequency(i, head_dim, theta, scaling);
   for (int pos = 0; pos < max_positions; ++pos) {
     for (int i = 0; i < half_; ++i) {
       float angle = static_cast<float>(pos) * freq[i];
@@ -67,16 +67,17 @@ void ApplyRope(float* x, int n_heads, const RopeTable& table, int pos, RopePairi
   for (int h = 0; h < n_heads; ++h) Rotate(x + h * d, d, table.cos(pos), table.sin(pos), pairing);
 }
 
-void ApplyRopeReference(float* x, int n_heads, int head_dim, int pos, float theta,
-                        RopePairing pairing) {
-  const int half = head_dim / 2;
+void ApplyRopeReference(float* x, int n_heads, int pos, const RopeParams& params) {
+  const int head_dim = params.head_dim, half = head_dim / 2;
   std::vector<float> cos(half), sin(half);
   for (int i = 0; i < half; ++i) {
-    cos[i] = cosf(Angle(pos, i, head_dim, theta));
-    sin[i] = sinf(Angle(pos, i, head_dim, theta));
+    const float angle =
+        static_cast<float>(pos) * ScaledFrequency(i, head_dim, params.theta, params.scaling);
+    cos[i] = cosf(angle);
+    sin[i] = sinf(angle);
   }
   for (int h = 0; h < n_heads; ++h)
-    Rotate(x + h * head_dim, head_dim, cos.data(), sin.data(), pairing);
+    Rotate(x + h * head_dim, head_dim, cos.data(), sin.data(), params.pairing);
 }
 
 }  // namespace pdserve::kernels
