@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/model/generator.h"
+#include "core/model/llama_engine.h"
 #include "core/model/model_loader.h"
 #include "core/model/model_writer.h"
 #include "core/model/text_stream.h"
