@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,16 +156,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeight
   auto state = std::make_unique<State>();
   state->config = weights.config;
   state->options = options;
-  state->max_context = options.max_context > 0 ? options.max_context : weights.config.max_seq_len;
+  state->max_context = options.ResolvedMaxContext(weights.config);
   state->pages_per_sequence =
       (state->max_context + options.kv_page_size - 1) / options.kv_page_size;
-  const int64_t num_pages = options.kv_pages > 0
-                                ? options.kv_pages
-                                : int64_t{options.max_sequences} * state->pages_per_sequence;
-  if (num_pages > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda engine: ", num_pages, " KV pages"));
-  }
-  state->options.kv_pages = static_cast<int>(num_pages);
+  PDSERVE_ASSIGN_OR_RETURN(state->options.kv_pages, options.ResolvedKvPages(state->max_context));
   state->options.num_threads = 1;  // host threads: the GPU does the work
   PDSERVE_ASSIGN_OR_RETURN(state->plan, BuildKvPlan(weights, options.compression,
                                                     options.kv_page_size, options.weight_dtype));

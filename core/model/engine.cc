@@ -1,6 +1,8 @@
 #include "core/model/engine.h"
 
 #include <cctype>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,15 @@ absl::Status EngineOptions::Validate() const {
         " and kv_pages ", kv_pages, " non-negative"));
   }
   return compression.Validate();
+}
+
+absl::StatusOr<int> EngineOptions::ResolvedKvPages(int context) const {
+  const int64_t pages_per_sequence = (int64_t{context} + kv_page_size - 1) / kv_page_size;
+  const int64_t pages = kv_pages > 0 ? kv_pages : max_sequences * pages_per_sequence;
+  if (pages > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: ", pages, " KV pages is too many"));
+  }
+  return static_cast<int>(pages);
 }
 
 }  // namespace pdserve

@@ -45,6 +45,13 @@ struct EngineOptions {
       value_tier_factory;
 
   absl::Status Validate() const;
+  // max_context, or the model's max_seq_len when 0.
+  int ResolvedMaxContext(const ModelConfig& config) const {
+    return max_context > 0 ? max_context : config.max_seq_len;
+  }
+  // kv_pages, or when 0 enough pages for max_sequences sequences of `context` tokens;
+  // InvalidArgument beyond int32.
+  absl::StatusOr<int> ResolvedKvPages(int context) const;
 };
 
 // Tokens to append to one sequence in a Forward call.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -99,17 +98,10 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
                      " needs CreateEngine (core/model/create_engine.h)"));
   }
   const ModelConfig& c = weights.config;
-  const int max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
+  const int max_context = options.ResolvedMaxContext(c);
   EngineOptions resolved = options;
   if (resolved.num_threads == 0) resolved.num_threads = AutoThreads(c);
-  const int64_t pages_per_sequence =
-      (int64_t{max_context} + options.kv_page_size - 1) / options.kv_page_size;
-  const int64_t pages =
-      options.kv_pages > 0 ? options.kv_pages : options.max_sequences * pages_per_sequence;
-  if (pages > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("engine: ", pages, " KV pages is too many"));
-  }
-  resolved.kv_pages = static_cast<int>(pages);
+  PDSERVE_ASSIGN_OR_RETURN(resolved.kv_pages, options.ResolvedKvPages(max_context));
   PDSERVE_ASSIGN_OR_RETURN(KvPlan plan, BuildKvPlan(weights, options.compression,
                                                     options.kv_page_size, options.weight_dtype));
   const double planned = PlannedBytes(c, resolved, plan, max_context, resolved.kv_pages);
