@@ -21,7 +21,8 @@ ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
 ABSL_FLAG(int, threads, 0, "Worker threads; 0 = all cores, or 1 for models too small to split");
 ABSL_FLAG(std::string, weights, "f32", "Weight dtype the engine runs: f32, f16 or bf16");
 ABSL_FLAG(std::string, device, "cpu",
-          "Where generate, eval and bench run the model: cpu, or cuda (a CUDA build and a GPU)");
+          "Where generate, eval, bench, prefill and decode run the model: cpu, or cuda (a CUDA "
+          "build and a GPU)");
 ABSL_FLAG(std::string, text, "", "Text file to evaluate");
 ABSL_FLAG(int, ctx, 256, "Evaluation context (tokens per chunk)");
 ABSL_FLAG(int, prompt_tokens, 512, "Benchmark prompt length");

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
-#include "core/model/llama_engine.h"
+#include "core/model/create_engine.h"
 #include "core/model/model_loader.h"
 #include "core/transport/ucx_transport.h"
 #include "services/common/shutdown_signal.h"
@@ -86,12 +86,7 @@ struct WorkerModel {
 absl::StatusOr<WorkerModel> LoadWorkerModel(int default_sequences, bool plain) {
   WorkerModel worker;
   PDSERVE_ASSIGN_OR_RETURN(worker.engine, EngineOptionsFromFlags());
-  if (worker.engine.device != Device::kCpu) {
-    return absl::InvalidArgumentError(
-        "--device cuda: prefill and decode workers run on the CPU for now (their KV pages are "
-        "exported from and imported into host memory); --device applies to generate, eval and "
-        "bench");
-  }
+  worker.engine.host_kv_pages = true;  // KV pages leave and arrive through host memory
   PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
   if (plain && (profile.swiftkv_layer >= 0 || profile.zack || profile.fp8 != KvScaleMode::kNone ||
                 profile.kcache.top_n > 0 || !absl::GetFlag(FLAGS_calibration).empty())) {
@@ -133,8 +128,8 @@ absl::Status RunPrefillCommand() {
   BlockShutdownSignals();
   PDSERVE_ASSIGN_OR_RETURN(WorkerModel worker, LoadWorkerModel(8, /*plain=*/false));
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport, TransportFromFlags());
-  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<LlamaEngine> engine,
-                           LlamaEngine::Create(worker.prepared.weights, worker.engine));
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                           CreateEngine(worker.prepared.weights, worker.engine));
   PrefillWorkerOptions worker_options;
   worker_options.max_queued_requests = absl::GetFlag(FLAGS_max_queue);
   worker_options.calibration_hash = worker.calibration_hash;
@@ -161,9 +156,10 @@ absl::Status RunDecodeCommand() {
   if (!monolithic) {
     PDSERVE_ASSIGN_OR_RETURN(transport, TransportFromFlags());
   }
-  // KCache layers keep V in the KV store: the engine's value tier reads it remotely.
+  // On the CPU, KCache layers keep V in the KV store: the engine's value tier reads it remotely.
+  // The GPU engine keeps it in device memory, so whole pages are pulled.
   RemoteValueTier* tier = nullptr;
-  if (!monolithic) {
+  if (!monolithic && worker.engine.device == Device::kCpu) {
     worker.engine.value_tier_factory =
         [&tier](
             int page_size, int num_pages,
@@ -174,8 +170,8 @@ absl::Status RunDecodeCommand() {
       return std::unique_ptr<ValueTier>(std::move(remote));
     };
   }
-  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<LlamaEngine> engine,
-                           LlamaEngine::Create(worker.prepared.weights, worker.engine));
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                           CreateEngine(worker.prepared.weights, worker.engine));
   DecodeWorkerOptions worker_options;
   worker_options.max_queued_requests = absl::GetFlag(FLAGS_max_queue);
   worker_options.calibration_hash = worker.calibration_hash;

@@ -37,6 +37,7 @@ constexpr const char* kModelFlags[] = {"model", "tokenizer", "max_context", "log
                                        "drain_seconds"};
 constexpr const char* kWorkerFlags[] = {"calibration",
                                         "threads",
+                                        "device",
                                         "weights",
                                         "swiftkv_layer",
                                         "across_kv",

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,29 @@ struct DeviceBuffers {
   PinnedBuffer<float> host_logits;
 };
 
+// One cache layer's K and V pools, page for page in pinned host memory (host_kv_pages).
+struct HostMirror {
+  PinnedBuffer<uint8_t> k, v;
+};
+
+// Disaggregation's state: the mirror, the copy stream the export runs on, and per Forward the
+// pages to export and the cache layers stored so far.
+struct PageExchange {
+  std::vector<HostMirror> mirror;  // per cache layer; empty without host_kv_pages
+  cudaStream_t copy_stream = nullptr;
+  std::vector<cudaEvent_t> stored, copied;  // per cache layer
+  std::vector<char> needs_upload;           // per sequence slot: mirror written, device not yet
+  CacheLayerObserver* observer = nullptr;
+  std::vector<int32_t> batch_pages;  // every page of this Forward's sequences
+  std::vector<int> stored_layers;    // cache layers this Forward stored, in order
+
+  ~PageExchange() {
+    for (cudaEvent_t event : stored) cudaEventDestroy(event);
+    for (cudaEvent_t event : copied) cudaEventDestroy(event);
+    if (copy_stream != nullptr) cudaStreamDestroy(copy_stream);
+  }
+};
+
 absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const KvPlan& plan) {
   if (o.value_tier_factory) {
     return absl::InvalidArgumentError(
@@ -73,6 +97,12 @@ absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const 
   return absl::OkStatus();
 }
 
+absl::Status NoHostPages() {
+  return absl::FailedPreconditionError(
+      "cuda engine: KV pages are in device memory; create the engine with host_kv_pages to "
+      "export or import them");
+}
+
 }  // namespace
 
 struct CudaEngine::State {
@@ -88,12 +118,24 @@ struct CudaEngine::State {
   std::unique_ptr<SequenceTable> table;
   std::span<Segment> segments;
   DeviceBuffers b;
+  PageExchange exchange;
 
   ~State() {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
   absl::Status Allocate();
+  absl::Status AllocateExchange();
+  // Copies `pages` of one cache layer's K and V pools between the device and the host mirror,
+  // one copy per run of consecutive page ids.
+  absl::Status CopyPages(int cache, std::span<const int32_t> pages, cudaMemcpyKind kind,
+                         cudaStream_t on);
+  absl::Status UploadImportedPages();
+  // After cache layer `cache` is stored: with an observer, copies the batch's pages of it to the
+  // mirror on the copy stream once the store is done.
+  absl::Status ExportStored(int cache);
+  // Tells the observer of each stored layer once its copy is done.
+  absl::Status NotifyStored();
   absl::StatusOr<std::span<const float>> Run(std::span<const ForwardChunk> chunks);
   absl::StatusOr<int> Begin(std::span<const ForwardChunk> chunks);
   absl::Status Layer(int layer, int n);
@@ -149,6 +191,89 @@ absl::Status CudaEngine::State::Allocate() {
   return absl::OkStatus();
 }
 
+absl::Status CudaEngine::State::AllocateExchange() {
+  PageExchange& x = exchange;
+  x.needs_upload.assign(options.max_sequences, 0);
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&x.copy_stream, cudaStreamNonBlocking));
+  for (size_t c = 0; c < plan.caches.size(); ++c) {
+    for (std::vector<cudaEvent_t>* events : {&x.stored, &x.copied}) {
+      events->push_back(nullptr);
+      PDSERVE_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&events->back(), cudaEventDisableTiming));
+    }
+  }
+  if (!options.host_kv_pages) return absl::OkStatus();
+  for (const DeviceCache& device : model.caches) {
+    HostMirror mirror;
+    PDSERVE_ASSIGN_OR_RETURN(mirror.k, PinnedBuffer<uint8_t>::Allocate(device.k_pool.size()));
+    PDSERVE_ASSIGN_OR_RETURN(mirror.v, PinnedBuffer<uint8_t>::Allocate(device.v_pool.size()));
+    std::fill_n(mirror.k.data(), mirror.k.size(), uint8_t{0});
+    std::fill_n(mirror.v.data(), mirror.v.size(), uint8_t{0});
+    x.mirror.push_back(std::move(mirror));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::State::CopyPages(int cache, std::span<const int32_t> pages,
+                                          cudaMemcpyKind kind, cudaStream_t on) {
+  DeviceCache& device = model.caches[cache];
+  HostMirror& host = exchange.mirror[cache];
+  const bool up = kind == cudaMemcpyHostToDevice;
+  for (size_t i = 0; i < pages.size();) {
+    size_t j = i + 1;
+    while (j < pages.size() && pages[j] == pages[j - 1] + 1) ++j;
+    for (auto [pool, mirror, stride] :
+         {std::tuple{device.k_pool.data(), host.k.data(), device.k.page_stride},
+          std::tuple{device.v_pool.data(), host.v.data(), device.v.page_stride}}) {
+      const int64_t offset = int64_t{pages[i]} * stride;
+      const size_t bytes = (j - i) * stride;
+      PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(up ? pool + offset : mirror + offset,
+                                                   up ? mirror + offset : pool + offset, bytes,
+                                                   kind, on));
+    }
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+// Sequences from AddSequenceWithTokens in this batch: their pages go up from the mirror on
+// `stream`, ahead of every kernel of the Forward.
+absl::Status CudaEngine::State::UploadImportedPages() {
+  for (const Segment& segment : segments) {
+    char& needs_upload = exchange.needs_upload[segment.sequence];
+    if (!needs_upload) continue;
+    const std::vector<int32_t>& pages = table->table(segment.sequence).pages();
+    for (size_t c = 0; c < plan.caches.size(); ++c) {
+      PDSERVE_RETURN_IF_ERROR(
+          CopyPages(static_cast<int>(c), pages, cudaMemcpyHostToDevice, stream));
+    }
+    needs_upload = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::State::ExportStored(int cache) {
+  PageExchange& x = exchange;
+  if (x.observer == nullptr) return absl::OkStatus();
+  x.stored_layers.push_back(cache);
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(x.stored[cache], stream));
+  if (x.mirror.empty()) return absl::OkStatus();
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(x.copy_stream, x.stored[cache], 0));
+  PDSERVE_RETURN_IF_ERROR(CopyPages(cache, x.batch_pages, cudaMemcpyDeviceToHost, x.copy_stream));
+  PDSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(x.copied[cache], x.copy_stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::State::NotifyStored() {
+  PageExchange& x = exchange;
+  for (int cache : x.stored_layers) {
+    PDSERVE_CUDA_RETURN_IF_ERROR(
+        cudaEventSynchronize(x.mirror.empty() ? x.stored[cache] : x.copied[cache]));
+    x.observer->CacheLayerStored(cache);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeights& weights,
                                                                const EngineOptions& options) {
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
@@ -172,6 +297,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeight
   PDSERVE_ASSIGN_OR_RETURN(state->model, UploadModel(weights, state->plan, options.weight_dtype,
                                                      state->options.kv_pages, state->max_context));
   PDSERVE_RETURN_IF_ERROR(state->Allocate());
+  PDSERVE_RETURN_IF_ERROR(state->AllocateExchange());
   // The uploads and the KV pools' cudaMemset ran on the legacy default stream, which `stream`
   // (non-blocking) does not wait for, and may still be in flight: finish them before any Forward.
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
@@ -190,8 +316,38 @@ const EngineOptions& CudaEngine::options() const { return state_->options; }
 int CudaEngine::max_context() const { return state_->max_context; }
 const KvPlan& CudaEngine::plan() const { return state_->plan; }
 absl::StatusOr<int> CudaEngine::AddSequence() { return state_->table->Add(); }
-absl::Status CudaEngine::RemoveSequence(int sequence) { return state_->table->Remove(sequence); }
+absl::Status CudaEngine::RemoveSequence(int sequence) {
+  PDSERVE_RETURN_IF_ERROR(state_->table->Remove(sequence));
+  state_->exchange.needs_upload[sequence] = 0;
+  return absl::OkStatus();
+}
 int CudaEngine::SequenceLength(int sequence) const { return state_->table->Length(sequence); }
+
+absl::StatusOr<int> CudaEngine::AddSequenceWithTokens(int num_tokens) {
+  if (state_->exchange.mirror.empty()) return NoHostPages();
+  PDSERVE_ASSIGN_OR_RETURN(const int sequence, state_->table->AddWithTokens(num_tokens));
+  state_->exchange.needs_upload[sequence] = 1;
+  return sequence;
+}
+
+absl::StatusOr<KvPageSlots> CudaEngine::SequencePage(int sequence, int cache_layer,
+                                                     int page_index) {
+  State& s = *state_;
+  if (s.exchange.mirror.empty()) return NoHostPages();
+  KvPageSlots slots;
+  PDSERVE_ASSIGN_OR_RETURN(
+      slots.page_id,
+      s.table->PageId(sequence, cache_layer, static_cast<int>(s.plan.caches.size()), page_index));
+  const DeviceCache& device = s.model.caches[cache_layer];
+  HostMirror& mirror = s.exchange.mirror[cache_layer];
+  slots.k = mirror.k.data() + int64_t{slots.page_id} * device.k.page_stride;
+  slots.v = mirror.v.data() + int64_t{slots.page_id} * device.v.page_stride;
+  return slots;
+}
+
+void CudaEngine::set_cache_layer_observer(CacheLayerObserver* observer) {
+  state_->exchange.observer = observer;
+}
 
 // Books the batch, then sends its tokens, positions, store slots and the page tables of its
 // sequences to the device. Returns the batch's rows.
@@ -219,14 +375,26 @@ absl::StatusOr<int> CudaEngine::State::Begin(std::span<const ForwardChunk> chunk
     PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device->data(), host->data(), n * sizeof(int32_t),
                                                  cudaMemcpyHostToDevice, stream));
   }
+  PDSERVE_RETURN_IF_ERROR(UploadImportedPages());
+  exchange.stored_layers.clear();
+  exchange.batch_pages.clear();
+  if (exchange.observer != nullptr) {
+    for (const Segment& segment : segments) {
+      const std::vector<int32_t>& pages = table->table(segment.sequence).pages();
+      exchange.batch_pages.insert(exchange.batch_pages.end(), pages.begin(), pages.end());
+    }
+  }
   return n;
 }
 
 absl::StatusOr<std::span<const float>> CudaEngine::Forward(std::span<const ForwardChunk> chunks) {
   absl::StatusOr<std::span<const float>> logits = state_->Run(chunks);
-  // A failed step may leave copies from pinned memory in flight: let them finish before the next
-  // Forward rewrites it.
-  if (!logits.ok()) cudaStreamSynchronize(state_->stream);
+  // A failed step may leave copies from or to pinned memory in flight: let them finish before the
+  // next Forward rewrites it.
+  if (!logits.ok()) {
+    cudaStreamSynchronize(state_->stream);
+    cudaStreamSynchronize(state_->exchange.copy_stream);
+  }
   return logits;
 }
 
@@ -252,6 +420,7 @@ absl::StatusOr<std::span<const float>> CudaEngine::State::Run(
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.b.host_logits.data(), s.b.logits.data(),
                                                count * sizeof(float), cudaMemcpyDeviceToHost,
                                                s.stream));
+  PDSERVE_RETURN_IF_ERROR(s.NotifyStored());
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
   PDSERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return std::span<const float>(s.b.host_logits.data(), count);
@@ -326,6 +495,7 @@ absl::Status CudaEngine::State::Layer(int layer, int n) {
                   stream);
     const cu::KvStoreTarget target = StoreTarget(layer_plan.cache, c.dim, c.dim + c.kv_dim());
     Store({&target, 1}, q, width, n);
+    PDSERVE_RETURN_IF_ERROR(ExportStored(layer_plan.cache));
   }
   cu::ApplyRope(q, n, width, c.n_heads, b.positions.data(), model.rope, c.rope_pairing, stream);
   if (cache.zack()) {
@@ -369,6 +539,7 @@ absl::Status CudaEngine::State::SwiftKvProjectAndStore(int n) {
                                   v_base + plan.swiftkv_v_offsets[i]));
   }
   Store(targets, b.swiftkv.data(), width, n);
+  for (int i = 0; i < leaders; ++i) PDSERVE_RETURN_IF_ERROR(ExportStored(plan.swiftkv_layer + i));
   return absl::OkStatus();
 }
 

@@ -9,10 +9,17 @@
 // page tables, store slots) go up from pinned host memory, and the only synchronization is the
 // copy of the logits back to pinned host memory at the end. Not thread-safe.
 //
+// Disaggregation (EngineOptions::host_kv_pages): a pinned host mirror of the KV pools, page for
+// page. With a CacheLayerObserver, each cache layer's pages written by a Forward are copied to the
+// mirror on a second stream as soon as the layer is stored, while later layers compute; the
+// observer hears of each layer once its copy is done, before Forward returns. Pages written into
+// the mirror of a sequence from AddSequenceWithTokens go up to the device at the start of its
+// first Forward.
+//
 // Not supported on the GPU (Create says so): per-page FP8 scales, a value_tier_factory (KCache V
 // lives in device memory), more than kernels::cuda::kMaxBatchSequences sequences, head dims above
 // kernels::cuda::kMaxHeadDim, more than kernels::cuda::kMaxStoreTargets SwiftKV cache layers, and
-// the CPU engine's extras (ForwardObserver, SequencePage export).
+// the CPU engine's calibration taps (ForwardObserver).
 #ifndef PDSERVE_CORE_MODEL_CUDA_ENGINE_H_
 #define PDSERVE_CORE_MODEL_CUDA_ENGINE_H_
 
@@ -42,6 +49,10 @@ class CudaEngine : public Engine {
   absl::Status RemoveSequence(int sequence) override;
   int SequenceLength(int sequence) const override;
   absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks) override;
+  absl::StatusOr<int> AddSequenceWithTokens(int num_tokens) override;
+  // Slots in the pinned host mirror.
+  absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer, int page_index) override;
+  void set_cache_layer_observer(CacheLayerObserver* observer) override;
 
  private:
   struct State;

@@ -1,6 +1,7 @@
 // CudaEngine against LlamaEngine (the reference) on the same weights and inputs: stories260K's
 // greedy output, logits under every technique and their combination, batches mixing prefill and
-// decode, 16-bit weights, and the errors it owes its callers. GPU tests: each skips without a
+// decode, 16-bit weights, KV pages moved between the two engines (disaggregation through the pinned
+// host mirror), and the errors it owes its callers. GPU tests: each skips without a
 // device. Tolerances are relative to the largest logit: 1e-4 where the arithmetic is the same
 // up to summation order (f32), 2e-2 where FP8 codes or bf16 activations may round differently.
 #include "core/model/cuda_engine.h"
@@ -12,6 +13,8 @@
 
 #include "core/compress/calibrator.h"
 #include "core/compress/profile.h"
+#include "core/kv/kv_page.h"
+#include "core/model/kv_transfer.h"
 #include "core/model/llama_engine.h"
 #include "core/model/model_loader.h"
 #include "core/model/random_model.h"
@@ -258,6 +261,112 @@ TEST(CudaEngineTest, BadInputIsRefusedAndChangesNothing) {
   ASSERT_FALSE(logits.ok());
   EXPECT_EQ(logits.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(engine->SequenceLength(sequence), 0);
+}
+
+// Every technique at once (SwiftKV + AcrossKV + ZACK + FP8 + KCache): every page layout there is.
+absl::StatusOr<PreparedModel> AllTechniques() {
+  const TechniqueCase all = Techniques().back();
+  return PrepareModel(Model(), all.profile, &TestCalibration(all.calibration_group));
+}
+
+// As a prefill worker does: each cache layer's pages of `sequence`, encoded from
+// CacheLayerStored while the Forward runs.
+class LayerExporter : public CacheLayerObserver {
+ public:
+  LayerExporter(Engine& engine, int sequence) : engine_(engine), sequence_(sequence) {}
+  void CacheLayerStored(int cache_layer) override {
+    layers.push_back(cache_layer);
+    const int n = NumKvPages(engine_.SequenceLength(sequence_), engine_.options().kv_page_size);
+    for (int p = 0; p < n; ++p) {
+      absl::StatusOr<std::string> page = EncodeSequencePage(engine_, sequence_, cache_layer, p,
+                                                            /*request_id=*/5, /*calibration=*/6);
+      EXPECT_TRUE(page.ok()) << page.status();
+      pages.push_back(page.ok() ? *page : std::string());
+    }
+  }
+  std::vector<int> layers;
+  std::vector<std::string> pages;
+
+ private:
+  Engine& engine_;
+  int sequence_;
+};
+
+struct Transfer {
+  std::vector<int> layers;    // as the exporter's observer heard them
+  std::vector<float> decode;  // the importer's logits of the decode steps
+};
+
+// Prefills `prompt` on `from` in chunks of 48 (only the last observed, as a prefill worker
+// streams), moves its pages into `to` and runs 12 teacher-forced decode steps there.
+Transfer PrefillHereDecodeThere(Engine& from, Engine& to, const std::vector<int32_t>& prompt) {
+  Transfer out;
+  const int source = *from.AddSequence();
+  LayerExporter exporter(from, source);
+  for (size_t begin = 0; begin < prompt.size(); begin += 48) {
+    const size_t n = std::min<size_t>(48, prompt.size() - begin);
+    if (begin + n == prompt.size()) from.set_cache_layer_observer(&exporter);
+    ForwardChunk chunk{source, std::span(prompt).subspan(begin, n)};
+    absl::StatusOr<std::span<const float>> logits = from.Forward({&chunk, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+  }
+  from.set_cache_layer_observer(nullptr);
+  out.layers = exporter.layers;
+  absl::StatusOr<int> target = to.AddSequenceWithTokens(static_cast<int>(prompt.size()));
+  EXPECT_TRUE(target.ok()) << target.status();
+  if (!target.ok()) return out;
+  for (const std::string& bytes : exporter.pages) {
+    absl::StatusOr<KvPageView> page =
+        DecodeKvPage({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) return out;
+    const absl::Status imported = ImportKvPage(to, *target, *page, /*write_v=*/true);
+    EXPECT_TRUE(imported.ok()) << imported;
+  }
+  const std::vector<int32_t> next = Tokens(12, 99);
+  for (size_t i = 0; i < next.size(); ++i) {
+    ForwardChunk chunk{*target, std::span(next).subspan(i, 1)};
+    absl::StatusOr<std::span<const float>> logits = to.Forward({&chunk, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return out;
+    out.decode.insert(out.decode.end(), logits->begin(), logits->end());
+  }
+  return out;
+}
+
+TEST(CudaEngineTest, KvPagesMoveBetweenTheGpuAndTheCpuEngine) {
+  PDSERVE_REQUIRE_GPU();
+  absl::StatusOr<PreparedModel> prepared = AllTechniques();
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EngineOptions cpu_options = Options(Device::kCpu, prepared->compression);
+  EngineOptions gpu_options = Options(Device::kCuda, prepared->compression);
+  gpu_options.host_kv_pages = true;
+  // 150 tokens: the last page is partly filled; the exported chunk starts mid-page.
+  const std::vector<int32_t> prompt = Tokens(150, 7);
+  std::unique_ptr<Engine> cpu = Make(prepared->weights, cpu_options);
+  std::unique_ptr<Engine> gpu = Make(prepared->weights, gpu_options);
+  ASSERT_NE(gpu, nullptr);
+  std::unique_ptr<Engine> cpu_peer = Make(prepared->weights, cpu_options);
+  const Transfer reference = PrefillHereDecodeThere(*cpu, *cpu_peer, prompt);
+  const Transfer gpu_to_cpu = PrefillHereDecodeThere(*gpu, *cpu, prompt);
+  const Transfer cpu_to_gpu = PrefillHereDecodeThere(*cpu_peer, *gpu, prompt);
+  EXPECT_EQ(gpu_to_cpu.layers, reference.layers);
+  EXPECT_LE(RelativeError(gpu_to_cpu.decode, reference.decode), 2e-2);
+  EXPECT_LE(RelativeError(cpu_to_gpu.decode, reference.decode), 2e-2);
+}
+
+TEST(CudaEngineTest, PagesStayOnTheDeviceWithoutHostKvPages) {
+  PDSERVE_REQUIRE_GPU();
+  std::unique_ptr<Engine> engine = Make(Model(), Options(Device::kCuda));
+  ASSERT_NE(engine, nullptr);
+  EXPECT_EQ(engine->AddSequenceWithTokens(20).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  const int sequence = *engine->AddSequence();
+  const std::vector<int32_t> prompt = Tokens(20);
+  ForwardChunk chunk{sequence, prompt};
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  EXPECT_EQ(engine->SequencePage(sequence, 0, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CudaEngineTest, PerPageFp8ScalesAreRefusedBeforeTouchingTheDevice) {

@@ -3,6 +3,10 @@
 // runs on the CPU and is the reference; CudaEngine (core/model/cuda_engine.h) runs on a GPU.
 // CreateEngine (core/model/create_engine.h) picks by EngineOptions::device. Engines are not
 // thread-safe: one caller drives an engine.
+//
+// Disaggregation (core/model/kv_transfer.h): a prefill engine exports a sequence's pages through
+// SequencePage (CacheLayerObserver::CacheLayerStored says when a cache layer's pages are ready);
+// a decode engine takes them into a sequence made by AddSequenceWithTokens and continues it.
 #ifndef PDSERVE_CORE_MODEL_ENGINE_H_
 #define PDSERVE_CORE_MODEL_ENGINE_H_
 
@@ -34,6 +38,10 @@ struct EngineOptions {
   int kv_page_size = 16;
   int kv_pages = 0;  // 0 = enough for max_sequences sequences of max_context tokens
   KvCompression compression;
+  // Makes SequencePage work on an engine whose KV pool is not in host memory: the CUDA engine
+  // then keeps a pinned host mirror of its pool (as large as the pool). The CPU engine's pool is
+  // host memory: ignored there.
+  bool host_kv_pages = false;
   // Makes the value tier holding KCache layers' V pages (one section per KCache cache layer, in
   // cache-layer order; num_pages pages mirroring the engine's KV pool). Empty = an
   // InProcessValueTier; not called when no layer uses KCache. An engine whose KCache V lives in a
@@ -52,6 +60,25 @@ struct EngineOptions {
   // kv_pages, or when 0 enough pages for max_sequences sequences of `context` tokens;
   // InvalidArgument beyond int32.
   absl::StatusOr<int> ResolvedKvPages(int context) const;
+};
+
+// Where one page of a sequence's cache layer lives in host memory: its K section bytes and V
+// section bytes, laid out by plan().caches[c].layout.k and .v.
+struct KvPageSlots {
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;   // in the value tier for a KCache cache layer of the CPU engine
+  int32_t page_id = -1;   // the page in the engine's KV pool (and in the value tier)
+  int tier_section = -1;  // the value tier's section holding v; -1 when v is resident
+};
+
+// Told when a Forward's K/V rows of a cache layer are stored and readable through
+// Engine::SequencePage, so that a prefill worker ships that layer's pages while later layers still
+// compute. Called on the Forward caller's thread, before Forward returns, once per cache layer per
+// Forward, in increasing order (during a Forward, SequenceLength already counts its tokens).
+class CacheLayerObserver {
+ public:
+  virtual ~CacheLayerObserver() = default;
+  virtual void CacheLayerStored(int cache_layer) = 0;
 };
 
 // Tokens to append to one sequence in a Forward call.
@@ -88,6 +115,25 @@ class Engine {
   // max_batch_tokens tokens or a sequence beyond max_context; ResourceExhausted when the KV pool is
   // full. On error no sequence changes. The span (host memory) is valid until the next Forward.
   virtual absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks) = 0;
+
+  // Starts a sequence whose cache already holds num_tokens tokens (SequenceLength = num_tokens,
+  // their pages reserved) whose K/V bytes the caller writes through SequencePage before the next
+  // Forward touching it. InvalidArgument unless 1 ≤ num_tokens ≤ max_context; ResourceExhausted
+  // when no sequence slot or not enough pages are free (then nothing is taken);
+  // FailedPrecondition when the pool is not host-visible (EngineOptions::host_kv_pages).
+  virtual absl::StatusOr<int> AddSequenceWithTokens(int num_tokens) = 0;
+  // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
+  // sequence in host memory, for reading (export) or writing (import); valid until the sequence is
+  // removed. Reading sees what a Forward stored once CacheLayerStored was called for the layer;
+  // an engine with a host mirror refreshes it only then, for every page of that Forward's
+  // sequences (a Forward without an observer leaves the mirror as it was). Writing is for
+  // sequences from AddSequenceWithTokens, before their first Forward. NotFound for an unknown
+  // sequence; OutOfRange for a cache layer or page index outside [0, plan().caches.size()) or the
+  // sequence's pages; FailedPrecondition when the pool is not host-visible.
+  virtual absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer,
+                                                   int page_index) = 0;
+  // Not owned; null to stop observing.
+  virtual void set_cache_layer_observer(CacheLayerObserver* observer) = 0;
 };
 
 }  // namespace pdserve

@@ -22,7 +22,7 @@ int NumKvPages(int num_tokens, int page_size) {
   return static_cast<int>((int64_t{num_tokens} + page_size - 1) / page_size);
 }
 
-absl::StatusOr<std::string> EncodeSequencePage(LlamaEngine& engine, int sequence, int cache_layer,
+absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
                                                int page_index, uint64_t request_id,
                                                uint64_t calibration_hash) {
   PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots slots,
@@ -44,7 +44,7 @@ absl::StatusOr<std::string> EncodeSequencePage(LlamaEngine& engine, int sequence
                       {slots.v, static_cast<size_t>(header.layout.v.bytes())});
 }
 
-absl::Status ImportKvPage(LlamaEngine& engine, int sequence, const KvPageView& page, bool write_v) {
+absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v) {
   const KvPageHeader& h = page.header;
   const int length = engine.SequenceLength(sequence);
   if (length < 0) {

@@ -2,7 +2,7 @@
 // (core/kv/kv_page.h), so that a prefill worker computes a prompt and a decode worker continues
 // it. The exporter encodes every page of every cache layer of a sequence (page i holds tokens
 // [i·P, (i+1)·P), P = the engine's kv_page_size); the importer starts a sequence of the same
-// length (LlamaEngine::AddSequenceWithTokens) and copies each decoded page into it. Both engines
+// length (Engine::AddSequenceWithTokens) and copies each decoded page into it. Both engines
 // must run the same weights and compression (checked per page through its layout; the
 // calibration hash is the caller's to check). Functions take the engine by reference and are as
 // thread-safe as the engine: not at all, and only on the thread that drives it.
@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/kv/kv_page.h"
-#include "core/model/llama_engine.h"
+#include "core/model/engine.h"
 
 namespace pdserve {
 
@@ -25,7 +25,7 @@ int NumKvPages(int num_tokens, int page_size);
 // Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
 // for that cache layer and num_tokens = the sequence's tokens in that page. NotFound for an
 // unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
-absl::StatusOr<std::string> EncodeSequencePage(LlamaEngine& engine, int sequence, int cache_layer,
+absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
                                                int page_index, uint64_t request_id,
                                                uint64_t calibration_hash);
 
@@ -36,7 +36,7 @@ absl::StatusOr<std::string> EncodeSequencePage(LlamaEngine& engine, int sequence
 // sequence; InvalidArgument naming the mismatch when the cache layer is not the engine's, the
 // layout differs from the engine's plan for it, the page index is beyond the sequence's pages or
 // num_tokens differs from the sequence's tokens in that page, or the section sizes are wrong.
-absl::Status ImportKvPage(LlamaEngine& engine, int sequence, const KvPageView& page, bool write_v);
+absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v);
 
 }  // namespace pdserve
 

@@ -160,7 +160,7 @@ TEST(KvTransferTest, DefaultProfileContinuesBitForBitWithAFactoryTier) {
 }
 
 // Records the observer calls that matter here, in order.
-class StoreLog : public ForwardObserver {
+class StoreLog : public ForwardObserver, public CacheLayerObserver {
  public:
   void LayerInput(int layer, const float*, int) override { log.push_back("layer" + S(layer)); }
   void Queries(int, const float*, int64_t, int) override {}
@@ -182,6 +182,7 @@ TEST(KvTransferTest, CacheLayerStoredOncePerCacheLayerInOrder) {
   auto plain = MakeEngine(w, Options({}));
   StoreLog log;
   plain->set_observer(&log);
+  plain->set_cache_layer_observer(&log);
   const int a = *plain->AddSequence(), b = *plain->AddSequence();
   const std::vector<int32_t> prompt = Tokens(20, w.config.vocab_size);
   int32_t one = 9;
@@ -196,6 +197,7 @@ TEST(KvTransferTest, CacheLayerStoredOncePerCacheLayerInOrder) {
   auto engine = MakeEngine(swiftkv, Options({}));
   StoreLog swift_log;
   engine->set_observer(&swift_log);
+  engine->set_cache_layer_observer(&swift_log);
   const int s = *engine->AddSequence();
   ForwardChunk chunk{s, prompt};
   ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
@@ -207,12 +209,9 @@ TEST(KvTransferTest, CacheLayerStoredOncePerCacheLayerInOrder) {
 
 // A prefill worker ships each cache layer's pages from CacheLayerStored, while later layers still
 // compute: the pages equal those exported after the Forward.
-class StreamingExporter : public ForwardObserver {
+class StreamingExporter : public CacheLayerObserver {
  public:
-  StreamingExporter(LlamaEngine& engine, int sequence) : engine_(engine), sequence_(sequence) {}
-  void LayerInput(int, const float*, int) override {}
-  void Queries(int, const float*, int64_t, int) override {}
-  void CachedKv(int, const float*, const float*, int64_t, int) override {}
+  StreamingExporter(Engine& engine, int sequence) : engine_(engine), sequence_(sequence) {}
   void CacheLayerStored(int cache_layer) override {
     const int n = NumKvPages(engine_.SequenceLength(sequence_), engine_.options().kv_page_size);
     for (int p = 0; p < n; ++p) {
@@ -224,7 +223,7 @@ class StreamingExporter : public ForwardObserver {
   std::vector<std::string> pages;
 
  private:
-  LlamaEngine& engine_;
+  Engine& engine_;
   int sequence_;
 };
 
@@ -233,11 +232,11 @@ TEST(KvTransferTest, PagesExportedFromCacheLayerStoredEqualThoseAfterForward) {
   auto engine = MakeEngine(p.weights, Options(p.compression));
   const int s = *engine->AddSequence();
   StreamingExporter exporter(*engine, s);
-  engine->set_observer(&exporter);
+  engine->set_cache_layer_observer(&exporter);
   const std::vector<int32_t> prompt = Tokens(40, p.weights.config.vocab_size);
   ForwardChunk chunk{s, prompt};
   ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
-  engine->set_observer(nullptr);
+  engine->set_cache_layer_observer(nullptr);
   EXPECT_EQ(exporter.pages.size(), 5u * 3);
   EXPECT_EQ(exporter.pages, ExportSequence(*engine, s));
 }

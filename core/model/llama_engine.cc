@@ -204,19 +204,10 @@ absl::StatusOr<int> LlamaEngine::AddSequenceWithTokens(int num_tokens) {
 
 absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_layer,
                                                       int page_index) {
-  if (SequenceLength(sequence) < 0) {
-    return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
-  }
-  const std::vector<int32_t>& pages = table_->table(sequence).pages();
-  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan_.caches.size()) || page_index < 0 ||
-      page_index >= static_cast<int>(pages.size())) {
-    return absl::OutOfRangeError(
-        absl::StrCat("engine: sequence ", sequence, " has cache layers [0, ", plan_.caches.size(),
-                     ") and pages [0, ", pages.size(), "); asked for cache layer ", cache_layer,
-                     " page ", page_index));
-  }
   KvPageSlots slots;
-  slots.page_id = pages[page_index];
+  PDSERVE_ASSIGN_OR_RETURN(
+      slots.page_id,
+      table_->PageId(sequence, cache_layer, static_cast<int>(plan_.caches.size()), page_index));
   slots.k = kv_->Page(k_section_[cache_layer], slots.page_id);
   if (plan_.caches[cache_layer].kcache) {
     slots.tier_section = v_section_[cache_layer];
@@ -294,7 +285,7 @@ void LlamaEngine::Layer(int layer, int n) {
       }
     });
     StoreKv(plan.cache, k, k + c.kv_dim(), width, n);
-    if (observer_ != nullptr) observer_->CacheLayerStored(plan.cache);
+    if (layer_observer_ != nullptr) layer_observer_->CacheLayerStored(plan.cache);
   }
   RotateQueries(layer, b.qkv.data(), width, n);
   const CachePlan& cache = plan_.caches[plan.cache];
@@ -345,8 +336,8 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
     StoreKv(plan_.swiftkv_layer + i, b.swiftkv.data() + int64_t{i} * c.kv_dim(),
             v_base + plan_.swiftkv_v_offsets[i], width, n);
   }
-  if (observer_ == nullptr) return;
-  for (int i = 0; i < leaders; ++i) observer_->CacheLayerStored(plan_.swiftkv_layer + i);
+  if (layer_observer_ == nullptr) return;
+  for (int i = 0; i < leaders; ++i) layer_observer_->CacheLayerStored(plan_.swiftkv_layer + i);
 }
 
 int LlamaEngine::CompactToLogitRows() {

@@ -12,10 +12,9 @@
 // Create (ResourceExhausted up front when they would not fit in memory); Forward allocates only
 // small bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
 //
-// Disaggregation (core/model/kv_transfer.h): a prefill engine exports a sequence's pages through
-// SequencePage (ForwardObserver::CacheLayerStored says when a cache layer is complete); a decode
-// engine takes them into a sequence made by AddSequenceWithTokens and continues it. Its KCache V
-// pages may live in a value tier of the caller's (EngineOptions::value_tier_factory).
+// Disaggregation (Engine::SequencePage, core/model/kv_transfer.h): its pool is host memory, so
+// pages are exported and imported in place. Its KCache V pages may live in a value tier of the
+// caller's (EngineOptions::value_tier_factory).
 #ifndef PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 #define PDSERVE_CORE_MODEL_LLAMA_ENGINE_H_
 
@@ -52,20 +51,6 @@ class ForwardObserver {
   // What cache layer c is given to store, before ZACK and FP8: post-RoPE k [n, kv_dim] and v
   // [n, kv_dim] (under ZACK v is already V/O-folded, Σ r_v wide), rows `stride` floats apart.
   virtual void CachedKv(int cache_layer, const float* k, const float* v, int64_t stride, int n) = 0;
-  // Cache layer c's K/V rows of every chunk of this Forward are stored (for SwiftKV's later cache
-  // layers: after the one fused store, once per later cache layer). Called once per cache layer
-  // per Forward, in increasing order; a prefill worker may ship that layer's pages from here on
-  // while later layers still compute (during a Forward, SequenceLength already counts its tokens).
-  virtual void CacheLayerStored(int /*cache_layer*/) {}
-};
-
-// Where one page of a sequence's cache layer lives in the engine: its K section bytes and V
-// section bytes, laid out by plan().caches[c].layout.k and .v.
-struct KvPageSlots {
-  uint8_t* k = nullptr;
-  uint8_t* v = nullptr;   // in the value tier for a KCache cache layer
-  int32_t page_id = -1;   // the page in the engine's KV pool (and in the value tier)
-  int tier_section = -1;  // the value tier's section holding v; -1 when v is resident
 };
 
 class LlamaEngine : public Engine {
@@ -79,23 +64,19 @@ class LlamaEngine : public Engine {
   int max_context() const override { return max_context_; }
 
   absl::StatusOr<int> AddSequence() override;
-  // Starts a sequence whose cache already holds num_tokens tokens (SequenceLength = num_tokens,
-  // their pages reserved) whose K/V bytes the caller writes through SequencePage before the next
-  // Forward touching it. InvalidArgument unless 1 ≤ num_tokens ≤ max_context; ResourceExhausted
-  // when no sequence slot or not enough pages are free (then nothing is taken).
-  absl::StatusOr<int> AddSequenceWithTokens(int num_tokens);
+  absl::StatusOr<int> AddSequenceWithTokens(int num_tokens) override;
   absl::Status RemoveSequence(int sequence) override;
   int SequenceLength(int sequence) const override;
 
   const KvPlan& plan() const override { return plan_; }
-  // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
-  // sequence, for reading (export) or writing (import); valid until the sequence is removed.
-  // NotFound for an unknown sequence; OutOfRange for a cache layer or page index outside
-  // [0, plan().caches.size()) or the sequence's pages.
-  absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer, int page_index);
+  // Pages in place: K in the pool, V in the value tier for a KCache cache layer.
+  absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer, int page_index) override;
   // V bytes decode steps fetched from the value tier (KCache), since creation.
   int64_t kv_bytes_fetched() const override { return tier_ ? tier_->bytes_fetched() : 0; }
-  // Not owned; null to stop observing.
+  void set_cache_layer_observer(CacheLayerObserver* observer) override {
+    layer_observer_ = observer;
+  }
+  // Calibration taps; not owned; null to stop observing.
   void set_observer(ForwardObserver* observer) { observer_ = observer; }
 
   absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks) override;
@@ -137,6 +118,7 @@ class LlamaEngine : public Engine {
   std::span<Segment> segments_;               // of the current Forward, in table_
   std::unique_ptr<Buffers> buffers_;
   ForwardObserver* observer_ = nullptr;
+  CacheLayerObserver* layer_observer_ = nullptr;
 };
 
 }  // namespace pdserve

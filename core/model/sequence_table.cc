@@ -64,6 +64,22 @@ absl::Status SequenceTable::Remove(int sequence) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int32_t> SequenceTable::PageId(int sequence, int cache_layer, int num_cache_layers,
+                                              int page_index) const {
+  if (Length(sequence) < 0) {
+    return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  }
+  const std::vector<int32_t>& pages = table(sequence).pages();
+  if (cache_layer < 0 || cache_layer >= num_cache_layers || page_index < 0 ||
+      page_index >= static_cast<int>(pages.size())) {
+    return absl::OutOfRangeError(
+        absl::StrCat("engine: sequence ", sequence, " has cache layers [0, ", num_cache_layers,
+                     ") and pages [0, ", pages.size(), "); asked for cache layer ", cache_layer,
+                     " page ", page_index));
+  }
+  return pages[page_index];
+}
+
 int SequenceTable::Length(int sequence) const {
   if (sequence < 0 || sequence >= static_cast<int>(sequences_.size()) ||
       !sequences_[sequence].live) {

@@ -56,6 +56,11 @@ class SequenceTable {
   int Length(int sequence) const;
   // Requires Length(sequence) ≥ 0.
   const BlockTable& table(int sequence) const { return sequences_[sequence].table; }
+  // The pool page holding page page_index of cache layer cache_layer (of num_cache_layers, which
+  // share one page list) of a live sequence: Engine::SequencePage's lookup and errors (NotFound,
+  // OutOfRange).
+  absl::StatusOr<int32_t> PageId(int sequence, int cache_layer, int num_cache_layers,
+                                 int page_index) const;
 
   // Checks a batch as Engine::Forward promises, reserves its pages (all or nothing), advances the
   // sequences' lengths and returns the batch's segments in chunk order; tokens[r] and

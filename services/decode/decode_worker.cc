@@ -50,8 +50,7 @@ struct DecodeWorker::Live {
 };
 
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
-    std::unique_ptr<LlamaEngine> engine, RemoteValueTier* tier,
-    const DecodeWorkerOptions& options) {
+    std::unique_ptr<Engine> engine, RemoteValueTier* tier, const DecodeWorkerOptions& options) {
   if (engine == nullptr) return absl::InvalidArgumentError("decode worker needs an engine");
   if (options.max_queued_requests < 1) {
     return absl::InvalidArgumentError("max queued requests must be ≥ 1");
@@ -64,7 +63,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
   return std::unique_ptr<DecodeWorker>(new DecodeWorker(std::move(engine), tier, options));
 }
 
-DecodeWorker::DecodeWorker(std::unique_ptr<LlamaEngine> engine, RemoteValueTier* tier,
+DecodeWorker::DecodeWorker(std::unique_ptr<Engine> engine, RemoteValueTier* tier,
                            const DecodeWorkerOptions& options)
     : engine_(std::move(engine)), tier_(tier), options_(options) {
   if (options_.metrics == nullptr) options_.metrics = std::make_shared<MetricsRegistry>();

@@ -1,4 +1,5 @@
-// DecodeWorker: continuous batching of decode steps over one LlamaEngine (DESIGN §2 step 4).
+// DecodeWorker: continuous batching of decode steps over one Engine (CPU or GPU) (DESIGN §2 step
+// 4).
 //
 // Start (on the caller's thread) checks a request and, for a disaggregated one, renews its lease
 // and pulls its pages from the KV store with one batch of one-sided gets: whole pages for layers
@@ -26,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/metrics/metrics_registry.h"
-#include "core/model/llama_engine.h"
+#include "core/model/engine.h"
 #include "core/model/sampler.h"
 #include "pdserve/v1/common.pb.h"
 #include "services/common/kvstore_connection.h"
@@ -65,7 +66,7 @@ struct DecodeStart {
 class DecodeWorker {
  public:
   // `tier` is the engine's value tier when it was made with RemoteValueTier (null otherwise).
-  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(std::unique_ptr<LlamaEngine> engine,
+  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(std::unique_ptr<Engine> engine,
                                                               RemoteValueTier* tier,
                                                               const DecodeWorkerOptions& options);
   ~DecodeWorker();
@@ -76,7 +77,7 @@ class DecodeWorker {
   absl::StatusOr<DecodeStart> Start(DecodeJob job);
 
   v1::QueueStatus queue() const;
-  const LlamaEngine& engine() const { return *engine_; }
+  const Engine& engine() const { return *engine_; }
   bool monolithic() const { return options_.monolithic; }
   MetricsRegistry& metrics() { return *options_.metrics; }
   DecodeMetrics& stats() { return *stats_; }
@@ -86,7 +87,7 @@ class DecodeWorker {
   struct Admission;
   struct Live;
 
-  DecodeWorker(std::unique_ptr<LlamaEngine> engine, RemoteValueTier* tier,
+  DecodeWorker(std::unique_ptr<Engine> engine, RemoteValueTier* tier,
                const DecodeWorkerOptions& options);
   absl::Status CheckJob(const DecodeJob& job) const;
   absl::Status PullPages(Admission& admission, double* lease_seconds);
@@ -99,7 +100,7 @@ class DecodeWorker {
   bool Emit(Live& live, int32_t token);
   void Retire(Live& live);
 
-  std::unique_ptr<LlamaEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   RemoteValueTier* tier_;
   DecodeWorkerOptions options_;  // metrics set
   std::unique_ptr<DecodeMetrics> stats_;

@@ -60,18 +60,14 @@ struct PrefillWorker::PageWrite {
 
 // Hands each cache layer's pages of the batch's sequences to the sender as soon as the engine
 // has stored them.
-class PrefillWorker::LayerStreamer final : public ForwardObserver {
+class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
  public:
   LayerStreamer(PrefillWorker& worker, const std::vector<std::shared_ptr<Pending>>& batch,
                 const std::vector<int>& sequences)
       : worker_(worker), batch_(batch), sequences_(sequences) {}
 
-  void LayerInput(int, const float*, int) override {}
-  void Queries(int, const float*, int64_t, int) override {}
-  void CachedKv(int, const float*, const float*, int64_t, int) override {}
-
   void CacheLayerStored(int cache_layer) override {
-    const LlamaEngine& engine = *worker_.engine_;
+    const Engine& engine = *worker_.engine_;
     const KvLayerLayout& layout = engine.plan().caches[cache_layer].layout;
     const int page_size = engine.options().kv_page_size;
     for (size_t b = 0; b < batch_.size(); ++b) {
@@ -110,7 +106,7 @@ class PrefillWorker::LayerStreamer final : public ForwardObserver {
 };
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
-    std::unique_ptr<LlamaEngine> engine, const PrefillWorkerOptions& options) {
+    std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options) {
   if (engine == nullptr) return absl::InvalidArgumentError("prefill worker needs an engine");
   if (options.max_queued_requests < 1) {
     return absl::InvalidArgumentError("max queued requests must be ≥ 1");
@@ -118,8 +114,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(engine), options));
 }
 
-PrefillWorker::PrefillWorker(std::unique_ptr<LlamaEngine> engine,
-                             const PrefillWorkerOptions& options)
+PrefillWorker::PrefillWorker(std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options)
     : engine_(std::move(engine)), options_(options) {
   if (options_.metrics == nullptr) options_.metrics = std::make_shared<MetricsRegistry>();
   stats_ = std::make_unique<PrefillMetrics>(*options_.metrics, [this] { return queue(); });
@@ -347,9 +342,9 @@ absl::Status PrefillWorker::ForwardBatch(const std::vector<std::shared_ptr<Pendi
     chunks.push_back(ForwardChunk{sequences[b], prompt});
   }
   LayerStreamer streamer(*this, batch, sequences);
-  engine_->set_observer(&streamer);
+  engine_->set_cache_layer_observer(&streamer);
   absl::StatusOr<std::span<const float>> logits = engine_->Forward(chunks);
-  engine_->set_observer(nullptr);
+  engine_->set_cache_layer_observer(nullptr);
   const absl::Time end = absl::Now();
   if (!logits.ok()) return logits.status();
   const size_t vocab = engine_->config().vocab_size;

@@ -1,5 +1,5 @@
-// PrefillWorker: runs prompts through a LlamaEngine, batched by token budget, and streams each
-// prompt's KV pages to a KV store while the forward pass continues (DESIGN §2 step 2).
+// PrefillWorker: runs prompts through an Engine (CPU or GPU), batched by token budget, and streams
+// each prompt's KV pages to a KV store while the forward pass continues (DESIGN §2 step 2).
 //
 // A request's life here: Run allocates one slot per page in the KV store (all-or-nothing, before
 // any compute), queues the prompt for the batcher and waits. The batcher thread packs queued
@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/metrics/metrics_registry.h"
-#include "core/model/llama_engine.h"
+#include "core/model/engine.h"
 #include "core/model/sampler.h"
 #include "pdserve/v1/common.pb.h"
 #include "services/common/kvstore_connection.h"
@@ -54,7 +54,7 @@ struct PrefillOutcome {
 class PrefillWorker {
  public:
   // Takes the engine (its options bound the batch: max_batch_tokens, max_sequences).
-  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(std::unique_ptr<LlamaEngine> engine,
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(std::unique_ptr<Engine> engine,
                                                                const PrefillWorkerOptions& options);
   ~PrefillWorker();
 
@@ -66,14 +66,14 @@ class PrefillWorker {
   PrefillMetrics& stats() { return *stats_; }
 
   v1::QueueStatus queue() const;
-  const LlamaEngine& engine() const { return *engine_; }
+  const Engine& engine() const { return *engine_; }
 
  private:
   struct Pending;
   struct PageWrite;
   class LayerStreamer;
 
-  PrefillWorker(std::unique_ptr<LlamaEngine> engine, const PrefillWorkerOptions& options);
+  PrefillWorker(std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options);
   absl::StatusOr<PrefillOutcome> RunJob(PrefillJob job);
   absl::Status Allocate(Pending& pending);
   absl::Status Seal(Pending& pending);
@@ -87,7 +87,7 @@ class PrefillWorker {
   void EnqueueWrites(std::vector<PageWrite> writes);
   void WaitForWrites();
 
-  std::unique_ptr<LlamaEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   PrefillWorkerOptions options_;  // metrics set
   std::unique_ptr<PrefillMetrics> stats_;
 

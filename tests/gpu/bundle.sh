@@ -32,6 +32,13 @@ for t in $targets; do
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|/cuda' |
     xargs -r -I{} cp -nL {} "$dir/lib/"
 done
+# UCX loads its transport modules from ucx/ beside libucs; shared memory through CMA is one
+# (tcp and posix/sysv shared memory are built into libuct).
+ucx_modules=$(dirname "$(ldconfig -p | awk '/libucs\.so\.0 / {print $NF; exit}')")/ucx
+if [ -d "$ucx_modules" ]; then
+  mkdir -p "$dir/lib/ucx"
+  cp -L "$ucx_modules"/libuct_cma.so.0 "$dir/lib/ucx/" 2>/dev/null || true
+fi
 # The tokenizer's sentencepiece shim is dlopen'ed by path; pdserve looks beside itself too.
 find "$build" -name 'libpdserve_spm_shim.so' -exec cp {} "$dir/lib/" \;
 cp -r "$shared/models/stories260K" "$dir/shared/models/"

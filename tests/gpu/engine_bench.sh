@@ -2,7 +2,8 @@
 # Whole-engine throughput on the CPU and the GPU, `pdserve bench` (medians of its repetitions),
 # for tests/gpu/run.sh: a stories110M-shaped random model (prefill 1024 tokens with SwiftKV off
 # and on; decode 128 tokens after a 1024-token context with ZACK (half the K/V dimensions) + FP8
-# off and on), then a Llama-3.2-1B-shaped model on the GPU alone. Prints a markdown table.
+# off and on), then a Llama-3.2-1B-shaped model on the GPU alone, then cuBLAS's share of prefill
+# GPU time (with nsys). Prints markdown tables.
 # Usage: engine_bench.sh PDSERVE REPORT_DIR QUICK(0|1)
 set -uo pipefail
 pdserve=$1
@@ -70,3 +71,28 @@ for setting in plain swiftkv; do
     --prompt-tokens 4096 --gen-tokens 128 --decode-context 4096 "${extra[@]}")
   echo "| $setting | $pp | $tg |"
 done
+
+# cuBLAS's share of GPU kernel time in a prefill (stories110M shape, 1024 tokens, one decode
+# step), from an Nsight Systems kernel summary; skipped where nsys is absent.
+echo
+echo "### cuBLAS GEMM share of prefill GPU time (stories110M shape, 1024 tokens)"
+echo
+if command -v nsys >/dev/null; then
+  nsys profile --trace=cuda --force-overwrite=true -o "$work/prefill-profile" \
+    "$pdserve" bench --device cuda --model "$model" --weights bf16 --prompt-tokens 1024 \
+    --gen-tokens 1 --repetitions 1 >"$work/nsys.log" 2>&1 &&
+    nsys stats --report cuda_gpu_kern_sum --format csv --output - \
+      "$work/prefill-profile.nsys-rep" 2>>"$work/nsys.log" | python3 -c '
+import csv, re, sys
+rows = [r for r in csv.reader(sys.stdin) if r]
+head = next(i for i, r in enumerate(rows) if "Name" in r)
+cols = rows[head]
+t, n = cols.index("Total Time (ns)"), cols.index("Name")
+gemm = re.compile(r"gemm|xmma|cutlass|nvjet|cublas", re.I)
+total = sum(float(r[t]) for r in rows[head + 1:])
+share = sum(float(r[t]) for r in rows[head + 1:] if gemm.search(r[n]))
+print("cuBLAS kernels: %.1f %% of %.2f ms of kernel time" % (100 * share / total, total / 1e6))
+' || echo "nsys profile failed: see $work/nsys.log"
+else
+  echo "NOT MEASURED: nsys (Nsight Systems) is not on this machine"
+fi

@@ -10,8 +10,11 @@
 #      on the same shapes as the peer, and `pdserve bench` on the CPU and the GPU for a
 #      stories110M-shaped model (SwiftKV on/off for prefill, ZACK+FP8 on/off for decode) and a
 #      larger shape;
-#   5. writes everything to a report directory (default gpu-report/): summary.md, logs, JSON.
-# Exits non-zero when a test or a sanitizer fails; benchmarks only report.
+#   5. serves on the GPU: `pdserve up --device cuda` (prefill and decode workers on the GPU, KV
+#      pages through their pinned host mirrors) must answer a greedy request as the CPU does
+#      (tests/gpu/cluster_smoke.sh);
+#   6. writes everything to a report directory (default gpu-report/): summary.md, logs, JSON.
+# Exits non-zero when a test, a sanitizer or the cluster check fails; benchmarks only report.
 # Usage: tests/gpu/run.sh [--report DIR] [--prebuilt DIR] [--no-setup] [--quick]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -153,6 +156,20 @@ if [ -n "$pdserve" ]; then
   tests/gpu/engine_bench.sh "$pdserve" "$report" "$quick" 2>&1 | tee -a "$summary"
 else
   note "pdserve binary missing: engine bench NOT RUN"
+fi
+
+# --- 6. disaggregated serving on the GPU --------------------------------------------------------
+step "cluster on the GPU"
+note ""
+note "## Disaggregated serving on the GPU"
+note ""
+shared=${PDSERVE_SHARED_DIR:-$root/../shared}
+if [ -n "$pdserve" ] && tests/gpu/cluster_smoke.sh "$pdserve" "$shared" "$report" cuda \
+  2>&1 | tee -a "$summary"; then
+  :
+else
+  note "cluster check FAILED (see cluster-*.err)"
+  failures=$((failures + 1))
 fi
 
 note ""
