@@ -86,7 +86,8 @@ struct WorkerModel {
 absl::StatusOr<WorkerModel> LoadWorkerModel(int default_sequences, bool plain) {
   WorkerModel worker;
   PDSERVE_ASSIGN_OR_RETURN(worker.engine, EngineOptionsFromFlags());
-  worker.engine.host_kv_pages = true;  // KV pages leave and arrive through host memory
+  // KV pages leave and arrive through host memory, except in a monolithic decode worker.
+  worker.engine.host_kv_pages = !plain;
   PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
   if (plain && (profile.swiftkv_layer >= 0 || profile.zack || profile.fp8 != KvScaleMode::kNone ||
                 profile.kcache.top_n > 0 || !absl::GetFlag(FLAGS_calibration).empty())) {

@@ -151,7 +151,8 @@ absl::Status RunUp() {
     args = {"decode", absl::StrCat("--router=", router)};
     if (monolithic) {
       args.push_back("--monolithic");
-      Forward({"threads", "weights", "max_batch_tokens", "max_sequences", "max_queue"}, args);
+      Forward({"threads", "device", "weights", "max_batch_tokens", "max_sequences", "max_queue"},
+              args);
     } else {
       args.push_back(absl::StrCat("--kvstore=", kvstore));
       Forward(kWorkerFlags, args);

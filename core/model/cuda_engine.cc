@@ -59,8 +59,9 @@ struct PageExchange {
   std::vector<cudaEvent_t> stored, copied;  // per cache layer
   std::vector<char> needs_upload;           // per sequence slot: mirror written, device not yet
   CacheLayerObserver* observer = nullptr;
-  std::vector<int32_t> batch_pages;  // every page of this Forward's sequences
-  std::vector<int> stored_layers;    // cache layers this Forward stored, in order
+  std::vector<int32_t> batch_pages;   // every page of this Forward's sequences, ascending
+  std::vector<int32_t> upload_pages;  // one imported sequence's pages, ascending
+  std::vector<int> stored_layers;     // cache layers this Forward stored, in order
 
   ~PageExchange() {
     for (cudaEvent_t event : stored) cudaEventDestroy(event);
@@ -126,8 +127,9 @@ struct CudaEngine::State {
 
   absl::Status Allocate();
   absl::Status AllocateExchange();
-  // Copies `pages` of one cache layer's K and V pools between the device and the host mirror,
-  // one copy per run of consecutive page ids.
+  // Copies `pages` (ascending, so that pages reused in any order still form runs) of one cache
+  // layer's K and V pools between the device and the host mirror, one copy per run of
+  // consecutive page ids.
   absl::Status CopyPages(int cache, std::span<const int32_t> pages, cudaMemcpyKind kind,
                          cudaStream_t on);
   absl::Status UploadImportedPages();
@@ -243,9 +245,11 @@ absl::Status CudaEngine::State::UploadImportedPages() {
     char& needs_upload = exchange.needs_upload[segment.sequence];
     if (!needs_upload) continue;
     const std::vector<int32_t>& pages = table->table(segment.sequence).pages();
+    exchange.upload_pages.assign(pages.begin(), pages.end());
+    std::sort(exchange.upload_pages.begin(), exchange.upload_pages.end());
     for (size_t c = 0; c < plan.caches.size(); ++c) {
       PDSERVE_RETURN_IF_ERROR(
-          CopyPages(static_cast<int>(c), pages, cudaMemcpyHostToDevice, stream));
+          CopyPages(static_cast<int>(c), exchange.upload_pages, cudaMemcpyHostToDevice, stream));
     }
     needs_upload = 0;
   }
@@ -383,6 +387,7 @@ absl::StatusOr<int> CudaEngine::State::Begin(std::span<const ForwardChunk> chunk
       const std::vector<int32_t>& pages = table->table(segment.sequence).pages();
       exchange.batch_pages.insert(exchange.batch_pages.end(), pages.begin(), pages.end());
     }
+    std::sort(exchange.batch_pages.begin(), exchange.batch_pages.end());
   }
   return n;
 }

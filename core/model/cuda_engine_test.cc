@@ -297,14 +297,14 @@ struct Transfer {
   std::vector<float> decode;  // the importer's logits of the decode steps
 };
 
-// Prefills `prompt` on `from` in chunks of 48 (only the last observed, as a prefill worker
+// Prefills `prompt` on `from` in chunks of 40 (only the last observed, as a prefill worker
 // streams), moves its pages into `to` and runs 12 teacher-forced decode steps there.
 Transfer PrefillHereDecodeThere(Engine& from, Engine& to, const std::vector<int32_t>& prompt) {
   Transfer out;
   const int source = *from.AddSequence();
   LayerExporter exporter(from, source);
-  for (size_t begin = 0; begin < prompt.size(); begin += 48) {
-    const size_t n = std::min<size_t>(48, prompt.size() - begin);
+  for (size_t begin = 0; begin < prompt.size(); begin += 40) {
+    const size_t n = std::min<size_t>(40, prompt.size() - begin);
     if (begin + n == prompt.size()) from.set_cache_layer_observer(&exporter);
     ForwardChunk chunk{source, std::span(prompt).subspan(begin, n)};
     absl::StatusOr<std::span<const float>> logits = from.Forward({&chunk, 1});
@@ -334,6 +334,16 @@ Transfer PrefillHereDecodeThere(Engine& from, Engine& to, const std::vector<int3
   return out;
 }
 
+// Leaves a 40-token sequence live between freed pages, so that the next sequence's pages are not
+// one ascending run: they come back in reverse and around a gap.
+void FragmentPool(Engine& engine) {
+  const std::vector<int32_t> tokens = Tokens(40, 8);
+  const int a = *engine.AddSequence(), b = *engine.AddSequence();
+  const ForwardChunk chunks[] = {{a, tokens}, {b, tokens}};
+  ASSERT_TRUE(engine.Forward(chunks).ok());
+  ASSERT_TRUE(engine.RemoveSequence(a).ok());
+}
+
 TEST(CudaEngineTest, KvPagesMoveBetweenTheGpuAndTheCpuEngine) {
   PDSERVE_REQUIRE_GPU();
   absl::StatusOr<PreparedModel> prepared = AllTechniques();
@@ -341,12 +351,16 @@ TEST(CudaEngineTest, KvPagesMoveBetweenTheGpuAndTheCpuEngine) {
   EngineOptions cpu_options = Options(Device::kCpu, prepared->compression);
   EngineOptions gpu_options = Options(Device::kCuda, prepared->compression);
   gpu_options.host_kv_pages = true;
-  // 150 tokens: the last page is partly filled; the exported chunk starts mid-page.
+  // 150 tokens: the last page is partly filled; the exported chunk (tokens 120..149) starts
+  // mid-page, so page 7 holds tokens of an unobserved and of the observed Forward.
   const std::vector<int32_t> prompt = Tokens(150, 7);
   std::unique_ptr<Engine> cpu = Make(prepared->weights, cpu_options);
   std::unique_ptr<Engine> gpu = Make(prepared->weights, gpu_options);
-  ASSERT_NE(gpu, nullptr);
   std::unique_ptr<Engine> cpu_peer = Make(prepared->weights, cpu_options);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(cpu_peer, nullptr);
+  FragmentPool(*gpu);
   const Transfer reference = PrefillHereDecodeThere(*cpu, *cpu_peer, prompt);
   const Transfer gpu_to_cpu = PrefillHereDecodeThere(*gpu, *cpu, prompt);
   const Transfer cpu_to_gpu = PrefillHereDecodeThere(*cpu_peer, *gpu, prompt);

@@ -53,6 +53,8 @@ struct EngineOptions {
       value_tier_factory;
 
   absl::Status Validate() const;
+  // Whether SequencePage and AddSequenceWithTokens work: on the CPU, or with host_kv_pages.
+  bool KvPagesInHostMemory() const { return device == Device::kCpu || host_kv_pages; }
   // max_context, or the model's max_seq_len when 0.
   int ResolvedMaxContext(const ModelConfig& config) const {
     return max_context > 0 ? max_context : config.max_seq_len;

@@ -23,8 +23,10 @@ namespace pdserve {
 int NumKvPages(int num_tokens, int page_size);
 
 // Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
-// for that cache layer and num_tokens = the sequence's tokens in that page. NotFound for an
-// unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
+// for that cache layer and num_tokens = the sequence's tokens in that page. Reads what
+// Engine::SequencePage holds: on an engine with a host mirror (the GPU engine), only pages of a
+// Forward run with a CacheLayerObserver, once it was told of the layer, are current. NotFound for
+// an unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
 absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
                                                int page_index, uint64_t request_id,
                                                uint64_t calibration_hash);

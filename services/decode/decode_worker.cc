@@ -52,6 +52,10 @@ struct DecodeWorker::Live {
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     std::unique_ptr<Engine> engine, RemoteValueTier* tier, const DecodeWorkerOptions& options) {
   if (engine == nullptr) return absl::InvalidArgumentError("decode worker needs an engine");
+  if (!options.monolithic && !engine->options().KvPagesInHostMemory()) {
+    return absl::InvalidArgumentError(
+        "decode worker: its engine must import KV pages from host memory (host_kv_pages)");
+  }
   if (options.max_queued_requests < 1) {
     return absl::InvalidArgumentError("max queued requests must be ≥ 1");
   }

@@ -108,6 +108,10 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options) {
   if (engine == nullptr) return absl::InvalidArgumentError("prefill worker needs an engine");
+  if (!engine->options().KvPagesInHostMemory()) {
+    return absl::InvalidArgumentError(
+        "prefill worker: its engine must export KV pages to host memory (host_kv_pages)");
+  }
   if (options.max_queued_requests < 1) {
     return absl::InvalidArgumentError("max queued requests must be ≥ 1");
   }

@@ -34,7 +34,8 @@ for t in $targets; do
 done
 # UCX loads its transport modules from ucx/ beside libucs; shared memory through CMA is one
 # (tcp and posix/sysv shared memory are built into libuct).
-ucx_modules=$(dirname "$(ldconfig -p | awk '/libucs\.so\.0 / {print $NF; exit}')")/ucx
+pdserve_exe=$(find "$build" -name pdserve -type f -perm -u+x | head -1)
+ucx_modules=$(dirname "$(ldd "$pdserve_exe" | awk '/libucs\.so/ {print $3; exit}')")/ucx
 if [ -d "$ucx_modules" ]; then
   mkdir -p "$dir/lib/ucx"
   cp -L "$ucx_modules"/libuct_cma.so.0 "$dir/lib/ucx/" 2>/dev/null || true

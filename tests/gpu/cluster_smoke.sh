@@ -18,10 +18,14 @@ prompt="Lily wanted to"
 tokens=64
 up_pid=""
 
+# SIGTERM drains the cluster; `up` acts on it only once ready, so after 60 s it is killed.
 stop_cluster() {
   if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
     kill -TERM "$up_pid"
-    wait "$up_pid"
+    local deadline=$((SECONDS + 60))
+    while kill -0 "$up_pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
+    kill -KILL "$up_pid" 2>/dev/null
+    wait "$up_pid" 2>/dev/null
   fi
   up_pid=""
 }
@@ -32,7 +36,8 @@ start_cluster() {  # name, flags...
   local name=$1
   shift
   "$pdserve" up --model "$model" --tokenizer "$tokenizer" --device "$device" \
-    --prefill-workers 1 --decode-workers 1 --listen 127.0.0.1:0 --log-level warn "$@" \
+    --prefill-workers 1 --decode-workers 1 --listen 127.0.0.1:0 --log-level warn \
+    --startup-seconds 240 "$@" \
     >"$report/cluster-$name.out" 2>"$report/cluster-$name.err" &
   up_pid=$!
   local deadline=$((SECONDS + 300)) ready=""
@@ -51,7 +56,7 @@ start_cluster() {  # name, flags...
 
 ask() {  # name
   "$pdserve" client --router "$router" --prompt "$prompt" --max-tokens $tokens \
-    >"$report/cluster-$1.answer" 2>>"$report/cluster-$1.err"
+    --timeout-seconds 120 >"$report/cluster-$1.answer" 2>"$report/cluster-$1.client.err"
 }
 
 "$pdserve" generate --model "$model" --tokenizer "$tokenizer" --prompt "$prompt" \
@@ -59,7 +64,7 @@ ask() {  # name
   { echo "cluster: generate on the CPU failed"; exit 1; }
 
 start_cluster plain || exit 1
-ask plain || { echo "cluster (plain): the client failed; see cluster-plain.err"; exit 1; }
+ask plain || { echo "cluster (plain): the client failed; see cluster-plain.client.err"; exit 1; }
 stop_cluster
 if cmp -s "$report/cluster-plain.answer" "$report/cluster-expected.txt"; then
   echo "cluster --device $device, plain: the answer equals generate --device cpu"
@@ -71,6 +76,6 @@ else
 fi
 
 start_cluster profile --swiftkv-layer 4 --fp8 per-token --kcache-topn 32 || exit 1
-ask profile || { echo "cluster (profile): the client failed; see cluster-profile.err"; exit 1; }
+ask profile || { echo "cluster (profile): the client failed; see cluster-profile.client.err"; exit 1; }
 stop_cluster
 echo "cluster --device $device, SwiftKV+FP8+KCache: $(head -c 200 "$report/cluster-profile.answer")"

@@ -72,8 +72,9 @@ for setting in plain swiftkv; do
   echo "| $setting | $pp | $tg |"
 done
 
-# cuBLAS's share of GPU kernel time in a prefill (stories110M shape, 1024 tokens, one decode
-# step), from an Nsight Systems kernel summary; skipped where nsys is absent.
+# cuBLAS's share of GPU kernel time in a prefill (stories110M shape, 1024 tokens; the one decode
+# step and the warm-up are in the total too, so the share is approximate), from an Nsight Systems
+# kernel summary; skipped where nsys is absent.
 echo
 echo "### cuBLAS GEMM share of prefill GPU time (stories110M shape, 1024 tokens)"
 echo
@@ -88,7 +89,7 @@ rows = [r for r in csv.reader(sys.stdin) if r]
 head = next(i for i, r in enumerate(rows) if "Name" in r)
 cols = rows[head]
 t, n = cols.index("Total Time (ns)"), cols.index("Name")
-gemm = re.compile(r"gemm|xmma|cutlass|nvjet|cublas", re.I)
+gemm = re.compile(r"gemm|gemv|splitK|xmma|cutlass|nvjet|cublas", re.I)
 total = sum(float(r[t]) for r in rows[head + 1:])
 share = sum(float(r[t]) for r in rows[head + 1:] if gemm.search(r[n]))
 print("cuBLAS kernels: %.1f %% of %.2f ms of kernel time" % (100 * share / total, total / 1e6))

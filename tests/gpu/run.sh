@@ -149,7 +149,7 @@ note '```'
 python3 tests/gpu/sdpa_peer.py 2>&1 | tee "$report/sdpa_peer.jsonl" | tee -a "$summary" >/dev/null
 note '```'
 
-# --- 5. whole-engine throughput, CPU vs GPU ----------------------------------------------------
+# --- 4b. whole-engine throughput, CPU vs GPU ----------------------------------------------------
 step "engine bench"
 pdserve=$(find_binary pdserve)
 if [ -n "$pdserve" ]; then
@@ -158,16 +158,16 @@ else
   note "pdserve binary missing: engine bench NOT RUN"
 fi
 
-# --- 6. disaggregated serving on the GPU --------------------------------------------------------
+# --- 5. disaggregated serving on the GPU --------------------------------------------------------
 step "cluster on the GPU"
 note ""
 note "## Disaggregated serving on the GPU"
 note ""
 shared=${PDSERVE_SHARED_DIR:-$root/../shared}
-if [ -n "$pdserve" ] && tests/gpu/cluster_smoke.sh "$pdserve" "$shared" "$report" cuda \
-  2>&1 | tee -a "$summary"; then
-  :
-else
+if [ -z "$pdserve" ]; then
+  note "pdserve binary missing: cluster check NOT RUN"
+  failures=$((failures + 1))
+elif ! tests/gpu/cluster_smoke.sh "$pdserve" "$shared" "$report" cuda 2>&1 | tee -a "$summary"; then
   note "cluster check FAILED (see cluster-*.err)"
   failures=$((failures + 1))
 fi
