@@ -297,36 +297,57 @@ struct Transfer {
   std::vector<float> decode;  // the importer's logits of the decode steps
 };
 
-// Prefills `prompt` on `from` in chunks of 40 (only the last observed, as a prefill worker
-// streams), moves its pages into `to` and runs 12 teacher-forced decode steps there.
-Transfer PrefillHereDecodeThere(Engine& from, Engine& to, const std::vector<int32_t>& prompt) {
+// Prefills `prompts` on `from` as a prefill worker does: each prompt's leading chunks of 40 alone
+// and unobserved, then the last chunk of every prompt in one observed batch. Moves every
+// sequence's pages into a new sequence of `to` and runs 12 teacher-forced decode steps there, all
+// sequences in each step's batch.
+Transfer PrefillHereDecodeThere(Engine& from, Engine& to,
+                                const std::vector<std::vector<int32_t>>& prompts) {
   Transfer out;
-  const int source = *from.AddSequence();
-  LayerExporter exporter(from, source);
-  for (size_t begin = 0; begin < prompt.size(); begin += 40) {
-    const size_t n = std::min<size_t>(40, prompt.size() - begin);
-    if (begin + n == prompt.size()) from.set_cache_layer_observer(&exporter);
-    ForwardChunk chunk{source, std::span(prompt).subspan(begin, n)};
-    absl::StatusOr<std::span<const float>> logits = from.Forward({&chunk, 1});
-    EXPECT_TRUE(logits.ok()) << logits.status();
+  std::vector<std::unique_ptr<LayerExporter>> exporters;
+  std::vector<ForwardChunk> last_chunks;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    const int source = *from.AddSequence();
+    exporters.push_back(std::make_unique<LayerExporter>(from, source));
+    std::span<const int32_t> rest(prompt);
+    while (rest.size() > 40) {
+      ForwardChunk lead{source, rest.first(40)};
+      EXPECT_TRUE(from.Forward({&lead, 1}).ok());
+      rest = rest.subspan(40);
+    }
+    last_chunks.push_back({source, rest});
   }
+  struct Fanout : CacheLayerObserver {
+    std::vector<std::unique_ptr<LayerExporter>>* exporters;
+    void CacheLayerStored(int cache_layer) override {
+      for (auto& exporter : *exporters) exporter->CacheLayerStored(cache_layer);
+    }
+  } fanout;
+  fanout.exporters = &exporters;
+  from.set_cache_layer_observer(&fanout);
+  EXPECT_TRUE(from.Forward(last_chunks).ok());
   from.set_cache_layer_observer(nullptr);
-  out.layers = exporter.layers;
-  absl::StatusOr<int> target = to.AddSequenceWithTokens(static_cast<int>(prompt.size()));
-  EXPECT_TRUE(target.ok()) << target.status();
-  if (!target.ok()) return out;
-  for (const std::string& bytes : exporter.pages) {
-    absl::StatusOr<KvPageView> page =
-        DecodeKvPage({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
-    EXPECT_TRUE(page.ok()) << page.status();
-    if (!page.ok()) return out;
-    const absl::Status imported = ImportKvPage(to, *target, *page, /*write_v=*/true);
-    EXPECT_TRUE(imported.ok()) << imported;
+  out.layers = exporters.front()->layers;
+  std::vector<int> targets;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    absl::StatusOr<int> target = to.AddSequenceWithTokens(static_cast<int>(prompts[i].size()));
+    EXPECT_TRUE(target.ok()) << target.status();
+    if (!target.ok()) return out;
+    targets.push_back(*target);
+    for (const std::string& bytes : exporters[i]->pages) {
+      absl::StatusOr<KvPageView> page =
+          DecodeKvPage({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) return out;
+      const absl::Status imported = ImportKvPage(to, *target, *page, /*write_v=*/true);
+      EXPECT_TRUE(imported.ok()) << imported;
+    }
   }
   const std::vector<int32_t> next = Tokens(12, 99);
   for (size_t i = 0; i < next.size(); ++i) {
-    ForwardChunk chunk{*target, std::span(next).subspan(i, 1)};
-    absl::StatusOr<std::span<const float>> logits = to.Forward({&chunk, 1});
+    std::vector<ForwardChunk> step;
+    for (int target : targets) step.push_back({target, std::span(next).subspan(i, 1)});
+    absl::StatusOr<std::span<const float>> logits = to.Forward(step);
     EXPECT_TRUE(logits.ok()) << logits.status();
     if (!logits.ok()) return out;
     out.decode.insert(out.decode.end(), logits->begin(), logits->end());
@@ -351,9 +372,11 @@ TEST(CudaEngineTest, KvPagesMoveBetweenTheGpuAndTheCpuEngine) {
   EngineOptions cpu_options = Options(Device::kCpu, prepared->compression);
   EngineOptions gpu_options = Options(Device::kCuda, prepared->compression);
   gpu_options.host_kv_pages = true;
-  // 150 tokens: the last page is partly filled; the exported chunk (tokens 120..149) starts
-  // mid-page, so page 7 holds tokens of an unobserved and of the observed Forward.
-  const std::vector<int32_t> prompt = Tokens(150, 7);
+  cpu_options.max_sequences = gpu_options.max_sequences = 6;
+  // Two prompts exported from one batch. Their last pages are partly filled, and each observed
+  // chunk (tokens 120..149, 40..69) starts mid-page, so a page holds tokens of an unobserved and
+  // of the observed Forward.
+  const std::vector<std::vector<int32_t>> prompt = {Tokens(150, 7), Tokens(70, 9)};
   std::unique_ptr<Engine> cpu = Make(prepared->weights, cpu_options);
   std::unique_ptr<Engine> gpu = Make(prepared->weights, gpu_options);
   std::unique_ptr<Engine> cpu_peer = Make(prepared->weights, cpu_options);
