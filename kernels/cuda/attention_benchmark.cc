@@ -123,6 +123,16 @@ class Fixture {
     cudaEventElapsedTime(&ms, start_, stop_);
     return ms * 1e-3;
   }
+  // The benchmark loop: each iteration timed on the GPU (manual time); returns the total seconds.
+  double RunTimed(benchmark::State& state) {
+    double seconds = 0.0;
+    for (auto _ : state) {
+      const double t = Time();
+      seconds += t;
+      state.SetIterationTime(t);
+    }
+    return seconds;
+  }
   // Median of `n` calls after a warm-up.
   double MedianTime(int n) {
     Time();
@@ -165,12 +175,7 @@ bool CheckLaunch(benchmark::State& state) {
 void BM_Decode(benchmark::State& state) {
   Fixture f(static_cast<int>(state.range(0)), 1, static_cast<int>(state.range(1)), kHeadDim,
             state.range(2) != 0);
-  double seconds = 0.0;
-  for (auto _ : state) {
-    const double t = f.Time();
-    seconds += t;
-    state.SetIterationTime(t);
-  }
+  const double seconds = f.RunTimed(state);
   if (!CheckLaunch(state)) return;
   const double bytes_per_second = f.kv_bytes() * state.iterations() / seconds;
   state.counters["bytes_per_second"] = bytes_per_second;
@@ -186,12 +191,7 @@ BENCHMARK(BM_Decode)
 void BM_Prefill(benchmark::State& state) {
   constexpr int kTokens = 4096;
   Fixture f(1, kTokens, kTokens, kHeadDim, state.range(0) != 0);
-  double seconds = 0.0;
-  for (auto _ : state) {
-    const double t = f.Time();
-    seconds += t;
-    state.SetIterationTime(t);
-  }
+  const double seconds = f.RunTimed(state);
   if (!CheckLaunch(state)) return;
   const double flops = 2.0 * kTokens * kTokens * kHeadDim * kHeads * state.iterations() / seconds;
   state.counters["tflops"] = flops * 1e-12;
@@ -214,12 +214,7 @@ void BM_ZackDecode(benchmark::State& state) {
     full = reference.MedianTime(20);
   }
   Fixture f(kBatch, 1, kContext, static_cast<int>(state.range(0)), fp8);
-  double seconds = 0.0;
-  for (auto _ : state) {
-    const double t = f.Time();
-    seconds += t;
-    state.SetIterationTime(t);
-  }
+  const double seconds = f.RunTimed(state);
   if (!CheckLaunch(state)) return;
   state.counters["time_vs_full"] = seconds / state.iterations() / full;
   state.counters["fraction_of_peak_bandwidth"] =
