@@ -1,11 +1,14 @@
-// Matmul: y[n, rows] = x[n, cols] · Wᵀ, W a [rows, cols] weight matrix in f32, f16 or bf16, x and
-// y fp32, accumulation in fp32. The projection of every linear layer.
+// Matmul: y[n, rows] = x[n, cols] · Wᵀ, W a [rows, cols] weight matrix in f32, f16, bf16 or a
+// ggml block format (core/tensor/quant_blocks.h), x and y fp32, accumulation in fp32. The
+// projection of every linear layer.
 //
 // The fast path splits W's rows across the pool's threads. Few activation rows (decode) run
 // vectorized GEMV kernels that stream each weight row once for up to kGemvMaxBatch rows of x
-// (AVX-512 when present, else AVX2); many rows (prefill) run OpenBLAS SGEMM per thread, converting
-// 16-bit weights block by block into the workspace first. The reference is the specification:
-// plain loops, sequential fp32 sums.
+// (AVX-512 when present, else AVX2); for quantized W each x row is first quantized to int8 blocks
+// and the rows are integer dot products, as ggml computes them (kernels/cpu/quant_dot.h). Many rows
+// (prefill) run OpenBLAS SGEMM per thread, converting 16-bit or quantized weights block by block
+// into the workspace first. The reference is the specification: plain loops over the weights as
+// floats (quantized ones dequantized), sequential fp32 sums.
 #ifndef PDSERVE_KERNELS_MATMUL_H_
 #define PDSERVE_KERNELS_MATMUL_H_
 

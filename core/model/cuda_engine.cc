@@ -290,8 +290,11 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeight
       (state->max_context + options.kv_page_size - 1) / options.kv_page_size;
   PDSERVE_ASSIGN_OR_RETURN(state->options.kv_pages, options.ResolvedKvPages(state->max_context));
   state->options.num_threads = 1;  // host threads: the GPU does the work
-  PDSERVE_ASSIGN_OR_RETURN(state->plan, BuildKvPlan(weights, options.compression,
-                                                    options.kv_page_size, options.weight_dtype));
+  // No quantized kernels on the GPU: block formats are dequantized to the weight dtype.
+  PDSERVE_ASSIGN_OR_RETURN(
+      state->plan,
+      BuildKvPlan(weights, options.compression, options.kv_page_size,
+                  WeightFormat{options.weight_dtype, /*keep_quantized=*/false}));
   PDSERVE_RETURN_IF_ERROR(CheckSupported(weights.config, options, state->plan));
   std::string why_not;
   if (!cu::CudaDeviceAvailable(&why_not)) {

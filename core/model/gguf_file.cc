@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -56,17 +57,20 @@ T Load(const uint8_t* p) {
   return value;
 }
 
+// Every DType, with the ggml type that stores it.
+constexpr std::pair<DType, GgmlType> kGgmlTypes[] = {
+    {DType::kF32, GgmlType::kF32},   {DType::kF16, GgmlType::kF16},
+    {DType::kBF16, GgmlType::kBF16}, {DType::kQ8_0, GgmlType::kQ8_0},
+    {DType::kQ4_0, GgmlType::kQ4_0}, {DType::kQ4_1, GgmlType::kQ4_1},
+    {DType::kQ5_0, GgmlType::kQ5_0}, {DType::kQ5_1, GgmlType::kQ5_1},
+    {DType::kQ4_K, GgmlType::kQ4_K}, {DType::kQ5_K, GgmlType::kQ5_K},
+    {DType::kQ6_K, GgmlType::kQ6_K}};
+
 std::optional<DType> DTypeOfGgml(uint32_t type) {
-  switch (type) {
-    case static_cast<uint32_t>(GgmlType::kF32):
-      return DType::kF32;
-    case static_cast<uint32_t>(GgmlType::kF16):
-      return DType::kF16;
-    case static_cast<uint32_t>(GgmlType::kBF16):
-      return DType::kBF16;
-    default:
-      return std::nullopt;
+  for (auto [dtype, ggml] : kGgmlTypes) {
+    if (static_cast<uint32_t>(ggml) == type) return dtype;
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -90,13 +94,8 @@ const char* GgmlTypeName(uint32_t type) {
 }
 
 GgmlType GgmlTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return GgmlType::kF32;
-    case DType::kF16:
-      return GgmlType::kF16;
-    case DType::kBF16:
-      return GgmlType::kBF16;
+  for (auto [d, ggml] : kGgmlTypes) {
+    if (d == dtype) return ggml;
   }
   return GgmlType::kF32;
 }
@@ -402,11 +401,18 @@ absl::StatusOr<GgufTensor> GgufParser::ReadTensorInfo(uint64_t index) {
   PDSERVE_ASSIGN_OR_RETURN(uint32_t ggml_type, reader_.Read<uint32_t>(what));
   std::optional<DType> dtype = DTypeOfGgml(ggml_type);
   if (!dtype) {
-    return reader_.Error(absl::StrCat("tensor ", t.name, " has ggml type ", ggml_type, " (",
-                                      GgmlTypeName(ggml_type), "); supported: F32, F16, BF16"));
+    return reader_.Error(absl::StrCat(
+        "tensor ", t.name, " has ggml type ", ggml_type, " (", GgmlTypeName(ggml_type),
+        "); supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"));
+  }
+  const int64_t block = BlockElements(*dtype);
+  if (ne[0] % block != 0) {
+    return reader_.Error(
+        absl::StrCat("tensor ", t.name, " is ", GgmlTypeName(ggml_type), " but its rows of ", ne[0],
+                     " elements are not a whole number of ", block, "-element blocks"));
   }
   int64_t bytes = 0;
-  if (__builtin_mul_overflow(elements, static_cast<int64_t>(DTypeSize(*dtype)), &bytes)) {
+  if (__builtin_mul_overflow(elements / block, static_cast<int64_t>(BlockBytes(*dtype)), &bytes)) {
     return reader_.Error(absl::StrCat("tensor ", t.name, " is too large"));
   }
   PDSERVE_ASSIGN_OR_RETURN(t.offset, reader_.Read<uint64_t>(what));

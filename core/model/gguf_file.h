@@ -48,7 +48,19 @@ enum class GgufType : uint32_t {
 const char* GgufTypeName(GgufType type);
 
 // The ggml tensor types this code reads and writes, as stored on disk. DO NOT RENUMBER.
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kBF16 = 30 };
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
+};
 
 // ggml's name of any tensor type ("F32", "Q4_0", "BF16", ...); "unknown" when not a ggml type.
 const char* GgmlTypeName(uint32_t type);

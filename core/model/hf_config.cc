@@ -191,8 +191,9 @@ const char* TorchDTypeName(DType dtype) {
       return "float16";
     case DType::kBF16:
       return "bfloat16";
+    default:
+      return "float32";  // the HF writer converts quantized weights first
   }
-  return "float32";
 }
 
 }  // namespace

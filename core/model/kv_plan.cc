@@ -140,7 +140,7 @@ double Fp16KvBytesPerToken(const ModelConfig& config) {
 }
 
 absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompression& compression,
-                                   int page_size, DType dtype) {
+                                   int page_size, const WeightFormat& format) {
   PDSERVE_RETURN_IF_ERROR(compression.Validate());
   const ModelConfig& c = weights.config;
   const int L = c.n_layers;
@@ -162,26 +162,25 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
     layer.cache = sw ? sw->CacheLayer(j) : j;
     layer.writes_kv = j < l;
     if (layer.writes_kv) {
-      layer.w_in = ConcatRows({ConvertTensor(w.wq, dtype), ConvertTensor(w.wk, dtype),
-                               ConvertTensor(FoldV(w.wv, c, zack, layer.cache), dtype)});
+      layer.w_in = format.Stack({w.wq, w.wk, FoldV(w.wv, c, zack, layer.cache)});
     } else {
-      layer.w_in = ConvertOwned(sw->wq[j - l], dtype);
+      layer.w_in = format.ApplyOwned(sw->wq[j - l]);
     }
-    layer.wo = ConvertOwned(FoldO(w.wo, c, zack, plan.caches[layer.cache], layer.cache), dtype);
+    layer.wo = format.ApplyOwned(FoldO(w.wo, c, zack, plan.caches[layer.cache], layer.cache));
     plan.layers.push_back(std::move(layer));
   }
   if (sw != nullptr) {
     plan.swiftkv_norm = ToF32(sw->norm);
     std::vector<Tensor> parts;
-    for (const Tensor& wk : sw->wk) parts.push_back(ConvertTensor(wk, dtype));
+    for (const Tensor& wk : sw->wk) parts.push_back(wk);
     int v_offset = 0;
     for (size_t i = 0; i < sw->wv.size(); ++i) {
       const int cache = l + static_cast<int>(i);
-      parts.push_back(ConvertTensor(FoldV(sw->wv[i], c, zack, cache), dtype));
+      parts.push_back(FoldV(sw->wv[i], c, zack, cache));
       plan.swiftkv_v_offsets.push_back(v_offset);
       v_offset += plan.caches[cache].v_width;
     }
-    plan.swiftkv_kv = ConcatRows(parts);
+    plan.swiftkv_kv = format.Stack(parts);
   }
   return plan;
 }

@@ -21,6 +21,7 @@
 #include "core/kv/kv_layout.h"
 #include "core/model/kv_compression.h"
 #include "core/model/model_weights.h"
+#include "core/model/weight_format.h"
 #include "core/tensor/dtype.h"
 
 namespace pdserve {
@@ -66,7 +67,7 @@ struct KvPlan {
 // InvalidArgument when the compression does not fit the model (ZACK bases for another number of
 // cache layers or heads, ranks out of range) or the options are invalid.
 absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompression& compression,
-                                   int page_size, DType weight_dtype);
+                                   int page_size, const WeightFormat& format);
 
 // Stored bytes per token of the plain model's KV in fp16: the baseline compression is measured
 // against.

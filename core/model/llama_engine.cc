@@ -43,22 +43,23 @@ struct LlamaEngine::Buffers {
 
 namespace {
 
-// The weights Forward streams outside attention (the plan holds those), in `dtype` and in memory
-// of the engine's own (huge pages, see CopyTensor) — the embedding, only gathered from, may stay
-// shared with `source` (often a file mapping). gate/up are copied anyway when stacked.
-ModelWeights OwnedWeights(const ModelWeights& source, DType dtype) {
+// The weights Forward streams outside attention (the plan holds those), as `format` runs them and
+// in memory of the engine's own (huge pages, see CopyTensor) — the embedding, only gathered from,
+// may stay shared with `source` (often a file mapping), as may quantized matrices read in place.
+// gate/up are copied anyway when stacked.
+ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format) {
   ModelWeights run;
   run.config = source.config;
-  run.token_embedding = ConvertTensor(source.token_embedding, dtype);
-  run.classifier = ConvertOwned(source.classifier, dtype);
+  run.token_embedding = format.Apply(source.token_embedding);
+  run.classifier = format.ApplyOwned(source.classifier);
   run.final_norm = ToF32(source.final_norm);
   for (const LayerWeights& layer : source.layers) {
     LayerWeights& out = run.layers.emplace_back();
     out.attn_norm = ToF32(layer.attn_norm);
     out.ffn_norm = ToF32(layer.ffn_norm);
-    out.w1 = ConvertTensor(layer.w1, dtype);
-    out.w3 = ConvertTensor(layer.w3, dtype);
-    out.w2 = ConvertOwned(layer.w2, dtype);
+    out.w1 = format.Apply(layer.w1);
+    out.w3 = format.Apply(layer.w3);
+    out.w2 = format.ApplyOwned(layer.w2);
   }
   return run;
 }
@@ -102,8 +103,9 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   EngineOptions resolved = options;
   if (resolved.num_threads == 0) resolved.num_threads = AutoThreads(c);
   PDSERVE_ASSIGN_OR_RETURN(resolved.kv_pages, options.ResolvedKvPages(max_context));
+  const WeightFormat format{options.weight_dtype, /*keep_quantized=*/true};
   PDSERVE_ASSIGN_OR_RETURN(KvPlan plan, BuildKvPlan(weights, options.compression,
-                                                    options.kv_page_size, options.weight_dtype));
+                                                    options.kv_page_size, format));
   const double planned = PlannedBytes(c, resolved, plan, max_context, resolved.kv_pages);
   if (planned > kMaxMemoryShare * static_cast<double>(PhysicalMemoryBytes())) {
     return absl::ResourceExhaustedError(
@@ -113,7 +115,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
                      PhysicalMemoryBytes() / 1e9, " GB. Reduce the context or the sequences."));
   }
   auto engine = std::unique_ptr<LlamaEngine>(new LlamaEngine(
-      OwnedWeights(weights, options.weight_dtype), std::move(plan), resolved, max_context));
+      OwnedWeights(weights, format), std::move(plan), resolved, max_context));
   PDSERVE_RETURN_IF_ERROR(engine->CreateCaches());
   return engine;
 }
@@ -179,7 +181,7 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
     buffer->resize(n * width);
   }
   for (LayerWeights& layer : weights_.layers) {
-    w13_.push_back(ConcatRows({layer.w1, layer.w3}));
+    w13_.push_back(WeightFormat{options.weight_dtype}.Stack({layer.w1, layer.w3}));
     layer.w1 = layer.w3 = Tensor{};  // now only in w13_
   }
   b.logits.resize(n * c.vocab_size);

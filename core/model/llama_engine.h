@@ -4,7 +4,8 @@
 // sized batches, GEMV for decode sized ones) and attention per sequence.
 //
 // Weights are converted once at Create to EngineOptions::weight_dtype and held in memory of the
-// engine's own; q/k/v and gate/up projections are stacked into one matrix each, so a layer runs
+// engine's own, except quantized matrices (GGUF block formats), which stay as stored and are read
+// in place (WeightFormat, core/model/weight_format.h); q/k/v and gate/up projections are stacked into one matrix each, so a layer runs
 // four matmuls. SwiftKV models (ModelWeights::swiftkv) run prompt tokens through the first l
 // layers only, computing every later layer's KV from h_l in one fused matmul; ZACK, FP8 and
 // KCache (EngineOptions::compression) change what the cache stores and how it is read

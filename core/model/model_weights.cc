@@ -25,7 +25,7 @@ absl::Status CheckShape(const Tensor& t, const std::string& name, std::vector<in
 Tensor PermuteHeadRows(const Tensor& t, int heads, RopePairing target) {
   const int64_t d = t.rows() / heads;
   const int64_t half = d / 2;
-  const size_t row_bytes = static_cast<size_t>(t.cols()) * DTypeSize(t.dtype);
+  const size_t row_bytes = RowBytes(t.dtype, t.cols());
   auto storage = std::make_shared<std::vector<uint8_t>>(t.NumBytes());
   const auto* in = static_cast<const uint8_t*>(t.data);
   for (int64_t h = 0; h < heads; ++h) {

@@ -204,8 +204,9 @@ const char* SafetensorsDTypeName(DType dtype) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    default:
+      return "?";  // safetensors has no ggml block formats
   }
-  return "?";
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {

@@ -13,6 +13,22 @@ const char* DTypeName(DType dtype) {
       return "f16";
     case DType::kBF16:
       return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "unknown";
 }

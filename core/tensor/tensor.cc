@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/tensor/float16.h"
+#include "core/tensor/quant_blocks.h"
 
 namespace pdserve {
 namespace {
@@ -61,8 +62,23 @@ float ElementAsFloat(const Tensor& tensor, int64_t index) {
       return F16ToF32(tensor.as<uint16_t>()[index]);
     case DType::kBF16:
       return BF16ToF32(tensor.as<uint16_t>()[index]);
+    default:
+      break;
   }
-  return 0.0f;
+  const int64_t block = BlockElements(tensor.dtype);
+  float values[quant::kQK_K];
+  quant::DequantizeRow(tensor.dtype,
+                       static_cast<const uint8_t*>(tensor.data) +
+                           static_cast<size_t>(index / block) * BlockBytes(tensor.dtype),
+                       block, values);
+  return values[index % block];
+}
+
+void RowAsFloat(const Tensor& tensor, int64_t row, float* dst) {
+  const int64_t cols = tensor.cols();
+  quant::DequantizeRow(
+      tensor.dtype, static_cast<const uint8_t*>(tensor.data) + row * RowBytes(tensor.dtype, cols),
+      cols, dst);
 }
 
 Tensor ToF32(const Tensor& tensor) { return ConvertTensor(tensor, DType::kF32); }
@@ -80,12 +96,19 @@ Tensor ConvertTensor(const Tensor& tensor, DType dtype) {
   auto [out, bytes] = NewTensor(dtype, tensor.shape);
   if (dtype == DType::kF32) {
     auto* values = reinterpret_cast<float*>(bytes);
-    for (int64_t i = 0; i < n; ++i) values[i] = ElementAsFloat(tensor, i);
+    if (IsQuantized(tensor.dtype)) {
+      for (int64_t r = 0; r < n / tensor.cols(); ++r) {
+        RowAsFloat(tensor, r, values + r * tensor.cols());
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) values[i] = ElementAsFloat(tensor, i);
+    }
     return out;
   }
+  const Tensor source = IsQuantized(tensor.dtype) ? ToF32(tensor) : tensor;
   auto* values = reinterpret_cast<uint16_t*>(bytes);
   for (int64_t i = 0; i < n; ++i) {
-    float v = ElementAsFloat(tensor, i);
+    float v = ElementAsFloat(source, i);
     values[i] = dtype == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
   }
   return out;

@@ -24,7 +24,10 @@ struct Tensor {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
+  // Whole blocks for a quantized dtype (loaders check that rows are whole blocks).
+  size_t NumBytes() const {
+    return static_cast<size_t>(NumElements() / BlockElements(dtype)) * BlockBytes(dtype);
+  }
   int64_t rows() const { return shape.empty() ? 0 : shape.front(); }
   int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
   bool empty() const { return data == nullptr; }
@@ -38,11 +41,12 @@ struct Tensor {
 // Returns a tensor that owns a copy of `values` with the given shape (dtype f32).
 Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape);
 
-// Converts any tensor to an owned f32 tensor of the same shape.
+// Converts any tensor to an owned f32 tensor of the same shape (quantized ones dequantized).
 Tensor ToF32(const Tensor& tensor);
 
-// Converts `tensor` to `dtype` (round to nearest even) into memory like CopyTensor's; returns it
-// unchanged when already `dtype`.
+// Converts `tensor` to `dtype` (round to nearest even; quantized sources are dequantized first)
+// into memory like CopyTensor's; returns it unchanged when already `dtype`. Requires
+// !IsQuantized(dtype): quantizing is pdserve quantize's business, not a conversion.
 Tensor ConvertTensor(const Tensor& tensor, DType dtype);
 
 // `tensor` in `dtype` in memory of its own: ConvertTensor, then CopyTensor when the conversion
@@ -58,8 +62,12 @@ Tensor CopyTensor(const Tensor& tensor);
 // Requires a non-empty list of matching matrices.
 Tensor ConcatRows(const std::vector<Tensor>& parts);
 
-// Reads element `index` of any dtype as float.
+// Reads element `index` of any dtype as float (for quantized ones, dequantizes its whole block:
+// use RowAsFloat to read many).
 float ElementAsFloat(const Tensor& tensor, int64_t index);
+
+// dst[c] = element (row, c) as float for c < cols(); `tensor` is a matrix of any dtype.
+void RowAsFloat(const Tensor& tensor, int64_t row, float* dst);
 
 // "[768, 288] bf16".
 std::string DescribeTensor(const Tensor& tensor);

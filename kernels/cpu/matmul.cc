@@ -1,9 +1,11 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/gemv_kernels.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
@@ -34,6 +36,27 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
   }
 }
 
+// Decode-sized batches of quantized weights: each x row quantized once into `workspace`, then one
+// integer dot product per (weight row, x row).
+void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
+                   std::span<float> workspace) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  const size_t act_bytes = QuantizedActivationBytes(w.dtype, cols);
+  auto* acts = reinterpret_cast<uint8_t*>(workspace.data());
+  for (int64_t b = 0; b < n; ++b)
+    QuantizeActivations(w.dtype, x + b * cols, cols, acts + b * act_bytes);
+  const QuantDotFn dot = BestQuantDot(w.dtype);
+  const size_t row_bytes = RowBytes(w.dtype, cols);
+  const int64_t chunk =
+      std::max<int64_t>(16, rows / (pool.size() * kGemvChunksPerThread) / 16 * 16);
+  pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      const void* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+      for (int64_t b = 0; b < n; ++b) y[b * rows + r] = dot(row, acts + b * act_bytes, cols);
+    }
+  });
+}
+
 // y[:, rows] = x · W[rows]ᵀ for `rows` consecutive fp32 weight rows starting at `w`.
 void SgemmRows(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y,
                int64_t ldy) {
@@ -59,8 +82,12 @@ void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
   }
   const auto* bytes = static_cast<const uint8_t*>(w.data);
   for (int64_t r = begin; r < end; ++r) {
-    avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols,
-                   widened + (r - begin) * cols);
+    if (IsQuantized(w.dtype)) {
+      RowAsFloat(w, r, widened + (r - begin) * cols);
+    } else {
+      avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols,
+                     widened + (r - begin) * cols);
+    }
   }
   SgemmRows(x, n, widened, end - begin, cols, y + begin, w.rows());
 }
@@ -73,6 +100,10 @@ size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
 
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
             std::span<float> workspace) {
+  if (n < kGemmMinRows && IsQuantized(w.dtype)) {
+    QuantizedGemv(pool, x, n, w, y, workspace);
+    return;
+  }
   if (n < kGemmMinRows) {
     const int64_t chunk =
         std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
@@ -89,12 +120,12 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float*
 
 void MatmulReference(const float* x, int64_t n, const Tensor& w, float* y) {
   const int64_t rows = w.rows(), cols = w.cols();
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t r = 0; r < rows; ++r) {
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    RowAsFloat(w, r, row.data());
+    for (int64_t b = 0; b < n; ++b) {
       float sum = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) {
-        sum += ElementAsFloat(w, r * cols + c) * x[b * cols + c];
-      }
+      for (int64_t c = 0; c < cols; ++c) sum += row[c] * x[b * cols + c];
       y[b * rows + r] = sum;
     }
   }

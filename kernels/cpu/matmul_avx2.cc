@@ -110,6 +110,8 @@ void WidenRow(const void* src, DType dtype, int64_t n, float* dst) {
       for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Load8<DType::kBF16>(src, i));
       for (; i < n; ++i) dst[i] = LoadScalar<DType::kBF16>(src, i);
       return;
+    default:
+      return;  // quantized rows: RowAsFloat
   }
 }
 

@@ -70,6 +70,8 @@ void EmbeddingLookup(const void* table, DType dtype, int64_t dim, const int32_t*
       EmbeddingKernel<DType::kBF16>
           <<<blocks, kElementwiseThreads, 0, stream>>>(table, dim, ids, n, out);
       return;
+    default:
+      return;  // the GPU runs plain dtypes only (CudaEngine dequantizes at load)
   }
 }
 

@@ -37,6 +37,7 @@ cudaDataType_t CudaType(DType dtype) {
     case DType::kBF16:
       return CUDA_R_16BF;
     case DType::kF32:
+    default:  // the GPU runs plain dtypes only
       break;
   }
   return CUDA_R_32F;

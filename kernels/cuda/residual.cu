@@ -66,6 +66,8 @@ void ConvertF32To16(const float* x, int64_t count, DType dtype, void* dst, cudaS
       ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, count,
                                                                 static_cast<__nv_bfloat16*>(dst));
       return;
+    default:
+      return;  // the GPU runs plain dtypes only (CudaEngine dequantizes at load)
   }
 }
 

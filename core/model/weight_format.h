@@ -1,0 +1,32 @@
+// WeightFormat: how an engine holds a model's matrices. Plain matrices (f32/f16/bf16) are
+// converted to `dtype`. Quantized ones (ggml block formats, from GGUF files) stay as stored when
+// `keep_quantized` — the CPU kernels read them in place (kernels/matmul.h) — and are dequantized
+// to `dtype` otherwise (the CUDA engine has no quantized kernels). Matrices an engine transforms
+// (ZACK's folded V/O, SwiftKV's) are floats by then and simply converted. Immutable value type.
+#ifndef PDSERVE_CORE_MODEL_WEIGHT_FORMAT_H_
+#define PDSERVE_CORE_MODEL_WEIGHT_FORMAT_H_
+
+#include <vector>
+
+#include "core/tensor/dtype.h"
+#include "core/tensor/tensor.h"
+
+namespace pdserve {
+
+struct WeightFormat {
+  DType dtype = DType::kF32;  // f32, f16 or bf16
+  bool keep_quantized = true;
+
+  // `t` as the engine runs it; shares t's bytes when nothing changes.
+  Tensor Apply(const Tensor& t) const;
+  // Apply, in memory of the engine's own (ConvertOwned) for plain results. Quantized matrices
+  // kept as stored are not copied: they are read in place from the file mapping.
+  Tensor ApplyOwned(const Tensor& t) const;
+  // Matrices stacked row-wise (ConcatRows) after Apply. When kept quantized matrices disagree on
+  // their block format, all parts are converted to `dtype` instead: one matrix has one format.
+  Tensor Stack(const std::vector<Tensor>& parts) const;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_WEIGHT_FORMAT_H_

@@ -1,0 +1,219 @@
+#include "kernels/cpu/quant_dot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/tensor/float16.h"
+#include "core/tensor/quant_blocks.h"
+
+namespace pdserve::kernels {
+namespace {
+
+using namespace quant;  // NOLINT: the block formats
+
+// Scale and codes of one block of `n` activations: d = max|x|/127, q = round(x/d) (0 when all 0).
+float QuantizeBlock(const float* x, int n, int8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (amax == 0.0f) {
+    std::memset(q, 0, n);
+    return 0.0f;
+  }
+  const float d = amax / 127.0f, inverse = 127.0f / amax;
+  for (int i = 0; i < n; ++i) {
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inverse), -127.0f, 127.0f));
+  }
+  return d;
+}
+
+// --- 32-element formats: codes of block i into q[32] (signed), with the block's scale and min.
+
+int Sum32(const int8_t* q) {
+  int s = 0;
+  for (int j = 0; j < kQK; ++j) s += q[j];
+  return s;
+}
+
+int Dot32(const int* w, const int8_t* a) {
+  int s = 0;
+  for (int j = 0; j < kQK; ++j) s += w[j] * a[j];
+  return s;
+}
+
+// Block codes of the 32-element formats; `min` is 0 for the symmetric ones.
+struct Codes32 {
+  int q[kQK];
+  float d = 0.0f, min = 0.0f;
+};
+
+void Nibbles(const uint8_t* qs, int offset, int* q) {
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = (qs[j] & 0x0F) - offset;
+    q[j + kQK / 2] = (qs[j] >> 4) - offset;
+  }
+}
+
+void FifthBits(const uint8_t* qh_bytes, int offset, int* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, sizeof(qh));
+  for (int j = 0; j < kQK; ++j) q[j] += static_cast<int>((qh >> j) & 1u) * 16 - offset;
+}
+
+template <DType D>
+Codes32 DecodeBlock32(const void* w, int64_t i) {
+  Codes32 c;
+  if constexpr (D == DType::kQ8_0) {
+    const auto& b = static_cast<const BlockQ8_0*>(w)[i];
+    for (int j = 0; j < kQK; ++j) c.q[j] = b.qs[j];
+    c.d = F16ToF32(b.d);
+  } else if constexpr (D == DType::kQ4_0) {
+    const auto& b = static_cast<const BlockQ4_0*>(w)[i];
+    Nibbles(b.qs, 8, c.q);
+    c.d = F16ToF32(b.d);
+  } else if constexpr (D == DType::kQ4_1) {
+    const auto& b = static_cast<const BlockQ4_1*>(w)[i];
+    Nibbles(b.qs, 0, c.q);
+    c.d = F16ToF32(b.d);
+    c.min = F16ToF32(b.m);
+  } else if constexpr (D == DType::kQ5_0) {
+    const auto& b = static_cast<const BlockQ5_0*>(w)[i];
+    Nibbles(b.qs, 0, c.q);
+    FifthBits(b.qh, 16, c.q);
+    c.d = F16ToF32(b.d);
+  } else {
+    const auto& b = static_cast<const BlockQ5_1*>(w)[i];
+    Nibbles(b.qs, 0, c.q);
+    FifthBits(b.qh, 0, c.q);
+    c.d = F16ToF32(b.d);
+    c.min = F16ToF32(b.m);
+  }
+  return c;
+}
+
+template <DType D>
+float ScalarDot32(const void* w, const void* act, int64_t cols) {
+  const auto* a = static_cast<const ActBlock32*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < cols / kQK; ++i) {
+    const Codes32 c = DecodeBlock32<D>(w, i);
+    sum += c.d * a[i].d * static_cast<float>(Dot32(c.q, a[i].qs)) + c.min * a[i].sum;
+  }
+  return sum;
+}
+
+// --- K-quants: Σ over sub-blocks of scale · (integer dot) − minimum · (activation sum).
+
+template <typename Block, bool kFifthBit>
+float ScalarDotK4Family(const void* w, const void* act, int64_t cols) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* a = static_cast<const ActBlockK*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < cols / kQK_K; ++i) {
+    int dot = 0, mins = 0;
+    const uint8_t* q = x[i].qs;
+    for (int sub = 0; sub < 8; ++sub) {
+      uint8_t scale, min;
+      ScaleMinK4(sub, x[i].scales, &scale, &min);
+      const int8_t* qa = a[i].qs + sub * 32;
+      const int shift = (sub & 1) * 4;
+      int s = 0;
+      for (int l = 0; l < 32; ++l) {
+        int code = (q[(sub / 2) * 32 + l] >> shift) & 0xF;
+        if constexpr (kFifthBit) code += ((x[i].qh[l] >> sub) & 1) * 16;
+        s += code * qa[l];
+      }
+      dot += scale * s;
+      mins += min * (a[i].bsums[2 * sub] + a[i].bsums[2 * sub + 1]);
+    }
+    sum += a[i].d * (F16ToF32(x[i].d) * static_cast<float>(dot) -
+                     F16ToF32(x[i].dmin) * static_cast<float>(mins));
+  }
+  return sum;
+}
+
+float ScalarDotQ6_K(const void* w, const void* act, int64_t cols) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* a = static_cast<const ActBlockK*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < cols / kQK_K; ++i) {
+    int dot = 0;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = x[i].ql + 64 * half;
+      const uint8_t* qh = x[i].qh + 32 * half;
+      const int8_t* sc = x[i].scales + 8 * half;
+      const int8_t* qa = a[i].qs + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        dot += sc[is] * q1 * qa[l] + sc[is + 2] * q2 * qa[l + 32] + sc[is + 4] * q3 * qa[l + 64] +
+               sc[is + 6] * q4 * qa[l + 96];
+      }
+    }
+    sum += a[i].d * F16ToF32(x[i].d) * static_cast<float>(dot);
+  }
+  return sum;
+}
+
+}  // namespace
+
+size_t QuantizedActivationBytes(DType dtype, int64_t cols) {
+  return BlockElements(dtype) == kQK_K ? cols / kQK_K * sizeof(ActBlockK)
+                                       : cols / kQK * sizeof(ActBlock32);
+}
+
+void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out) {
+  if (BlockElements(dtype) == kQK_K) {
+    auto* a = static_cast<ActBlockK*>(out);
+    for (int64_t i = 0; i < cols / kQK_K; ++i, x += kQK_K) {
+      a[i].d = QuantizeBlock(x, kQK_K, a[i].qs);
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int j = 0; j < 16; ++j) s += a[i].qs[16 * g + j];
+        a[i].bsums[g] = static_cast<int16_t>(s);
+      }
+    }
+    return;
+  }
+  auto* a = static_cast<ActBlock32*>(out);
+  for (int64_t i = 0; i < cols / kQK; ++i, x += kQK) {
+    a[i].d = QuantizeBlock(x, kQK, a[i].qs);
+    a[i].sum = a[i].d * static_cast<float>(Sum32(a[i].qs));
+  }
+}
+
+QuantDotFn ScalarQuantDot(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      return nullptr;
+    case DType::kQ8_0:
+      return ScalarDot32<DType::kQ8_0>;
+    case DType::kQ4_0:
+      return ScalarDot32<DType::kQ4_0>;
+    case DType::kQ4_1:
+      return ScalarDot32<DType::kQ4_1>;
+    case DType::kQ5_0:
+      return ScalarDot32<DType::kQ5_0>;
+    case DType::kQ5_1:
+      return ScalarDot32<DType::kQ5_1>;
+    case DType::kQ4_K:
+      return ScalarDotK4Family<BlockQ4_K, false>;
+    case DType::kQ5_K:
+      return ScalarDotK4Family<BlockQ5_K, true>;
+    case DType::kQ6_K:
+      return ScalarDotQ6_K;
+  }
+  return nullptr;
+}
+
+QuantDotFn BestQuantDot(DType dtype) {
+  QuantDotFn fast = avx2::QuantDot(dtype);
+  return fast != nullptr ? fast : ScalarQuantDot(dtype);
+}
+
+}  // namespace pdserve::kernels

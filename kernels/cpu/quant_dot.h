@@ -1,0 +1,56 @@
+// Internal: dot products of quantized weight rows (ggml block formats, core/tensor/quant_blocks.h)
+// with activations quantized to int8 blocks, as ggml's own vec_dot does: the integer products of
+// a block are summed exactly and scaled once per block. Matmul's decode path (kernels/matmul.h)
+// quantizes each activation row once, then calls a QuantDotFn per weight row.
+//
+// Activations use one of two layouts, by the weight type's block size:
+//   ActBlock32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 elements; `sum` = d·Σ qs for the minimums);
+//   ActBlockK for the K-quants (256 elements; bsums = Σ qs per 16 for the minimums and offsets).
+// Pure functions: thread-safe.
+#ifndef PDSERVE_KERNELS_CPU_QUANT_DOT_H_
+#define PDSERVE_KERNELS_CPU_QUANT_DOT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor/dtype.h"
+
+namespace pdserve::kernels {
+
+struct ActBlock32 {
+  float d;
+  float sum;
+  int8_t qs[32];
+};
+
+struct ActBlockK {
+  float d;
+  int16_t bsums[16];
+  int8_t qs[256];
+};
+
+// Bytes of one activation row of `cols` elements quantized for weights of `dtype` (quantized).
+size_t QuantizedActivationBytes(DType dtype, int64_t cols);
+
+// Quantizes x[cols] for weights of `dtype` into `out` (QuantizedActivationBytes bytes): per
+// block d = max|x|/127 and qs = round(x/d). Requires cols % BlockElements(dtype) == 0.
+void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out);
+
+// Σ_c W[c]·x[c] for one weight row `w` of `cols` elements and its quantized activations `act`.
+using QuantDotFn = float (*)(const void* w, const void* act, int64_t cols);
+
+// The scalar reference for `dtype`: blocks in order, each block's integer sum scaled and added
+// in fp32. nullptr for plain dtypes.
+QuantDotFn ScalarQuantDot(DType dtype);
+
+namespace avx2 {
+// The AVX2 kernel for `dtype`, or nullptr where there is none (the scalar one then runs).
+QuantDotFn QuantDot(DType dtype);
+}  // namespace avx2
+
+// The fastest kernel the CPU and PDSERVE_SIMD allow for `dtype` (never nullptr for quantized).
+QuantDotFn BestQuantDot(DType dtype);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_CPU_QUANT_DOT_H_

@@ -1,0 +1,172 @@
+// AVX2 dot products of quantized weight rows with int8 activation blocks (see quant_dot.h). The
+// integer work is ggml's approach: unsigned×signed byte products summed pairwise
+// (_mm256_maddubs_epi16), widened with _mm256_madd_epi16, block scales applied in fp32.
+#include <immintrin.h>
+
+#include "core/tensor/float16.h"
+#include "core/tensor/quant_blocks.h"
+#include "kernels/cpu/quant_dot.h"
+
+namespace pdserve::kernels::avx2 {
+namespace {
+
+using namespace quant;  // NOLINT: the block formats
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int HorizontalSum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// 8 int32 sums of 4 adjacent products of signed bytes w and a.
+inline __m256i SignedDot(__m256i w, __m256i a) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
+
+// 32 nibbles of 16 bytes in element order: low nibbles (elements 0-15), then high (16-31).
+inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+template <DType D>
+float Dot32(const void* w, const void* act, int64_t cols) {
+  const auto* a = static_cast<const ActBlock32*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < cols / kQK; ++i) {
+    __m256i q;
+    float d;
+    if constexpr (D == DType::kQ8_0) {
+      const auto& b = static_cast<const BlockQ8_0*>(w)[i];
+      q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+      d = F16ToF32(b.d);
+    } else {
+      const auto& b = static_cast<const BlockQ4_0*>(w)[i];
+      q = _mm256_sub_epi8(Nibbles32(b.qs), _mm256_set1_epi8(8));
+      d = F16ToF32(b.d);
+    }
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), _mm256_cvtepi32_ps(SignedDot(q, qa)), acc);
+  }
+  return HorizontalSum(acc);
+}
+
+// Q4_K / Q5_K: per 64 elements, two sub-blocks from the low and high nibbles of 32 bytes.
+template <typename Block, bool kFifthBit>
+float DotK4Family(const void* w, const void* act, int64_t cols) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* a = static_cast<const ActBlockK*>(act);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < cols / kQK_K; ++i) {
+    uint8_t scales[8], mins[8];
+    for (int sub = 0; sub < 8; ++sub) ScaleMinK4(sub, x[i].scales, &scales[sub], &mins[sub]);
+    int min_sum = 0;
+    for (int sub = 0; sub < 8; ++sub) {
+      min_sum += mins[sub] * (a[i].bsums[2 * sub] + a[i].bsums[2 * sub + 1]);
+    }
+    __m256i sumi = _mm256_setzero_si256();
+    __m256i qh;
+    if constexpr (kFifthBit) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh));
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const __m256i bytes =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * chunk));
+      __m256i lo = _mm256_and_si256(bytes, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      if constexpr (kFifthBit) {
+        const __m256i bit = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * chunk), bit), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * chunk + 1), bit), 4));
+      }
+      const __m256i a_lo =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * chunk));
+      const __m256i a_hi =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * chunk + 32));
+      const __m256i p_lo =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_set1_epi16(scales[2 * chunk]));
+      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi),
+                                             _mm256_set1_epi16(scales[2 * chunk + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
+    }
+    const float da = a[i].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(da * F16ToF32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    sum -= da * F16ToF32(x[i].dmin) * static_cast<float>(min_sum);
+  }
+  return HorizontalSum(acc) + sum;
+}
+
+// Q6_K: per 128 elements, four groups of 32 codes (6 bits: 4 from ql, 2 from qh), each group two
+// 16-element sub-blocks with int8 scales; the codes' offset of 32 is removed through bsums.
+float DotQ6_K(const void* w, const void* act, int64_t cols) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* a = static_cast<const ActBlockK*>(act);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i two = _mm256_set1_epi8(0x03);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < cols / kQK_K; ++i) {
+    int offset_sum = 0;
+    for (int s = 0; s < 16; ++s) offset_sum += x[i].scales[s] * a[i].bsums[s];
+    __m256i sumi = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = x[i].ql + 64 * half;
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * half));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+      };
+      const int8_t* sc = x[i].scales + 8 * half;
+      for (int g = 0; g < 4; ++g) {
+        const __m256i qa =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 128 * half + 32 * g));
+        const __m256i scale =
+            _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], qa), scale));
+      }
+    }
+    const int dot = HorizontalSum(sumi) - 32 * offset_sum;
+    sum += a[i].d * F16ToF32(x[i].d) * static_cast<float>(dot);
+  }
+  return sum;
+}
+
+}  // namespace
+
+QuantDotFn QuantDot(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return Dot32<DType::kQ8_0>;
+    case DType::kQ4_0:
+      return Dot32<DType::kQ4_0>;
+    case DType::kQ4_K:
+      return DotK4Family<BlockQ4_K, false>;
+    case DType::kQ5_K:
+      return DotK4Family<BlockQ5_K, true>;
+    case DType::kQ6_K:
+      return DotQ6_K;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace pdserve::kernels::avx2

@@ -1,0 +1,198 @@
+// Quantized weights: the scalar dot products against the dequantized weights times the
+// dequantized activations (in double), the AVX2 kernels against the scalar ones, activation
+// quantization's error bound, and Matmul's quantized paths (integer GEMV below 8 rows,
+// dequantized SGEMM above) against MatmulReference — for every block format, on seeded random
+// blocks and on adversarial ones (extreme scales, all-zero blocks, extreme codes).
+#include "kernels/cpu/quant_dot.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/base/thread_pool.h"
+#include "core/tensor/float16.h"
+#include "core/tensor/quant_blocks.h"
+#include "core/tensor/tensor.h"
+#include "gtest/gtest.h"
+#include "kernels/matmul.h"
+
+namespace pdserve::kernels {
+namespace {
+
+constexpr DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                 DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+enum class Pattern { kRandom, kExtreme, kZero };
+
+// A [rows, cols] matrix of random block bytes whose f16 scales are finite: random scales in
+// [-0.05, 0.05] (kRandom), f16's largest scales with every byte 0xFF or 0x00 (kExtreme), or all
+// zero (kZero).
+struct QuantMatrix {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+};
+
+QuantMatrix MakeMatrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed, Pattern pattern) {
+  QuantMatrix m;
+  const size_t block_bytes = BlockBytes(dtype);
+  const int64_t blocks = rows * cols / BlockElements(dtype);
+  m.bytes.resize(blocks * block_bytes);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  for (int64_t i = 0; i < blocks; ++i) {
+    uint8_t* b = m.bytes.data() + i * block_bytes;
+    for (size_t j = 0; j < block_bytes; ++j) {
+      b[j] = pattern == Pattern::kZero      ? 0
+             : pattern == Pattern::kExtreme ? (rng() % 2 ? 0xFF : 0x00)
+                                            : static_cast<uint8_t>(rng());
+    }
+    // The f16 fields: d (and m/dmin) at the front, Q6_K's d at the end.
+    const uint16_t big = rng() % 2 ? 0x7bff : 0xfbff;  // ±65504
+    auto f16 = [&] { return pattern == Pattern::kExtreme ? big : F32ToF16(scale(rng)); };
+    if (pattern == Pattern::kZero) continue;
+    if (dtype == DType::kQ6_K) {
+      const uint16_t d = f16();
+      std::memcpy(b + block_bytes - 2, &d, 2);
+    } else {
+      const uint16_t d = f16(), m2 = f16();
+      std::memcpy(b, &d, 2);
+      if (dtype == DType::kQ4_1 || dtype == DType::kQ5_1 || BlockElements(dtype) == 256) {
+        std::memcpy(b + 2, &m2, 2);
+      }
+    }
+  }
+  m.tensor.dtype = dtype;
+  m.tensor.shape = {rows, cols};
+  m.tensor.data = m.bytes.data();
+  return m;
+}
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The activations as the kernels see them: d·q per element.
+std::vector<double> DequantizedActivations(DType dtype, const void* act, int64_t cols) {
+  std::vector<double> out(cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    if (BlockElements(dtype) == 256) {
+      const auto& b = static_cast<const ActBlockK*>(act)[c / 256];
+      out[c] = double{b.d} * b.qs[c % 256];
+    } else {
+      const auto& b = static_cast<const ActBlock32*>(act)[c / 32];
+      out[c] = double{b.d} * b.qs[c % 32];
+    }
+  }
+  return out;
+}
+
+TEST(QuantDotTest, ActivationQuantizationErrorIsHalfAStep) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_K}) {
+    const int64_t cols = 512;
+    std::vector<float> x = RandomVector(cols, 7, 3.0f);
+    std::fill(x.begin() + 256, x.begin() + 288, 0.0f);  // an all-zero 32-block
+    std::vector<uint8_t> act(QuantizedActivationBytes(dtype, cols));
+    QuantizeActivations(dtype, x.data(), cols, act.data());
+    const std::vector<double> back = DequantizedActivations(dtype, act.data(), cols);
+    const int64_t block = BlockElements(dtype);
+    for (int64_t b = 0; b < cols / block; ++b) {
+      double amax = 0.0;
+      for (int64_t c = b * block; c < (b + 1) * block; ++c)
+        amax = std::max(amax, std::fabs(double{x[c]}));
+      for (int64_t c = b * block; c < (b + 1) * block; ++c) {
+        ASSERT_LE(std::fabs(back[c] - x[c]), amax / 127.0 * 0.5 + 1e-6) << DTypeName(dtype) << c;
+      }
+    }
+    if (dtype == DType::kQ4_K) {
+      const auto* k = reinterpret_cast<const ActBlockK*>(act.data());
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int j = 0; j < 16; ++j) s += k[1].qs[16 * g + j];
+        EXPECT_EQ(k[1].bsums[g], s);
+      }
+    }
+  }
+}
+
+// The scalar dot equals Σ dequant(w)·dequant(a) up to fp32 rounding, and every SIMD kernel equals
+// the scalar one up to summation order.
+TEST(QuantDotTest, ScalarAndSimdDotsMatchDequantizedProducts) {
+  const int64_t cols = 1024;
+  for (DType dtype : kQuantTypes) {
+    for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
+      const QuantMatrix w = MakeMatrix(dtype, 8, cols, 11, pattern);
+      const std::vector<float> x = RandomVector(cols, 13);
+      std::vector<uint8_t> act(QuantizedActivationBytes(dtype, cols));
+      QuantizeActivations(dtype, x.data(), cols, act.data());
+      const std::vector<double> a = DequantizedActivations(dtype, act.data(), cols);
+      std::vector<float> row(cols);
+      const QuantDotFn scalar = ScalarQuantDot(dtype), simd = avx2::QuantDot(dtype);
+      ASSERT_NE(scalar, nullptr);
+      for (int64_t r = 0; r < 8; ++r) {
+        RowAsFloat(w.tensor, r, row.data());
+        double want = 0.0, magnitude = 0.0;
+        for (int64_t c = 0; c < cols; ++c) {
+          want += row[c] * a[c];
+          magnitude += std::fabs(row[c] * a[c]);
+        }
+        const void* w_row = w.bytes.data() + r * RowBytes(dtype, cols);
+        const float got = scalar(w_row, act.data(), cols);
+        const double tolerance = 1e-5 * magnitude + 1e-30;
+        ASSERT_NEAR(got, want, tolerance)
+            << DTypeName(dtype) << " pattern " << static_cast<int>(pattern) << " row " << r;
+        if (pattern == Pattern::kZero) {
+          EXPECT_EQ(got, 0.0f);
+        }
+        if (simd != nullptr) {
+          ASSERT_NEAR(simd(w_row, act.data(), cols), got, tolerance)
+              << DTypeName(dtype) << " avx2, pattern " << static_cast<int>(pattern) << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// Matmul on quantized weights vs the reference on the dequantized weights: exact weights, so
+// the error is the activations' int8 rounding (≤ half a step of max|x|/127 per element) for the
+// GEMV path, and summation order for the SGEMM one.
+TEST(QuantDotTest, MatmulPathsMatchTheReference) {
+  const int64_t rows = 96, cols = 512;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::vector<float> workspace(MatmulWorkspaceFloats(threads, cols));
+    for (DType dtype : kQuantTypes) {
+      const QuantMatrix w = MakeMatrix(dtype, rows, cols, 17, Pattern::kRandom);
+      for (int64_t n : {1, 3, 4, 7, 8, 20}) {
+        const std::vector<float> x = RandomVector(n * cols, 19 + n);
+        std::vector<float> got(n * rows), want(n * rows);
+        Matmul(pool, x.data(), n, w.tensor, got.data(), workspace);
+        MatmulReference(x.data(), n, w.tensor, want.data());
+        std::vector<float> row(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          RowAsFloat(w.tensor, r, row.data());
+          for (int64_t b = 0; b < n; ++b) {
+            double magnitude = 0.0, weights = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              magnitude += std::fabs(row[c] * x[b * cols + c]);
+              weights += std::fabs(row[c]);
+            }
+            // |x| ≤ 1: the int8 rounding moves each product by at most |w|·(1/127)/2.
+            const double tolerance = n < 8 ? weights / 254.0 + 1e-5 * magnitude
+                                           : 1e-5 * magnitude + 1e-6;
+            ASSERT_NEAR(got[b * rows + r], want[b * rows + r], tolerance)
+                << DTypeName(dtype) << " n " << n << " row " << r << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
