@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/compress/flops.h"
@@ -76,12 +79,33 @@ absl::StatusOr<double> TimeDecode(Engine& engine, std::span<const int32_t> conte
   return seconds;
 }
 
-// Weight bytes one decode step streams: every layer matrix and the classifier.
-double DecodeWeightBytes(const ModelConfig& c, DType dtype) {
-  double elements =
-      c.n_layers * (2.0 * c.dim * c.dim + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim) +
-      static_cast<double>(c.vocab_size) * c.dim;
-  return elements * DTypeSize(dtype);
+// The layer matrices and the classifier: what one decode step streams.
+std::vector<const Tensor*> StreamedMatrices(const ModelWeights& w) {
+  std::vector<const Tensor*> out = {&w.classifier};
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) out.push_back(t);
+  }
+  return out;
+}
+
+// Weight bytes one decode step streams, with plain matrices run as `dtype` and quantized ones
+// as stored (WeightFormat).
+double DecodeWeightBytes(const ModelWeights& w, DType dtype) {
+  double bytes = 0.0;
+  for (const Tensor* t : StreamedMatrices(w)) {
+    bytes += IsQuantized(t->dtype) ? static_cast<double>(t->NumBytes())
+                                   : static_cast<double>(t->NumElements()) * DTypeSize(dtype);
+  }
+  return bytes;
+}
+
+// "f32", or the quantized formats the matrices run in ("q4_k+q6_k"; plain ones as `dtype`).
+std::string WeightsLabel(const ModelWeights& w, DType dtype) {
+  std::set<std::string> names;
+  for (const Tensor* t : StreamedMatrices(w)) {
+    names.insert(DTypeName(IsQuantized(t->dtype) ? t->dtype : dtype));
+  }
+  return absl::StrJoin(names, "+");
 }
 
 }  // namespace
@@ -110,8 +134,9 @@ absl::Status RunBench() {
   options.compression = prepared.compression;
   PDSERVE_ASSIGN_OR_RETURN(auto engine, CreateEngine(prepared.weights, options));
   auto log = GetLogger("bench");
+  const std::string weights_label = WeightsLabel(prepared.weights, options.weight_dtype);
   log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), engine->options().num_threads,
-            DTypeName(options.weight_dtype), kernels::SimdLevelName(kernels::ActiveSimdLevel()));
+            weights_label, kernels::SimdLevelName(kernels::ActiveSimdLevel()));
 
   // Prompt ids cycle through the vocabulary past the usual unk/bos/eos.
   const int64_t first_id = c.vocab_size > 3 ? 3 : 0;
@@ -134,7 +159,7 @@ absl::Status RunBench() {
   nlohmann::json report = {
       {"model", path},
       {"threads", engine->options().num_threads},
-      {"weights", DTypeName(options.weight_dtype)},
+      {"weights", weights_label},
       {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
       {"prompt_tokens", prompt_tokens},
       {"gen_tokens", gen_tokens},
@@ -144,7 +169,8 @@ absl::Status RunBench() {
       {"prefill_tokens_per_s", pp},
       {"decode_tokens_per_s", tg},
       {"prefill_gflops", PrefillFlops(c, engine->plan(), prompt_tokens) * pp / prompt_tokens / 1e9},
-      {"decode_weight_gb_per_s", DecodeWeightBytes(c, options.weight_dtype) * tg / 1e9}};
+      {"decode_weight_gb_per_s",
+       DecodeWeightBytes(prepared.weights, options.weight_dtype) * tg / 1e9}};
   std::printf("%s\n", report.dump().c_str());
   return absl::OkStatus();
 }
