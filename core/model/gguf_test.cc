@@ -487,9 +487,14 @@ TEST_F(GgufRawTest, RejectsBadTensorInfos) {
   auto one_tensor = [](std::vector<uint64_t> ne, uint32_t type, uint64_t offset) {
     return RawGguf(1, 0).TensorInfo("blk.0.attn_q.weight", std::move(ne), type, offset).PadTo(32);
   };
-  ExpectOpenError(one_tensor({32, 32}, 2, 0).Zeros(2048).bytes(),
-                  "tensor blk.0.attn_q.weight has ggml type 2 (Q4_0); supported: F32, F16, BF16");
-  ExpectOpenError(one_tensor({32, 32}, 12, 0).Zeros(2048).bytes(), "ggml type 12 (Q4_K)");
+  ExpectOpenError(one_tensor({256, 32}, 10, 0).Zeros(4096).bytes(),
+                  "tensor blk.0.attn_q.weight has ggml type 10 (Q2_K); supported: F32, F16, BF16, "
+                  "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+  ExpectOpenError(one_tensor({32, 32}, 12, 0).Zeros(2048).bytes(),
+                  "tensor blk.0.attn_q.weight is Q4_K but its rows of 32 elements are not a whole "
+                  "number of 256-element blocks");
+  ExpectOpenError(one_tensor({48, 2}, 8, 0).Zeros(2048).bytes(), "not a whole number of 32");
+  ExpectOpenError(one_tensor({256, 64}, 14, 0).Zeros(2048).bytes(), "lies outside the file");
   ExpectOpenError(one_tensor({32, 32}, 999, 0).Zeros(2048).bytes(), "ggml type 999 (unknown)");
   ExpectOpenError(one_tensor({8}, 0, 0).Zeros(16).bytes(), "lies outside the file");
   ExpectOpenError(one_tensor({8}, 0, uint64_t{1} << 63).Zeros(64).bytes(), "lies outside the file");

@@ -49,7 +49,7 @@ def main():
     write(f"{out}/gguf-truncated.gguf", gguf[: len(gguf) // 3])
     write(f"{out}/gguf-header-only.gguf", gguf[:10])
     write(f"{out}/gguf-bad-version.gguf", gguf[:4] + struct.pack("<I", 99) + gguf[8:])
-    write(f"{out}/gguf-q4_0-tensor.gguf", gguf_with_tensor_type(gguf, 2))
+    write(f"{out}/gguf-q2_k-tensor.gguf", gguf_with_tensor_type(gguf, 10))  # Q2_K: unsupported
     write(f"{out}/gguf-unknown-type.gguf", gguf_with_tensor_type(gguf, 1234))
     huge = gguf[:8] + struct.pack("<Q", 1 << 60) + gguf[16:]  # tensor count
     write(f"{out}/gguf-absurd-tensor-count.gguf", huge)
