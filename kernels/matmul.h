@@ -31,7 +31,13 @@ size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols);
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
             std::span<float> workspace);
 
-// Same contract, single-threaded, no workspace.
+// Matrices of one column count stacked row-wise, possibly in different formats (Q4_K_M files keep
+// some layers' V in Q6_K beside Q4_K Q/K): y[n, Σ rows], part p's outputs after those of the
+// parts before it. Otherwise as above, with the workspace sized for the widest part.
+void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor> parts, float* y,
+            std::span<float> workspace);
+
+// Same contract as the first, single-threaded, no workspace.
 void MatmulReference(const float* x, int64_t n, const Tensor& w, float* y);
 
 }  // namespace pdserve::kernels

@@ -183,13 +183,42 @@ TEST(QuantDotTest, MatmulPathsMatchTheReference) {
               weights += std::fabs(row[c]);
             }
             // |x| ≤ 1: the int8 rounding moves each product by at most |w|·(1/127)/2.
-            const double tolerance = n < 8 ? weights / 254.0 + 1e-5 * magnitude
-                                           : 1e-5 * magnitude + 1e-6;
+            const double tolerance =
+                n < 8 ? weights / 254.0 + 1e-5 * magnitude : 1e-5 * magnitude + 1e-6;
             ASSERT_NEAR(got[b * rows + r], want[b * rows + r], tolerance)
                 << DTypeName(dtype) << " n " << n << " row " << r << " threads " << threads;
           }
         }
       }
+    }
+  }
+}
+
+// Row-stacked parts in different formats (as Q4_K_M's q/k in Q4_K with v in Q6_K): each part's
+// outputs land in its columns of y, equal to that part alone.
+TEST(QuantDotTest, StackedPartsOfDifferentFormats) {
+  const int64_t cols = 512;
+  ThreadPool pool(2);
+  std::vector<float> workspace(MatmulWorkspaceFloats(2, cols));
+  const QuantMatrix q = MakeMatrix(DType::kQ4_K, 48, cols, 23, Pattern::kRandom);
+  const QuantMatrix v = MakeMatrix(DType::kQ6_K, 16, cols, 29, Pattern::kRandom);
+  const Tensor f = MakeF32Tensor(RandomVector(8 * cols, 31), {8, cols});
+  const std::vector<Tensor> parts = {q.tensor, v.tensor, f};
+  for (int64_t n : {1, 5, 12}) {
+    const std::vector<float> x = RandomVector(n * cols, 37);
+    std::vector<float> stacked(n * 72);
+    Matmul(pool, x.data(), n, parts, stacked.data(), workspace);
+    int64_t offset = 0;
+    for (const Tensor& part : parts) {
+      std::vector<float> alone(n * part.rows());
+      Matmul(pool, x.data(), n, part, alone.data(), workspace);
+      for (int64_t b = 0; b < n; ++b) {
+        for (int64_t r = 0; r < part.rows(); ++r) {
+          ASSERT_EQ(stacked[b * 72 + offset + r], alone[b * part.rows() + r])
+              << DTypeName(part.dtype) << " n " << n << " row " << r;
+        }
+      }
+      offset += part.rows();
     }
   }
 }

@@ -1,23 +1,59 @@
 #!/usr/bin/env bash
-# Runs `pdserve bench` on random-weight stories15M/42M/110M models (made once with make-model in
-# $BENCH_DIR, default /tmp/pdserve-bench) for f32/f16/bf16 weights at 1 and 2 threads, pp512 and
-# tg128, and prints a markdown table. Usage: scripts/bench_engine.sh [build/release/tools/pdserve]
+# pdserve's engine against llama.cpp on the very same GGUF files, in one run: for each shape
+# (random weights made once with make-model in $BENCH_DIR, default /tmp/pdserve-bench) and each
+# weight type (f32, f16, bf16 from make-model; Q8_0, Q4_0, Q4_K_M from the peer's llama-quantize),
+# `pdserve bench` and `llama-bench` at pp512 / tg128 for 1 and 2 threads, printed side by side with
+# the ratio, under a header naming the CPU and pdserve's SIMD level. The peer is the current
+# llama.cpp release of ../shared/peers (build-llama-server.sh; built once, 10–16 minutes).
+# Usage: scripts/bench_engine.sh [build/release/tools/pdserve]
+#   SHAPES="stories15M stories110M" TYPES="f32 f16 bf16 q8_0 q4_0 q4_k_m" THREADS="1 2" REPS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PDSERVE=${1:-build/release/tools/pdserve}
 DIR=${BENCH_DIR:-/tmp/pdserve-bench}
 REPS=${REPS:-3}
+SHAPES=${SHAPES:-stories15M stories110M}
+TYPES=${TYPES:-f32 f16 bf16 q8_0 q4_0 q4_k_m}
+THREADS=${THREADS:-1 2}
+shared=${PDSERVE_SHARED_DIR:-../shared}
+peer=$("$shared/peers/build-llama-server.sh" | tail -1)
 mkdir -p "$DIR"
-echo "| shape | weights | threads | pp512 tok/s | prefill GFLOP/s | tg128 tok/s | decode weight GB/s |"
-echo "|---|---|---|---|---|---|---|"
-for shape in stories15M stories42M stories110M; do
-  model="$DIR/$shape.gguf"
-  [ -f "$model" ] || "$PDSERVE" make-model --shape "$shape" --format gguf --out "$model" --log-level warn
-  for weights in f32 f16 bf16; do
-    for threads in 1 2; do
-      "$PDSERVE" bench --model "$model" --prompt-tokens 512 --gen-tokens 128 --threads "$threads" \
-        --weights "$weights" --repetitions "$REPS" --log-level warn | tail -1 |
-        python3 -c "import json,sys; d=json.load(sys.stdin); print('| $shape | $weights | $threads | %.0f | %.1f | %.1f | %.1f |' % (d['prefill_tokens_per_s'], d['prefill_gflops'], d['decode_tokens_per_s'], d['decode_weight_gb_per_s']))"
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+echo "CPU: $cpu; peer: $peer; simd = pdserve's kernel level (PDSERVE_SIMD forces avx2)"
+echo
+echo "| shape | weights | threads | simd | pp512 pdserve | pp512 llama.cpp | ratio | tg128 pdserve | tg128 llama.cpp | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for shape in $SHAPES; do
+  f32="$DIR/$shape-f32.gguf"
+  [ -f "$f32" ] || "$PDSERVE" make-model --shape "$shape" --format gguf --out "$f32" --log-level warn
+  for type in $TYPES; do
+    model="$DIR/$shape-$type.gguf"
+    weights=f32
+    case $type in
+      f32) ;;
+      f16 | bf16)
+        weights=$type
+        [ -f "$model" ] || "$PDSERVE" make-model --shape "$shape" --format gguf --dtype "$type" \
+          --out "$model" --log-level warn ;;
+      *)
+        weights=f16  # plain matrices a quantized file keeps (norms aside: none in these shapes)
+        [ -f "$model" ] || "$peer/llama-quantize" "$f32" "$model" "${type^^}" >/dev/null 2>&1 ;;
+    esac
+    for threads in $THREADS; do
+      ours=$("$PDSERVE" bench --model "$model" --prompt-tokens 512 --gen-tokens 128 \
+        --threads "$threads" --weights "$weights" --repetitions "$REPS" --log-level warn | tail -1)
+      theirs=$("$peer/llama-bench" -m "$model" -p 512 -n 128 -t "$threads" -r "$REPS" -o json \
+        2>/dev/null)
+      python3 - "$shape" "$type" "$threads" "$ours" "$theirs" <<'PY'
+import json, sys
+shape, dtype, threads, ours, theirs = sys.argv[1:]
+o = json.loads(ours)
+t = {('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.loads(theirs)}
+pp, tg = o['prefill_tokens_per_s'], o['decode_tokens_per_s']
+print(f"| {shape} | {dtype} | {threads} | {o['simd']} | {pp:.0f} | {t['pp']:.0f} | {pp / t['pp']:.2f} | "
+      f"{tg:.1f} | {t['tg']:.1f} | {tg / t['tg']:.2f} |")
+PY
     done
   done
 done

@@ -7,6 +7,10 @@ double MatmulFlops(const Tensor& w, double rows) {
   return 2.0 * rows * static_cast<double>(w.shape[0]) * static_cast<double>(w.shape[1]);
 }
 
+double MatmulFlops(const StackedWeights& w, double rows) {
+  return 2.0 * rows * static_cast<double>(w.rows()) * static_cast<double>(w.cols());
+}
+
 // Attention of `queries` consecutive queries ending at position `last` (inclusive) on one cache.
 double AttentionFlops(const ModelConfig& c, const CachePlan& cache, int queries, int last) {
   double keys = 0.0;  // Σ over the queries of the tokens each sees

@@ -155,8 +155,8 @@ absl::Status CudaEngine::State::Allocate() {
   const ModelConfig& c = config;
   const size_t n = options.max_batch_tokens;
   int64_t qkv_width = 0;
-  for (const LayerPlan& layer : plan.layers) qkv_width = std::max(qkv_width, layer.w_in.shape[0]);
-  const int64_t swiftkv_width = plan.swiftkv() ? plan.swiftkv_kv.shape[0] : 0;
+  for (const LayerPlan& layer : plan.layers) qkv_width = std::max(qkv_width, layer.w_in.rows());
+  const int64_t swiftkv_width = plan.swiftkv() ? plan.swiftkv_kv.rows() : 0;
   for (auto [buffer, width] :
        {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
         std::pair{&b.xn, int64_t{c.dim}}, std::pair{&b.qkv, qkv_width},
@@ -494,7 +494,7 @@ absl::Status CudaEngine::State::Layer(int layer, int n) {
   const DeviceLayer& w = model.layers[layer];
   const LayerPlan& layer_plan = plan.layers[layer];
   const CachePlan& cache = plan.caches[layer_plan.cache];
-  const int64_t width = layer_plan.w_in.shape[0];
+  const int64_t width = layer_plan.w_in.rows();
   cu::RmsNorm(b.x.data(), w.attn_norm.f32(), n, c.dim, c.norm_eps, b.xb.data(), stream);
   PDSERVE_RETURN_IF_ERROR(Matmul(b.xb.data(), n, w.w_in, b.qkv.data()));
   float* q = b.qkv.data();
@@ -536,7 +536,7 @@ absl::Status CudaEngine::State::SwiftKvProjectAndStore(int n) {
   const ModelConfig& c = config;
   cu::RmsNorm(b.x.data(), model.swiftkv_norm.f32(), n, c.dim, c.norm_eps, b.xb.data(), stream);
   PDSERVE_RETURN_IF_ERROR(Matmul(b.xb.data(), n, model.swiftkv_kv, b.swiftkv.data()));
-  const int64_t width = plan.swiftkv_kv.shape[0];
+  const int64_t width = plan.swiftkv_kv.rows();
   const int leaders = static_cast<int>(plan.swiftkv_v_offsets.size());
   cu::ApplyRope(b.swiftkv.data(), n, width, leaders * c.n_kv_heads, b.positions.data(), model.rope,
                 c.rope_pairing, stream);

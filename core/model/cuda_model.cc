@@ -61,7 +61,7 @@ absl::StatusOr<DeviceLayer> UploadLayer(const LayerWeights& weights, const Layer
   DeviceLayer layer;
   PDSERVE_ASSIGN_OR_RETURN(layer.attn_norm, Upload(ToF32(weights.attn_norm)));
   PDSERVE_ASSIGN_OR_RETURN(layer.ffn_norm, Upload(ToF32(weights.ffn_norm)));
-  PDSERVE_ASSIGN_OR_RETURN(layer.w_in, Upload(plan.w_in));
+  PDSERVE_ASSIGN_OR_RETURN(layer.w_in, Upload(plan.w_in.single()));
   PDSERVE_ASSIGN_OR_RETURN(layer.wo, Upload(plan.wo));
   PDSERVE_ASSIGN_OR_RETURN(
       layer.w13,
@@ -80,7 +80,7 @@ absl::StatusOr<CudaModel> UploadModel(const ModelWeights& run, const KvPlan& pla
   PDSERVE_ASSIGN_OR_RETURN(model.final_norm, Upload(ToF32(run.final_norm)));
   if (plan.swiftkv()) {
     PDSERVE_ASSIGN_OR_RETURN(model.swiftkv_norm, Upload(ToF32(plan.swiftkv_norm)));
-    PDSERVE_ASSIGN_OR_RETURN(model.swiftkv_kv, Upload(plan.swiftkv_kv));
+    PDSERVE_ASSIGN_OR_RETURN(model.swiftkv_kv, Upload(plan.swiftkv_kv.single()));
   }
   for (size_t j = 0; j < run.layers.size(); ++j) {
     PDSERVE_ASSIGN_OR_RETURN(DeviceLayer layer, UploadLayer(run.layers[j], plan.layers[j], dtype));

@@ -164,7 +164,7 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
     if (layer.writes_kv) {
       layer.w_in = format.Stack({w.wq, w.wk, FoldV(w.wv, c, zack, layer.cache)});
     } else {
-      layer.w_in = format.ApplyOwned(sw->wq[j - l]);
+      layer.w_in = StackedWeights{{format.ApplyOwned(sw->wq[j - l])}};
     }
     layer.wo = format.ApplyOwned(FoldO(w.wo, c, zack, plan.caches[layer.cache], layer.cache));
     plan.layers.push_back(std::move(layer));

@@ -44,7 +44,7 @@ struct CachePlan {
 struct LayerPlan {
   int cache = 0;           // cache layer it reads (and writes when writes_kv)
   bool writes_kv = false;  // projects its own k/v (layers < l)
-  Tensor w_in;             // [dim (q) + (writes_kv ? kv_dim (k) + v_width (v) : 0), dim]
+  StackedWeights w_in;     // [dim (q) + (writes_kv ? kv_dim (k) + v_width (v) : 0), dim]
   Tensor wo;               // [dim, out_width]
 };
 
@@ -54,7 +54,7 @@ struct KvPlan {
   int swiftkv_layer = 0;  // l; = n_layers when SwiftKV is off
   Tensor swiftkv_norm;    // [dim] f32
   // [n_leaders · kv_dim (every leader's k) + Σ leaders' v_width, dim]
-  Tensor swiftkv_kv;
+  StackedWeights swiftkv_kv;
   std::vector<int> swiftkv_v_offsets;  // per leader, its v rows' first row minus n_leaders·kv_dim
 
   bool swiftkv() const {

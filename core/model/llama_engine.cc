@@ -78,7 +78,7 @@ double PlannedBytes(const ModelConfig& c, const EngineOptions& o, const KvPlan& 
   const double n = o.max_batch_tokens, threads = o.num_threads;
   const double activations =
       n * (5.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
-           (plan.swiftkv() ? static_cast<double>(plan.swiftkv_kv.shape[0]) : 0.0));
+           (plan.swiftkv() ? static_cast<double>(plan.swiftkv_kv.rows()) : 0.0));
   const double workspaces =
       kernels::MatmulWorkspaceFloats(o.num_threads, std::max(c.dim, c.hidden_dim)) +
       threads * max_context * (2.0 * c.head_dim() + 64 + c.n_heads / c.n_kv_heads + 3) +
@@ -104,8 +104,8 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
   if (resolved.num_threads == 0) resolved.num_threads = AutoThreads(c);
   PDSERVE_ASSIGN_OR_RETURN(resolved.kv_pages, options.ResolvedKvPages(max_context));
   const WeightFormat format{options.weight_dtype, /*keep_quantized=*/true};
-  PDSERVE_ASSIGN_OR_RETURN(KvPlan plan, BuildKvPlan(weights, options.compression,
-                                                    options.kv_page_size, format));
+  PDSERVE_ASSIGN_OR_RETURN(KvPlan plan,
+                           BuildKvPlan(weights, options.compression, options.kv_page_size, format));
   const double planned = PlannedBytes(c, resolved, plan, max_context, resolved.kv_pages);
   if (planned > kMaxMemoryShare * static_cast<double>(PhysicalMemoryBytes())) {
     return absl::ResourceExhaustedError(
@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
                      " tokens need ", planned / 1e9, " GB; the machine has ",
                      PhysicalMemoryBytes() / 1e9, " GB. Reduce the context or the sequences."));
   }
-  auto engine = std::unique_ptr<LlamaEngine>(new LlamaEngine(
-      OwnedWeights(weights, format), std::move(plan), resolved, max_context));
+  auto engine = std::unique_ptr<LlamaEngine>(
+      new LlamaEngine(OwnedWeights(weights, format), std::move(plan), resolved, max_context));
   PDSERVE_RETURN_IF_ERROR(engine->CreateCaches());
   return engine;
 }
@@ -169,8 +169,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   b.positions.resize(n);
   b.kept_rows.resize(n);
   int64_t qkv_width = 0;
-  for (const LayerPlan& layer : plan_.layers) qkv_width = std::max(qkv_width, layer.w_in.shape[0]);
-  const int64_t swiftkv_width = plan_.swiftkv() ? plan_.swiftkv_kv.shape[0] : 0;
+  for (const LayerPlan& layer : plan_.layers) qkv_width = std::max(qkv_width, layer.w_in.rows());
+  const int64_t swiftkv_width = plan_.swiftkv() ? plan_.swiftkv_kv.rows() : 0;
   const bool zack = plan_.caches.front().zack();
   for (auto [buffer, width] :
        {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
@@ -277,8 +277,8 @@ void LlamaEngine::Layer(int layer, int n) {
     kernels::RmsNorm(b.x.data() + begin * c.dim, w.attn_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, plan.w_in, b.qkv.data(), ws);
-  const int64_t width = plan.w_in.shape[0];
+  kernels::Matmul(pool_, b.xb.data(), n, plan.w_in.parts, b.qkv.data(), ws);
+  const int64_t width = plan.w_in.rows();
   if (plan.writes_kv) {
     float* k = b.qkv.data() + c.dim;
     ForTokens(n, [&](int64_t begin, int64_t end, int) {
@@ -303,7 +303,7 @@ void LlamaEngine::Layer(int layer, int n) {
     kernels::RmsNorm(b.x.data() + begin * c.dim, w.ffn_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, w13_[layer], b.gate_up.data(), ws);
+  kernels::Matmul(pool_, b.xb.data(), n, w13_[layer].parts, b.gate_up.data(), ws);
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* gate = b.gate_up.data() + t * 2 * hidden;
@@ -323,8 +323,9 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
     kernels::RmsNorm(b.x.data() + begin * c.dim, plan_.swiftkv_norm.as<float>(), end - begin, c.dim,
                      c.norm_eps, b.xb.data() + begin * c.dim);
   });
-  kernels::Matmul(pool_, b.xb.data(), n, plan_.swiftkv_kv, b.swiftkv.data(), b.matmul_workspace);
-  const int64_t width = plan_.swiftkv_kv.shape[0];
+  kernels::Matmul(pool_, b.xb.data(), n, plan_.swiftkv_kv.parts, b.swiftkv.data(),
+                  b.matmul_workspace);
+  const int64_t width = plan_.swiftkv_kv.rows();
   const int leaders = static_cast<int>(plan_.swiftkv_v_offsets.size());
   // One RoPE call per token over every leader's K heads: they sit side by side.
   ForTokens(n, [&](int64_t begin, int64_t end, int) {

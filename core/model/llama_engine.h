@@ -106,7 +106,7 @@ class LlamaEngine : public Engine {
 
   ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
   KvPlan plan_;
-  std::vector<Tensor> w13_;  // per layer [2·hidden, dim] = [w1; w3]
+  std::vector<StackedWeights> w13_;  // per layer [2·hidden, dim] = [w1; w3]
   EngineOptions options_;
   int max_context_;
   ThreadPool pool_;

@@ -12,16 +12,19 @@ Tensor WeightFormat::ApplyOwned(const Tensor& t) const {
   return ConvertOwned(t, dtype);
 }
 
-Tensor WeightFormat::Stack(const std::vector<Tensor>& parts) const {
+int64_t StackedWeights::rows() const {
+  int64_t rows = 0;
+  for (const Tensor& part : parts) rows += part.rows();
+  return rows;
+}
+
+StackedWeights WeightFormat::Stack(const std::vector<Tensor>& parts) const {
   std::vector<Tensor> applied;
   for (const Tensor& part : parts) applied.push_back(Apply(part));
   for (const Tensor& part : applied) {
-    if (part.dtype != applied.front().dtype) {
-      for (Tensor& p : applied) p = ConvertTensor(p, dtype);
-      break;
-    }
+    if (part.dtype != applied.front().dtype) return StackedWeights{std::move(applied)};
   }
-  return ConcatRows(applied);
+  return StackedWeights{{ConcatRows(applied)}};
 }
 
 }  // namespace pdserve

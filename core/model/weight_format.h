@@ -13,6 +13,19 @@
 
 namespace pdserve {
 
+// Matrices of one column count stacked row-wise, [Σ rows, cols]: one part when they share a format
+// (the usual case), one part per matrix when kept quantized matrices differ in format.
+// kernels::Matmul takes `parts` as one matrix.
+struct StackedWeights {
+  std::vector<Tensor> parts;
+
+  int64_t rows() const;
+  int64_t cols() const { return parts.empty() ? 0 : parts.front().cols(); }
+  // The one part of a stack whose matrices share a format (engines without mixed-format kernels).
+  // Requires parts.size() == 1.
+  const Tensor& single() const { return parts.front(); }
+};
+
 struct WeightFormat {
   DType dtype = DType::kF32;  // f32, f16 or bf16
   bool keep_quantized = true;
@@ -22,9 +35,9 @@ struct WeightFormat {
   // Apply, in memory of the engine's own (ConvertOwned) for plain results. Quantized matrices
   // kept as stored are not copied: they are read in place from the file mapping.
   Tensor ApplyOwned(const Tensor& t) const;
-  // Matrices stacked row-wise (ConcatRows) after Apply. When kept quantized matrices disagree on
-  // their block format, all parts are converted to `dtype` instead: one matrix has one format.
-  Tensor Stack(const std::vector<Tensor>& parts) const;
+  // Matrices stacked row-wise after Apply: one ConcatRows part when they share a format, else the
+  // applied matrices as parts of their own (only kept quantized ones can differ).
+  StackedWeights Stack(const std::vector<Tensor>& parts) const;
 };
 
 }  // namespace pdserve

@@ -21,13 +21,16 @@ constexpr int64_t kGemmChunkRows = 128;
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
 
-void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end) {
+// In every function below, y's rows are `ldy` floats apart (≥ w.rows(): W may be one part of a
+// row-stacked matrix).
+void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy, int64_t begin,
+               int64_t end) {
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
   for (int64_t b = 0; b < n; b += kGemvMaxBatch) {
     GemvArgs args{x + b * w.cols(), static_cast<int>(std::min<int64_t>(kGemvMaxBatch, n - b)),
                   w.cols(),         w.data,
                   w.dtype,          w.cols(),
-                  y + b * w.rows(), w.rows()};
+                  y + b * ldy,      ldy};
     if (avx512) {
       avx512::GemvRows(args, begin, end);
     } else {
@@ -39,7 +42,7 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
 // Decode-sized batches of quantized weights: each x row quantized once into `workspace`, then one
 // integer dot product per (weight row, x row).
 void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
-                   std::span<float> workspace) {
+                   int64_t ldy, std::span<float> workspace) {
   const int64_t rows = w.rows(), cols = w.cols();
   const size_t act_bytes = QuantizedActivationBytes(w.dtype, cols);
   auto* acts = reinterpret_cast<uint8_t*>(workspace.data());
@@ -52,7 +55,7 @@ void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, const Tensor& w,
   pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
       const void* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
-      for (int64_t b = 0; b < n; ++b) y[b * rows + r] = dot(row, acts + b * act_bytes, cols);
+      for (int64_t b = 0; b < n; ++b) y[b * ldy + r] = dot(row, acts + b * act_bytes, cols);
     }
   });
 }
@@ -73,11 +76,11 @@ void SgemmRows(const float* x, int64_t n, const float* w, int64_t rows, int64_t 
 }
 
 // Rows [begin, end) of y; at most kGemmChunkRows rows.
-void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t begin, int64_t end,
-               float* widened) {
+void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy, int64_t begin,
+               int64_t end, float* widened) {
   const int64_t cols = w.cols();
   if (w.dtype == DType::kF32) {
-    SgemmRows(x, n, w.as<float>() + begin * cols, end - begin, cols, y + begin, w.rows());
+    SgemmRows(x, n, w.as<float>() + begin * cols, end - begin, cols, y + begin, ldy);
     return;
   }
   const auto* bytes = static_cast<const uint8_t*>(w.data);
@@ -89,7 +92,7 @@ void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t beg
                      widened + (r - begin) * cols);
     }
   }
-  SgemmRows(x, n, widened, end - begin, cols, y + begin, w.rows());
+  SgemmRows(x, n, widened, end - begin, cols, y + begin, ldy);
 }
 
 }  // namespace
@@ -98,24 +101,44 @@ size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
   return static_cast<size_t>(num_threads) * kGemmChunkRows * max_cols;
 }
 
-void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
-            std::span<float> workspace) {
+namespace {
+
+void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
+                std::span<float> workspace) {
   if (n < kGemmMinRows && IsQuantized(w.dtype)) {
-    QuantizedGemv(pool, x, n, w, y, workspace);
+    QuantizedGemv(pool, x, n, w, y, ldy, workspace);
     return;
   }
   if (n < kGemmMinRows) {
     const int64_t chunk =
         std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
     pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int) {
-      GemvRange(x, n, w, y, begin, end);
+      GemvRange(x, n, w, y, ldy, begin, end);
     });
     return;
   }
   const size_t per_thread = kGemmChunkRows * w.cols();
   pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
-    GemmChunk(x, n, w, y, begin, end, workspace.data() + thread * per_thread);
+    GemmChunk(x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);
   });
+}
+
+}  // namespace
+
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
+            std::span<float> workspace) {
+  MatmulInto(pool, x, n, w, y, w.rows(), workspace);
+}
+
+void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor> parts, float* y,
+            std::span<float> workspace) {
+  int64_t rows = 0;
+  for (const Tensor& part : parts) rows += part.rows();
+  int64_t offset = 0;
+  for (const Tensor& part : parts) {
+    MatmulInto(pool, x, n, part, y + offset, rows, workspace);
+    offset += part.rows();
+  }
 }
 
 void MatmulReference(const float* x, int64_t n, const Tensor& w, float* y) {

@@ -22,7 +22,9 @@ float QuantizeBlock(const float* x, int n, int8_t* q) {
   }
   const float d = amax / 127.0f, inverse = 127.0f / amax;
   for (int i = 0; i < n; ++i) {
-    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inverse), -127.0f, 127.0f));
+    const float r = std::nearbyint(x[i] * inverse);
+    // In range, or saturated; NaN (a diverged activation) must not reach the conversion.
+    q[i] = r >= -127.0f && r <= 127.0f ? static_cast<int8_t>(r) : (r > 0.0f ? 127 : -127);
   }
   return d;
 }
