@@ -158,6 +158,21 @@ TEST(QuantDotTest, ScalarAndSimdDotsMatchDequantizedProducts) {
   }
 }
 
+// The AVX2 dequantization (prefill's tiles) equals the scalar one bit for bit.
+TEST(QuantDotTest, SimdDequantizationIsBitExact) {
+  const int64_t cols = 512;
+  for (DType dtype : kQuantTypes) {
+    for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
+      const QuantMatrix w = MakeMatrix(dtype, 4, cols, 41, pattern);
+      std::vector<float> want(4 * cols), got(4 * cols, -1.0f);
+      quant::DequantizeRow(dtype, w.bytes.data(), 4 * cols, want.data());
+      if (!avx2::DequantizeRow(dtype, w.bytes.data(), 4 * cols, got.data())) continue;
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << DTypeName(dtype) << " pattern " << static_cast<int>(pattern);
+    }
+  }
+}
+
 // Matmul on quantized weights vs the reference on the dequantized weights: exact weights, so
 // the error is the activations' int8 rounding (≤ half a step of max|x|/127 per element) for the
 // GEMV path, and summation order for the SGEMM one.

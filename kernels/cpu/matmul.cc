@@ -86,7 +86,10 @@ void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy
   const auto* bytes = static_cast<const uint8_t*>(w.data);
   for (int64_t r = begin; r < end; ++r) {
     if (IsQuantized(w.dtype)) {
-      RowAsFloat(w, r, widened + (r - begin) * cols);
+      float* dst = widened + (r - begin) * cols;
+      if (!avx2::DequantizeRow(w.dtype, bytes + r * RowBytes(w.dtype, cols), cols, dst)) {
+        RowAsFloat(w, r, dst);
+      }
     } else {
       avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols,
                      widened + (r - begin) * cols);

@@ -46,6 +46,9 @@ QuantDotFn ScalarQuantDot(DType dtype);
 namespace avx2 {
 // The AVX2 kernel for `dtype`, or nullptr where there is none (the scalar one then runs).
 QuantDotFn QuantDot(DType dtype);
+// quant::DequantizeRow's floats, bit for bit, for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (true);
+// false, writing nothing, for other dtypes (dequantize_avx2.cc).
+bool DequantizeRow(DType dtype, const void* src, int64_t n, float* dst);
 }  // namespace avx2
 
 // The fastest kernel the CPU and PDSERVE_SIMD allow for `dtype` (never nullptr for quantized).
