@@ -5,11 +5,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/gguf_file.h"
+#include "core/model/gguf_model.h"
 #include "core/tensor/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -71,6 +73,39 @@ TEST(QuantizedGgufTest, DataBeyondTheFileIsRefused) {
   ASSERT_FALSE(file.ok());
   EXPECT_THAT(file.status().message(), ::testing::HasSubstr("q4_k.blocks"));
   EXPECT_THAT(file.status().message(), ::testing::HasSubstr("lies outside the file"));
+}
+
+// The loader fuzzing of gguf_test (CorruptedBytesNeverCrash) on a quantized file: random bytes in
+// the header region (counts, lengths, dims, ggml types, offsets) give a clear error naming the
+// file or a model whose every tensor lies inside the file — never a crash (ASan runs this too).
+TEST(QuantizedGgufTest, CorruptedQuantizedFileNeverCrashes) {
+  const std::string source = absl::StrCat(PDSERVE_SOURCE_DIR, "/tests/data/tiny-q4_k_m.gguf");
+  std::ifstream in(source, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<GgufFile> file = GgufFile::Open(source);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<size_t> where(0, file->data_offset() - 1);
+  std::uniform_int_distribution<int> value(0, 255);
+  const std::string path = absl::StrCat(testing::TempDir(), "/mutated_q4_k_m.gguf");
+  int failures = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string corrupted = bytes;
+    for (int i = 0; i < 4; ++i) corrupted[where(rng)] = static_cast<char>(value(rng));
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << corrupted;
+    absl::StatusOr<GgufModel> model = LoadGgufModel(path);
+    if (!model.ok()) {
+      ++failures;
+      EXPECT_THAT(std::string(model.status().message()), ::testing::HasSubstr(path));
+      continue;
+    }
+    for (const LayerWeights& l : model->weights.layers) {  // dequantize all: every byte readable
+      for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
+        ASSERT_EQ(ToF32(*t).NumElements(), t->NumElements());
+      }
+    }
+  }
+  EXPECT_GT(failures, 0);
 }
 
 }  // namespace
