@@ -292,9 +292,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeight
   state->options.num_threads = 1;  // host threads: the GPU does the work
   // No quantized kernels on the GPU: block formats are dequantized to the weight dtype.
   PDSERVE_ASSIGN_OR_RETURN(
-      state->plan,
-      BuildKvPlan(weights, options.compression, options.kv_page_size,
-                  WeightFormat{options.weight_dtype, /*keep_quantized=*/false}));
+      state->plan, BuildKvPlan(weights, options.compression, options.kv_page_size,
+                               WeightFormat{options.weight_dtype, /*keep_quantized=*/false}));
   PDSERVE_RETURN_IF_ERROR(CheckSupported(weights.config, options, state->plan));
   std::string why_not;
   if (!cu::CudaDeviceAvailable(&why_not)) {

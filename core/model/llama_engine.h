@@ -5,13 +5,14 @@
 //
 // Weights are converted once at Create to EngineOptions::weight_dtype and held in memory of the
 // engine's own, except quantized matrices (GGUF block formats), which stay as stored and are read
-// in place (WeightFormat, core/model/weight_format.h); q/k/v and gate/up projections are stacked into one matrix each, so a layer runs
-// four matmuls. SwiftKV models (ModelWeights::swiftkv) run prompt tokens through the first l
-// layers only, computing every later layer's KV from h_l in one fused matmul; ZACK, FP8 and
-// KCache (EngineOptions::compression) change what the cache stores and how it is read
-// (core/model/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are allocated at
-// Create (ResourceExhausted up front when they would not fit in memory); Forward allocates only
-// small bookkeeping (page lists, task closures). Not thread-safe: one caller drives an engine.
+// in place (WeightFormat, core/model/weight_format.h); q/k/v and gate/up projections are stacked
+// into one matrix each, so a layer runs four matmuls. SwiftKV models (ModelWeights::swiftkv) run
+// prompt tokens through the first l layers only, computing every later layer's KV from h_l in one
+// fused matmul; ZACK, FP8 and KCache (EngineOptions::compression) change what the cache stores and
+// how it is read (core/model/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are
+// allocated at Create (ResourceExhausted up front when they would not fit in memory); Forward
+// allocates only small bookkeeping (page lists, task closures). Not thread-safe: one caller drives
+// an engine.
 //
 // Disaggregation (Engine::SequencePage, core/model/kv_transfer.h): its pool is host memory, so
 // pages are exported and imported in place. Its KCache V pages may live in a value tier of the

@@ -101,14 +101,12 @@ void DequantizeQ6_K(const BlockQ6_K* x, int64_t blocks, float* y) {
     for (int n = 0; n < kQK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * sc[is] * q1;
-        y[l + 32] = d * sc[is + 2] * q2;
-        y[l + 64] = d * sc[is + 4] * q3;
-        y[l + 96] = d * sc[is + 6] * q4;
+        int q[4];
+        Q6KSignedCodes(ql, qh, l, q);
+        y[l] = d * sc[is] * q[0];
+        y[l + 32] = d * sc[is + 2] * q[1];
+        y[l + 64] = d * sc[is + 4] * q[2];
+        y[l + 96] = d * sc[is + 6] * q[3];
       }
     }
   }

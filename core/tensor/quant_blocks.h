@@ -79,6 +79,15 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   }
 }
 
+// Q6_K: the four codes less 32 of elements l, l + 32, l + 64 and l + 96 (l < 32) of a 128-element
+// half of a block, from that half's ql (64 bytes) and qh (32 bytes).
+inline void Q6KSignedCodes(const uint8_t* ql, const uint8_t* qh, int l, int q[4]) {
+  q[0] = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+  q[1] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+  q[2] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+  q[3] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+}
+
 // dst[i] = element i of a row of `n` elements stored as `dtype` at `src`, for any dtype.
 // Requires n % BlockElements(dtype) == 0.
 void DequantizeRow(DType dtype, const void* src, int64_t n, float* dst);

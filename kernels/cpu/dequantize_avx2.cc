@@ -5,13 +5,12 @@
 
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant_unpack_avx2.h"
 
 namespace pdserve::kernels::avx2 {
 namespace {
 
 using namespace quant;  // NOLINT: the block formats
-
-inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 // y[k] = float(bytes[k])·scale (− shift when `kShift`) for 32 bytes, signed or unsigned; the last
 // 16 use `scale_last16` (Q6_K's sub-blocks are 16 elements).
@@ -29,12 +28,6 @@ inline void Store32(__m256i bytes, float scale, float scale_last16, float shift,
   }
 }
 
-inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
 void RowQ8_0(const BlockQ8_0* x, int64_t blocks, float* y) {
   for (int64_t i = 0; i < blocks; ++i, y += kQK) {
     const float d = Half(x[i].d);
@@ -50,24 +43,16 @@ void RowQ4_0(const BlockQ4_0* x, int64_t blocks, float* y) {
   }
 }
 
-template <typename Block, bool kFifthBit>
+inline const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
+inline const uint8_t* QhOf(const BlockQ5_K& b) { return b.qh; }
+
+template <typename Block>
 void RowK4Family(const Block* x, int64_t blocks, float* y) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit = _mm256_set1_epi8(1);
   for (int64_t i = 0; i < blocks; ++i) {
     const float d = Half(x[i].d), dmin = Half(x[i].dmin);
-    __m256i qh = _mm256_setzero_si256();
-    if constexpr (kFifthBit) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh));
     for (int chunk = 0; chunk < 4; ++chunk, y += 64) {
-      const __m256i bytes =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * chunk));
-      __m256i lo = _mm256_and_si256(bytes, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-      if constexpr (kFifthBit) {
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * chunk), bit), 4));
-        hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * chunk + 1), bit), 4));
-      }
+      __m256i lo, hi;
+      K4Codes(x[i].qs, QhOf(x[i]), chunk, &lo, &hi);
       uint8_t scale, min;
       ScaleMinK4(2 * chunk, x[i].scales, &scale, &min);
       const float d1 = d * scale, m1 = dmin * min;
@@ -80,25 +65,12 @@ void RowK4Family(const Block* x, int64_t blocks, float* y) {
 }
 
 void RowQ6_K(const BlockQ6_K* x, int64_t blocks, float* y) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
   const __m256i offset = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < blocks; ++i) {
     const float d = Half(x[i].d);
     for (int half = 0; half < 2; ++half, y += 128) {
-      const uint8_t* ql = x[i].ql + 64 * half;
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * half));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
-      };
+      __m256i q[4];
+      Q6KCodes(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
       const int8_t* sc = x[i].scales + 8 * half;
       for (int g = 0; g < 4; ++g) {  // two 16-element sub-blocks: (d·sc)·(code − 32)
         Store32<true, false>(_mm256_sub_epi8(q[g], offset), d * sc[2 * g], d * sc[2 * g + 1], 0.0f,
@@ -120,10 +92,10 @@ bool DequantizeRow(DType dtype, const void* src, int64_t n, float* dst) {
       RowQ4_0(static_cast<const BlockQ4_0*>(src), blocks, dst);
       return true;
     case DType::kQ4_K:
-      RowK4Family<BlockQ4_K, false>(static_cast<const BlockQ4_K*>(src), blocks, dst);
+      RowK4Family<BlockQ4_K>(static_cast<const BlockQ4_K*>(src), blocks, dst);
       return true;
     case DType::kQ5_K:
-      RowK4Family<BlockQ5_K, true>(static_cast<const BlockQ5_K*>(src), blocks, dst);
+      RowK4Family<BlockQ5_K>(static_cast<const BlockQ5_K*>(src), blocks, dst);
       return true;
     case DType::kQ6_K:
       RowQ6_K(static_cast<const BlockQ6_K*>(src), blocks, dst);

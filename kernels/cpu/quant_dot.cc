@@ -147,12 +147,10 @@ float ScalarDotQ6_K(const void* w, const void* act, int64_t cols) {
       const int8_t* qa = a[i].qs + 128 * half;
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        dot += sc[is] * q1 * qa[l] + sc[is + 2] * q2 * qa[l + 32] + sc[is + 4] * q3 * qa[l + 64] +
-               sc[is + 6] * q4 * qa[l + 96];
+        int q[4];
+        Q6KSignedCodes(ql, qh, l, q);
+        dot += sc[is] * q[0] * qa[l] + sc[is + 2] * q[1] * qa[l + 32] +
+               sc[is + 4] * q[2] * qa[l + 64] + sc[is + 6] * q[3] * qa[l + 96];
       }
     }
     sum += a[i].d * F16ToF32(x[i].d) * static_cast<float>(dot);

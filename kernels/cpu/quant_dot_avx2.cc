@@ -5,14 +5,12 @@
 
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant_unpack_avx2.h"
 
 namespace pdserve::kernels::avx2 {
 namespace {
 
 using namespace quant;  // NOLINT: the block formats
-
-// f16 → f32 in one instruction (F16C; exact, like F16ToF32).
-inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -34,13 +32,6 @@ inline __m256i SignedDot(__m256i w, __m256i a) {
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
 }
 
-// 32 nibbles of 16 bytes in element order: low nibbles (elements 0-15), then high (16-31).
-inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
 // Block i's products with its activations, scaled: 8 partial sums.
 template <DType D>
 inline __m256 Block32(const void* w, const ActBlock32* a, int64_t i) {
@@ -48,14 +39,13 @@ inline __m256 Block32(const void* w, const ActBlock32* a, int64_t i) {
   if constexpr (D == DType::kQ8_0) {
     const auto& b = static_cast<const BlockQ8_0*>(w)[i];
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-    return _mm256_mul_ps(_mm256_set1_ps(Half(b.d) * a[i].d),
-                         _mm256_cvtepi32_ps(SignedDot(q, qa)));
+    return _mm256_mul_ps(_mm256_set1_ps(Half(b.d) * a[i].d), _mm256_cvtepi32_ps(SignedDot(q, qa)));
   } else {
     // Unsigned codes 0..15 straight into maddubs; the offset of 8 comes off through the
     // activations' sum: d_w·(d_a·Σ code·qa − 8·d_a·Σ qa), in lane 0.
     const auto& b = static_cast<const BlockQ4_0*>(w)[i];
-    const __m256i products = _mm256_madd_epi16(_mm256_maddubs_epi16(Nibbles32(b.qs), qa),
-                                               _mm256_set1_epi16(1));
+    const __m256i products =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(Nibbles32(b.qs), qa), _mm256_set1_epi16(1));
     const float d = Half(b.d);
     const __m256 scaled = _mm256_mul_ps(_mm256_set1_ps(d * a[i].d), _mm256_cvtepi32_ps(products));
     return _mm256_sub_ps(scaled, _mm256_setr_ps(8.0f * d * a[i].sum, 0, 0, 0, 0, 0, 0, 0));
@@ -77,12 +67,15 @@ float Dot32(const void* w, const void* act, int64_t cols) {
   return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
 
+// Q5_K's fifth bits; Q4_K has none.
+inline const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
+inline const uint8_t* QhOf(const BlockQ5_K& b) { return b.qh; }
+
 // Q4_K / Q5_K: per 64 elements, two sub-blocks from the low and high nibbles of 32 bytes.
-template <typename Block, bool kFifthBit>
+template <typename Block>
 float DotK4Family(const void* w, const void* act, int64_t cols) {
   const auto* x = static_cast<const Block*>(w);
   const auto* a = static_cast<const ActBlockK*>(act);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   float sum = 0.0f;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < cols / kQK_K; ++i) {
@@ -93,20 +86,9 @@ float DotK4Family(const void* w, const void* act, int64_t cols) {
       min_sum += mins[sub] * (a[i].bsums[2 * sub] + a[i].bsums[2 * sub + 1]);
     }
     __m256i sumi = _mm256_setzero_si256();
-    __m256i qh;
-    if constexpr (kFifthBit) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh));
     for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i bytes =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * chunk));
-      __m256i lo = _mm256_and_si256(bytes, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-      if constexpr (kFifthBit) {
-        const __m256i bit = _mm256_set1_epi8(1);
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * chunk), bit), 4));
-        hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * chunk + 1), bit), 4));
-      }
+      __m256i lo, hi;
+      K4Codes(x[i].qs, QhOf(x[i]), chunk, &lo, &hi);
       const __m256i a_lo =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * chunk));
       const __m256i a_hi =
@@ -129,28 +111,14 @@ float DotK4Family(const void* w, const void* act, int64_t cols) {
 float DotQ6_K(const void* w, const void* act, int64_t cols) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* a = static_cast<const ActBlockK*>(act);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i two = _mm256_set1_epi8(0x03);
   float sum = 0.0f;
   for (int64_t i = 0; i < cols / kQK_K; ++i) {
     int offset_sum = 0;
     for (int s = 0; s < 16; ++s) offset_sum += x[i].scales[s] * a[i].bsums[s];
     __m256i sumi = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = x[i].ql + 64 * half;
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * half));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
-      };
+      __m256i q[4];
+      Q6KCodes(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
       const int8_t* sc = x[i].scales + 8 * half;
       for (int g = 0; g < 4; ++g) {
         const __m256i qa =
@@ -175,9 +143,9 @@ QuantDotFn QuantDot(DType dtype) {
     case DType::kQ4_0:
       return Dot32<DType::kQ4_0>;
     case DType::kQ4_K:
-      return DotK4Family<BlockQ4_K, false>;
+      return DotK4Family<BlockQ4_K>;
     case DType::kQ5_K:
-      return DotK4Family<BlockQ5_K, true>;
+      return DotK4Family<BlockQ5_K>;
     case DType::kQ6_K:
       return DotQ6_K;
     default:
