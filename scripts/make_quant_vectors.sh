@@ -4,7 +4,8 @@
 # download them). tests/data/quant_vectors.gguf: a random 1-layer model (dim 256, FFN 512) made by
 # `pdserve make-model`, quantized by llama.cpp's llama-quantize (../shared/peers) to every block
 # format pdserve reads and dequantized back to F32 by llama-quantize; the first rows of
-# blk.0.ffn_gate.weight of each, blocks and ggml's floats, go into one small GGUF
+# blk.0.ffn_gate.weight of each, blocks and ggml's floats, and the unquantized rows go into one
+# small GGUF
 # (tests/data/make_quant_vectors.py). Usage: scripts/make_quant_vectors.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$pdserve" make-model --dim 256 --hidden-dim 512 --layers 1 --heads 4 --kv-heads 2 --vocab 512 \
   --untied --format gguf --dtype f32 --out "$work/f32.gguf" 2>/dev/null
-specs=()
+specs=("source=$work/f32.gguf")
 for type in Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K; do
   ftype=$type
   case $type in Q4_K | Q5_K) ftype=${type}_M ;; esac  # --pure: every tensor in the type

@@ -1,5 +1,5 @@
-// Quantized GGUF tensors: pdserve's dequantization of every block format equals ggml's bit for bit
-// on blocks llama-quantize wrote (tests/data/quant_vectors.gguf, made by
+// Quantized GGUF tensors: pdserve's dequantization of every block format equals ggml's, and its
+// quantization llama-quantize's, bit for bit on tests/data/quant_vectors.gguf (made by
 // scripts/make_quant_vectors.sh with the llama.cpp of ../shared/peers), and the loader refuses
 // quantized tensors whose rows are not whole blocks.
 #include <cstring>
@@ -45,6 +45,32 @@ TEST(QuantizedGgufTest, DequantizationEqualsGgmlBitForBit) {
     ++checked;
   }
   EXPECT_EQ(checked, 8);
+}
+
+TEST(QuantizedGgufTest, QuantizationEqualsLlamaQuantizeBitForBit) {
+  absl::StatusOr<GgufFile> file =
+      GgufFile::Open(absl::StrCat(PDSERVE_SOURCE_DIR, "/tests/data/quant_vectors.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  const GgufTensor* source = file->FindTensor("source.f32");
+  ASSERT_NE(source, nullptr);
+  for (const char* label : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}) {
+    const GgufTensor* blocks = file->FindTensor(absl::StrCat(label, ".blocks"));
+    ASSERT_NE(blocks, nullptr) << label;
+    const Tensor& want = blocks->tensor;
+    ASSERT_EQ(want.cols(), source->tensor.cols());
+    ASSERT_LE(want.rows(), source->tensor.rows());
+    Tensor rows = source->tensor;
+    rows.shape = want.shape;  // the leading rows, as many as llama-quantize's vectors hold
+    const Tensor mine = ConvertTensor(rows, want.dtype);
+    ASSERT_EQ(mine.NumBytes(), want.NumBytes());
+    const size_t block_bytes = BlockBytes(want.dtype);
+    for (size_t b = 0; b < want.NumBytes() / block_bytes; ++b) {
+      ASSERT_EQ(std::memcmp(mine.as<uint8_t>() + b * block_bytes,
+                            want.as<uint8_t>() + b * block_bytes, block_bytes),
+                0)
+          << label << " block " << b << " differs from llama-quantize's";
+    }
+  }
 }
 
 // The vectors file with the row length of q4_k.blocks patched to `cols`, written to a temp file.

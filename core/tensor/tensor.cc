@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "core/tensor/float16.h"
 #include "core/tensor/quant_blocks.h"
+#include "core/tensor/quantize.h"
 
 namespace pdserve {
 namespace {
@@ -106,6 +107,15 @@ Tensor ConvertTensor(const Tensor& tensor, DType dtype) {
     return out;
   }
   const Tensor source = IsQuantized(tensor.dtype) ? ToF32(tensor) : tensor;
+  if (IsQuantized(dtype)) {
+    const int64_t cols = tensor.cols();
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < n / cols; ++r) {
+      RowAsFloat(source, r, row.data());
+      quant::QuantizeRow(dtype, row.data(), cols, bytes + r * RowBytes(dtype, cols));
+    }
+    return out;
+  }
   auto* values = reinterpret_cast<uint16_t*>(bytes);
   for (int64_t i = 0; i < n; ++i) {
     float v = ElementAsFloat(source, i);

@@ -44,9 +44,10 @@ Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape);
 // Converts any tensor to an owned f32 tensor of the same shape (quantized ones dequantized).
 Tensor ToF32(const Tensor& tensor);
 
-// Converts `tensor` to `dtype` (round to nearest even; quantized sources are dequantized first)
-// into memory like CopyTensor's; returns it unchanged when already `dtype`. Requires
-// !IsQuantized(dtype): quantizing is pdserve quantize's business, not a conversion.
+// Converts `tensor` to `dtype` (round to nearest even; quantized sources are dequantized first;
+// quantized targets by quant::QuantizeRow, ggml's reference quantization) into memory like
+// CopyTensor's; returns it unchanged when already `dtype`. A quantized `dtype` requires rows of
+// whole blocks and finite values.
 Tensor ConvertTensor(const Tensor& tensor, DType dtype);
 
 // `tensor` in `dtype` in memory of its own: ConvertTensor, then CopyTensor when the conversion

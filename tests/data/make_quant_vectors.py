@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Makes tests/data/quant_vectors.gguf: for each ggml block format, the first rows of one tensor
 of a llama-quantize'd model ("<type>.blocks", in that format) and ggml's dequantization of the same
-rows ("<type>.ggml", F32, from `llama-quantize --allow-requantize Q.gguf DEQ.gguf F32`). The test
-core/model/quantized_gguf_test.cc requires pdserve's dequantization to equal the latter bit for bit.
+rows ("<type>.ggml", F32, from `llama-quantize --allow-requantize Q.gguf DEQ.gguf F32`); and the
+unquantized rows themselves ("source.f32"). The test core/model/quantized_gguf_test.cc requires
+pdserve's dequantization to equal ggml's, and its quantization llama-quantize's, bit for bit.
 
-Usage: make_quant_vectors.py OUT.gguf TENSOR ROWS32 ROWSK TYPE=Q.gguf:DEQ.gguf ...
+Usage: make_quant_vectors.py OUT.gguf TENSOR ROWS32 ROWSK source=F32.gguf TYPE=Q.gguf:DEQ.gguf ...
 (ROWS32 rows for the 32-element formats, ROWSK for the K-quants; see scripts/make_quant_vectors.sh).
 Standard library only: parses and writes GGUF v3 itself."""
 import struct
@@ -89,6 +90,11 @@ def main():
     tensors = []
     for spec in sys.argv[5:]:
         label, files = spec.split('=')
+        if ':' not in files:  # the unquantized source: as many rows as any format has
+            ggml_type, cols, floats = rows_of(files, name, max(rows32, rows_k))
+            assert ggml_type == 0, f'{files}: {name} is not F32'
+            tensors.append((f'{label}.f32', 0, cols, max(rows32, rows_k), floats))
+            continue
         quantized, dequantized = files.split(':')
         ggml_type, cols, _ = rows_of(quantized, name, 1)
         rows = rows_k if BLOCK[ggml_type][0] == 256 else rows32
