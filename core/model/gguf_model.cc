@@ -275,13 +275,13 @@ uint32_t FileType(DType dtype) {
 }
 
 absl::Status AddConfigMetadata(GgufWriter& out, const ModelConfig& c, const std::string& name,
-                               DType dtype) {
+                               uint32_t file_type) {
   const std::string p = absl::StrCat(kArchitecture, ".");
   auto u32 = [](int v) { return GgufValue::Of(static_cast<uint32_t>(v)); };
   for (auto& [key, value] : std::vector<std::pair<std::string, GgufValue>>{
            {"general.architecture", GgufValue::Of(std::string(kArchitecture))},
            {"general.name", GgufValue::Of(name)},
-           {"general.file_type", GgufValue::Of(FileType(dtype))},
+           {"general.file_type", GgufValue::Of(file_type)},
            {p + "vocab_size", u32(c.vocab_size)},
            {p + "context_length", u32(c.max_seq_len)},
            {p + "embedding_length", u32(c.dim)},
@@ -323,6 +323,14 @@ absl::Status AddVocabularyMetadata(GgufWriter& out, const Vocabulary& vocab) {
   return absl::OkStatus();
 }
 
+bool HasQuantizedTensors(const ModelWeights& w) {
+  bool quantized = IsQuantized(w.token_embedding.dtype) || IsQuantized(w.classifier.dtype);
+  for (const LayerWeights& layer : w.layers) {
+    for (const LayerTensor& t : kLayerTensors) quantized |= IsQuantized((layer.*t.field).dtype);
+  }
+  return quantized;
+}
+
 // `w` is already converted and in the adjacent pairing.
 absl::Status AddWeightTensors(GgufWriter& out, const ModelWeights& w) {
   PDSERVE_RETURN_IF_ERROR(out.AddTensor("token_embd.weight", w.token_embedding));
@@ -352,6 +360,12 @@ absl::StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
 absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights,
                             const Vocabulary& vocab, DType dtype) {
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
+  return WriteTypedGgufModel(path, ConvertWeights(weights, dtype), vocab, FileType(dtype));
+}
+
+absl::Status WriteTypedGgufModel(const std::string& path, const ModelWeights& weights,
+                                 const Vocabulary& vocab, uint32_t file_type) {
+  PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
   if (weights.config.rope_scaling.factor != 0.0f) {
     return absl::InvalidArgumentError(
         "gguf: RoPE scaling is not written (nor read) here; write a Hugging Face directory "
@@ -363,12 +377,17 @@ absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights
                                                    " tokens, the model ",
                                                    weights.config.vocab_size));
   }
-  const ModelWeights w = WithRopePairing(ConvertWeights(weights, dtype), RopePairing::kAdjacent);
+  const ModelWeights w = WithRopePairing(weights, RopePairing::kAdjacent);
   GgufWriter out;
   PDSERVE_RETURN_IF_ERROR(
-      AddConfigMetadata(out, w.config, std::filesystem::path(path).stem().string(), dtype));
+      AddConfigMetadata(out, w.config, std::filesystem::path(path).stem().string(), file_type));
   PDSERVE_RETURN_IF_ERROR(AddVocabularyMetadata(out, vocab));
   PDSERVE_RETURN_IF_ERROR(AddWeightTensors(out, w));
+  if (HasQuantizedTensors(w)) {
+    // ggml's block layouts are version 2 (GGML_QNT_VERSION), as llama-quantize records.
+    PDSERVE_RETURN_IF_ERROR(
+        out.SetMetadata("general.quantization_version", GgufValue::Of(uint32_t{2})));
+  }
   return out.WriteFile(path);
 }
 

@@ -3,10 +3,12 @@
 // tokenizer model), and tensors named token_embd, output_norm, output (absent when tied) and
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up}.
 // Q/K rows use the adjacent RoPE pairing. Loaded weights are memory-mapped, not copied, and keep
-// the file's dtypes (F32, F16 or BF16). Functions are thread-compatible: no shared state.
+// the file's dtypes (F32, F16, BF16 or ggml's block formats). Functions are thread-compatible: no
+// shared state.
 #ifndef PDSERVE_CORE_MODEL_GGUF_MODEL_H_
 #define PDSERVE_CORE_MODEL_GGUF_MODEL_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -36,6 +38,12 @@ absl::StatusOr<GgufModel> LoadGgufModel(const std::string& path);
 // scaled files); Internal on I/O errors.
 absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights,
                             const Vocabulary& vocab, DType dtype);
+
+// WriteGgufModel for weights whose matrices already have the types to store, each its own (f32,
+// f16, bf16 or ggml blocks, e.g. from QuantizeWeights; norms are written as given), with
+// general.file_type = `file_type` (a llama_ftype). Errors as WriteGgufModel's.
+absl::Status WriteTypedGgufModel(const std::string& path, const ModelWeights& weights,
+                                 const Vocabulary& vocab, uint32_t file_type);
 
 }  // namespace pdserve
 
