@@ -92,7 +92,7 @@ std::vector<double> DequantizedActivations(DType dtype, const void* act, int64_t
   return out;
 }
 
-TEST(QuantDotTest, ActivationQuantizationErrorIsHalfAStep) {
+TEST(QuantDotTest, ActivationQuantizationErrorIsAboutHalfAStep) {
   for (DType dtype : {DType::kQ8_0, DType::kQ4_K}) {
     const int64_t cols = 512;
     std::vector<float> x = RandomVector(cols, 7, 3.0f);
@@ -105,8 +105,11 @@ TEST(QuantDotTest, ActivationQuantizationErrorIsHalfAStep) {
       double amax = 0.0;
       for (int64_t c = b * block; c < (b + 1) * block; ++c)
         amax = std::max(amax, std::fabs(double{x[c]}));
+      // Half a step, plus the f16 rounding of the 32-element blocks' scale on codes up to 127.
+      const double scale_error = block == 32 ? amax * 0x1p-11 : 0.0;
       for (int64_t c = b * block; c < (b + 1) * block; ++c) {
-        ASSERT_LE(std::fabs(back[c] - x[c]), amax / 127.0 * 0.5 + 1e-6) << DTypeName(dtype) << c;
+        ASSERT_LE(std::fabs(back[c] - x[c]), amax / 127.0 * 0.5 + scale_error + 1e-6)
+            << DTypeName(dtype) << c;
       }
     }
     if (dtype == DType::kQ4_K) {

@@ -42,6 +42,7 @@ ABSL_FLAG(std::string, out, "", "Output path (file, or directory for safetensors
 ABSL_FLAG(std::string, format, "gguf", "Output format: gguf, safetensors or llama2c");
 ABSL_FLAG(std::string, dtype, "f32", "Output dtype: f32, f16 or bf16");
 ABSL_FLAG(int, shards, 1, "safetensors shards");
+ABSL_FLAG(std::string, type, "", "pdserve quantize: q8_0, q4_0 or q4_k_m");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error, off");
 
 namespace pdserve::cli {

@@ -39,6 +39,7 @@ ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, format);
 ABSL_DECLARE_FLAG(std::string, dtype);
 ABSL_DECLARE_FLAG(int, shards);
+ABSL_DECLARE_FLAG(std::string, type);
 ABSL_DECLARE_FLAG(std::string, log_level);
 
 namespace pdserve::cli {

@@ -12,6 +12,7 @@ absl::Status RunEval();
 absl::Status RunBench();
 absl::Status RunMakeModel();
 absl::Status RunConvert();
+absl::Status RunQuantize();
 absl::Status RunCalibrate();
 absl::Status RunKvStoreCommand();
 absl::Status RunPrefillCommand();

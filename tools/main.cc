@@ -31,6 +31,7 @@ constexpr char kUsage[] =
     "              [--seed S] [--dtype f32|f16|bf16]\n"
     "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards "
     "N]\n"
+    "  quantize    --model PATH [--tokenizer PATH] --out FILE.gguf --type q8_0|q4_0|q4_k_m\n"
     "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
     "              [--decode-workers D] [--monolithic] [--device cpu|cuda] [--listen HOST:PORT]\n"
     "              [--http-listen HOST:PORT]: the whole cluster\n"
@@ -85,6 +86,8 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunMakeModel();
   } else if (command == "convert") {
     status = pdserve::cli::RunConvert();
+  } else if (command == "quantize") {
+    status = pdserve::cli::RunQuantize();
   } else if (command == "calibrate") {
     status = pdserve::cli::RunCalibrate();
   } else if (command == "up") {

@@ -1,10 +1,13 @@
 // pdserve make-model: writes a deterministic random-weight model (a named shape or explicit dims)
 // with a synthetic vocabulary. pdserve convert: rewrites a model in another format or dtype.
+// pdserve quantize: writes a model as a GGUF file in one of llama-quantize's mixtures.
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/model/gguf_model.h"
 #include "core/model/model_writer.h"
+#include "core/model/quant_mixture.h"
 #include "core/model/random_model.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
@@ -69,6 +72,35 @@ absl::Status RunConvert() {
   GetLogger("convert")->info("writing {} {} to {}", ModelFormatName(options.format),
                              DTypeName(options.dtype), out);
   return WriteModel(out, model.weights, model.tokenizer->ExportVocabulary(), options);
+}
+
+absl::Status RunQuantize() {
+  PDSERVE_ASSIGN_OR_RETURN(QuantMixture mixture, ParseQuantMixture(absl::GetFlag(FLAGS_type)));
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return absl::InvalidArgumentError("--out is required");
+  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
+  auto log = GetLogger("quantize");
+  const int n_layers = model.weights.config.n_layers;
+  log->info("quantizing to {} ({} layers)", QuantMixtureName(mixture), n_layers);
+  PDSERVE_ASSIGN_OR_RETURN(QuantizedWeights quantized,
+                           QuantizeWeights(model.weights, mixture, [&](int layer) {
+                             log->info("layer {}/{} done", layer + 1, n_layers);
+                           }));
+  std::string types;
+  for (auto [dtype, count] : quantized.type_counts) {
+    absl::StrAppend(&types, types.empty() ? "" : ", ", count, " ", DTypeName(dtype));
+  }
+  log->info("matrices: {}", types);
+  if (quantized.fallbacks > 0) {
+    log->warn(
+        "{} matrices have rows that are not whole blocks of their type's first choice and "
+        "were stored in a fallback type (as llama-quantize does)",
+        quantized.fallbacks);
+  }
+  PDSERVE_RETURN_IF_ERROR(WriteTypedGgufModel(
+      out, quantized.weights, model.tokenizer->ExportVocabulary(), QuantMixtureFileType(mixture)));
+  log->info("wrote {}", out);
+  return absl::OkStatus();
 }
 
 }  // namespace pdserve::cli

@@ -13,6 +13,9 @@ namespace {
 using namespace quant;  // NOLINT: the block formats
 
 // Scale and codes of one block of `n` activations: d = max|x|/127, q = round(x/d) (0 when all 0).
+// Codes q = round(x·127/amax) (half to even) and the scale: amax/127 rounded to f16 for the
+// 32-element blocks (ggml's Q8_0/Q8_1 store it so), 1/(127/amax) in f32 for the 256-element ones
+// (ggml's Q8_K), so that dot products see the activations llama.cpp's do.
 float QuantizeBlock(const float* x, int n, int8_t* q) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
@@ -20,7 +23,8 @@ float QuantizeBlock(const float* x, int n, int8_t* q) {
     std::memset(q, 0, n);
     return 0.0f;
   }
-  const float d = amax / 127.0f, inverse = 127.0f / amax;
+  const float inverse = 127.0f / amax;
+  const float d = n == kQK_K ? 1.0f / inverse : F16ToF32(F32ToF16(amax / 127.0f));
   for (int i = 0; i < n; ++i) {
     const float r = std::nearbyint(x[i] * inverse);
     // In range, or saturated; NaN (a diverged activation) must not reach the conversion.

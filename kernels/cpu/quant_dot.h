@@ -33,7 +33,8 @@ struct ActBlockK {
 size_t QuantizedActivationBytes(DType dtype, int64_t cols);
 
 // Quantizes x[cols] for weights of `dtype` into `out` (QuantizedActivationBytes bytes): per
-// block d = max|x|/127 and qs = round(x/d). Requires cols % BlockElements(dtype) == 0.
+// block qs = round(x·127/max|x|) (half to even) and d ≈ max|x|/127, as ggml quantizes
+// activations (Q8_0: d rounded to f16; Q8_K: f32). Requires cols % BlockElements(dtype) == 0.
 void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out);
 
 // Σ_c W[c]·x[c] for one weight row `w` of `cols` elements and its quantized activations `act`.
