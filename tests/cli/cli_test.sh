@@ -2,7 +2,8 @@
 # End-to-end checks of the pdserve CLI with real processes and real files:
 #   1. `generate` reproduces llama2.c's greedy text for the five reference prompts, from the
 #      llama2.c checkpoint and from GGUF and Hugging Face copies made by `convert`;
-#   2. `eval` at --ctx 256 gives llama.cpp's perplexity (3.6423) within 0.5%;
+#   2. `eval` at --ctx 256 gives llama.cpp's perplexity (3.6423) within 0.5%, and so on the
+#      files `quantize` writes (Q8_0, Q4_0, Q4_K_M) with llama.cpp's figures for them;
 #   3. `make-model` writes every format and `generate` runs on each;
 #   4. every malformed model file gives exit code 1, nothing on stdout and one clear error line;
 #   5. bad generation requests give exit code 1 and nothing on stdout.
@@ -44,6 +45,28 @@ ppl=$("$PDSERVE" eval --model "$MODEL" --text "$PDSERVE_SHARED_DIR/data/stories2
 python3 -c "import sys; p=$ppl; sys.exit(0 if abs(p-3.6423)/3.6423 <= 0.005 else 1)" ||
   fail "perplexity $ppl is not within 0.5% of llama.cpp's 3.6423"
 echo "perplexity $ppl (llama.cpp: 3.6423)"
+
+# --- 2b. quantized files: perplexity against llama.cpp's on the same files ---------------------
+# llama-perplexity (v0.5.0) on these mixtures of stories260K, which llama-quantize writes byte for
+# byte the same (docs/measurements.md): Q8_0 3.6445, Q4_0 3.9190, Q4_K_M 3.6940.
+for spec in "q8_0 3.6445" "q4_0 3.9190" "q4_k_m 3.6940"; do
+  read -r type want <<< "$spec"
+  "$PDSERVE" quantize --model "$MODEL" --tokenizer "$TOKENIZER" --type "$type" \
+    --out "$WORK/$type.gguf" --log-level warn 2> /dev/null
+  ppl=$("$PDSERVE" eval --model "$WORK/$type.gguf" \
+    --text "$PDSERVE_SHARED_DIR/data/stories260K-eval.txt" --ctx 256 --threads 2 \
+    --log-level warn | tail -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["perplexity"])')
+  python3 -c "import sys; p=$ppl; sys.exit(0 if abs(p-$want)/$want <= 0.005 else 1)" ||
+    fail "$type perplexity $ppl is not within 0.5% of llama.cpp's $want"
+  echo "$type perplexity $ppl (llama.cpp: $want)"
+done
+rc=0
+"$PDSERVE" quantize --model "$MODEL" --tokenizer "$TOKENIZER" --type q2_k --out "$WORK/x.gguf" \
+  > "$WORK/out" 2> "$WORK/err" || rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "expected q8_0, q4_0 or q4_k_m" "$WORK/err"; then
+  fail "quantize --type q2_k: rc=$rc, stderr: $(cat "$WORK/err")"
+fi
 
 # --- 3. make-model in every format ---------------------------------------------------------
 for spec in "gguf f16 tiny.gguf" "safetensors bf16 tiny-hf" "llama2c f32 tiny/model.bin"; do
