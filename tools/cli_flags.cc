@@ -29,7 +29,7 @@ ABSL_FLAG(int, prompt_tokens, 512, "Benchmark prompt length");
 ABSL_FLAG(int, gen_tokens, 128, "Benchmark generated tokens");
 ABSL_FLAG(int, repetitions, 5, "Benchmark repetitions after one warm-up");
 ABSL_FLAG(std::string, shape, "",
-          "Named model shape (stories260K, stories15M, stories42M, stories110M)");
+          "Named model shape (stories260K, stories15M, stories42M, stories110M, llama3.2-1B)");
 ABSL_FLAG(int, dim, 0, "Model width (make-model without --shape)");
 ABSL_FLAG(int, hidden_dim, 0, "FFN width");
 ABSL_FLAG(int, layers, 0, "Layers");

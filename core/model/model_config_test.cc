@@ -8,13 +8,15 @@ namespace pdserve {
 namespace {
 
 TEST(ModelConfigTest, NamedShapesAreValidAndMatchTheirNames) {
-  for (const char* name : {"stories260K", "stories15M", "stories42M", "stories110M"}) {
+  for (const char* name :
+       {"stories260K", "stories15M", "stories42M", "stories110M", "llama3.2-1B"}) {
     auto config = ShapeByName(name);
     ASSERT_TRUE(config.ok()) << name;
     EXPECT_TRUE(config->Validate().ok()) << name;
   }
   EXPECT_NEAR(ShapeByName("stories15M")->NumParameters() / 1e6, 15.2, 0.1);  // 9.2M embedding
   EXPECT_NEAR(ShapeByName("stories110M")->NumParameters() / 1e6, 109.5, 0.1);
+  EXPECT_NEAR(ShapeByName("llama3.2-1B")->NumParameters() / 1e9, 1.236, 0.001);  // as published
   EXPECT_EQ(ShapeByName("stories1B").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -12,8 +12,9 @@
 
 namespace pdserve {
 
-// "stories260K", "stories15M", "stories42M", "stories110M" (vocab 32000 except 260K's 512);
-// InvalidArgument lists the known names otherwise.
+// "stories260K", "stories15M", "stories42M", "stories110M" (vocab 32000 except 260K's 512) and
+// "llama3.2-1B" (dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, rope base
+// 500000, context 4096); InvalidArgument lists the known names otherwise.
 absl::StatusOr<ModelConfig> ShapeByName(const std::string& name);
 
 // f32 weights drawn uniformly from ±1/√fan_in (norms ≈ 1), identical for equal (config, seed).
