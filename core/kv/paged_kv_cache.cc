@@ -1,6 +1,6 @@
 #include "core/kv/paged_kv_cache.h"
 
-#include <cstring>
+#include <sys/mman.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/system_memory.h"
@@ -36,6 +36,10 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
   return cache;
 }
 
+void PagedKvCache::Unmap::operator()(uint8_t* p) const {
+  if (p != nullptr) ::munmap(p, bytes);
+}
+
 PagedKvCache::PagedKvCache(const KvCacheConfig& config)
     : PageAllocator(config.page_size, config.num_pages), config_(config) {
   for (const KvSectionLayout& layout : config.sections) {
@@ -43,8 +47,9 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config)
     total_bytes_ += strides_.back() * config.num_pages;
   }
   if (total_bytes_ > 0) {
-    storage_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, total_bytes_)));
-    if (storage_ != nullptr) std::memset(storage_.get(), 0, total_bytes_);
+    const size_t bytes = static_cast<size_t>(total_bytes_);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) storage_ = {static_cast<uint8_t*>(p), Unmap{bytes}};
   }
   int64_t offset = 0;
   for (int64_t stride : strides_) {

@@ -52,7 +52,13 @@ class PagedKvCache : public PageAllocator {
   std::vector<int64_t> strides_;
   std::vector<uint8_t*> pools_;
   int64_t total_bytes_ = 0;
-  std::unique_ptr<uint8_t, decltype(&std::free)> storage_{nullptr, &std::free};
+  struct Unmap {
+    size_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  // Anonymous pages: they read as zeros and become resident only once written, so a pool sized
+  // for every sequence at full context costs memory only for the pages in use.
+  std::unique_ptr<uint8_t, Unmap> storage_{nullptr, Unmap{0}};
 };
 
 }  // namespace pdserve

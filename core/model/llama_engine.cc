@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/default_init_allocator.h"
 #include "core/base/status_macros.h"
 #include "core/base/system_memory.h"
 #include "core/kv/kv_row_codec.h"
@@ -25,17 +26,18 @@ struct StoreRun {
   int last = 0;
 };
 
-// Activation buffers sized for max_batch_tokens rows.
+// Activation buffers sized for max_batch_tokens rows, uninitialized: each Forward writes the rows
+// it reads, and rows no call has used (most of `logits` outside eval) never become resident.
 struct LlamaEngine::Buffers {
   std::vector<int32_t> tokens;  // [n]
   std::vector<int32_t> positions;
-  std::vector<int32_t> kept_rows;                    // [n]: CompactToLogitRows' source rows
-  std::vector<float> x, xb, qkv, attn, gate_up, hb;  // [n, width]
-  std::vector<float> q_packed;                       // [n, n_heads·head_dim]: ZACK-projected q
-  std::vector<float> swiftkv;                        // [n, swiftkv_kv rows]
-  std::vector<float> logits;                         // [n, vocab]
-  std::vector<float> matmul_workspace;
-  std::vector<float> attention_workspace;
+  std::vector<int32_t> kept_rows;                            // [n]: CompactToLogitRows' source rows
+  UninitializedVector<float> x, xb, qkv, attn, gate_up, hb;  // [n, width]
+  UninitializedVector<float> q_packed;  // [n, n_heads·head_dim]: ZACK-projected q
+  UninitializedVector<float> swiftkv;   // [n, swiftkv_kv rows]
+  UninitializedVector<float> logits;    // [n, vocab]
+  UninitializedVector<float> matmul_workspace;
+  UninitializedVector<float> attention_workspace;
   std::vector<kernels::AttentionSequence> attention, kcache;
   std::vector<StoreRun> store_runs;  // per (segment, page) while storing KV
   std::vector<float> projected;      // [threads, head_dim]: a ZACK-projected key
