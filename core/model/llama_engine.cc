@@ -47,8 +47,7 @@ namespace {
 
 // The weights Forward streams outside attention (the plan holds those), as `format` runs them and
 // in memory of the engine's own (huge pages, see CopyTensor) — the embedding, only gathered from,
-// may stay shared with `source` (often a file mapping), as may quantized matrices read in place.
-// gate/up are copied anyway when stacked.
+// may stay shared with `source` (often a file mapping). gate/up are copied anyway when stacked.
 ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format) {
   ModelWeights run;
   run.config = source.config;

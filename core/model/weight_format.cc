@@ -8,7 +8,11 @@ Tensor WeightFormat::Apply(const Tensor& t) const {
 }
 
 Tensor WeightFormat::ApplyOwned(const Tensor& t) const {
-  if (keep_quantized && IsQuantized(t.dtype)) return t;
+  if (keep_quantized && IsQuantized(t.dtype)) {
+    Tensor copy = CopyTensor(t);
+    ReleaseResidentPages(t);
+    return copy;
+  }
   return ConvertOwned(t, dtype);
 }
 
@@ -20,11 +24,20 @@ int64_t StackedWeights::rows() const {
 
 StackedWeights WeightFormat::Stack(const std::vector<Tensor>& parts) const {
   std::vector<Tensor> applied;
-  for (const Tensor& part : parts) applied.push_back(Apply(part));
-  for (const Tensor& part : applied) {
-    if (part.dtype != applied.front().dtype) return StackedWeights{std::move(applied)};
+  bool mixed = false;
+  for (const Tensor& part : parts) {
+    applied.push_back(Apply(part));
+    mixed |= applied.back().dtype != applied.front().dtype;
   }
-  return StackedWeights{{ConcatRows(applied)}};
+  if (mixed) {  // only kept quantized matrices can differ: each its own part
+    for (Tensor& part : applied) part = ApplyOwned(part);
+    return StackedWeights{std::move(applied)};
+  }
+  StackedWeights stacked{{ConcatRows(applied)}};
+  for (const Tensor& part : applied) {
+    if (IsQuantized(part.dtype)) ReleaseResidentPages(part);  // stored ones, now copied
+  }
+  return stacked;
 }
 
 }  // namespace pdserve

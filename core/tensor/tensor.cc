@@ -1,6 +1,7 @@
 #include "core/tensor/tensor.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -128,6 +129,16 @@ Tensor CopyTensor(const Tensor& tensor) {
   auto [out, data] = NewTensor(tensor.dtype, tensor.shape);
   std::memcpy(data, tensor.data, tensor.NumBytes());
   return out;
+}
+
+void ReleaseResidentPages(const Tensor& tensor) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(tensor.data);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + tensor.NumBytes()) / page * page;
+  if (tensor.data != nullptr && last > first) {
+    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);  // advice only
+  }
 }
 
 Tensor ConcatRows(const std::vector<Tensor>& parts) {

@@ -58,6 +58,11 @@ Tensor ConvertOwned(const Tensor& tensor, DType dtype);
 // pages when large (streaming it then costs fewer TLB misses than a file mapping would).
 Tensor CopyTensor(const Tensor& tensor);
 
+// Advises the kernel that `tensor`'s bytes will not be read again soon (MADV_PAGEOUT on the whole
+// pages inside them): pages of a file mapping leave the resident set and are re-read from the
+// file if touched again. Contents never change. For sources an engine has copied.
+void ReleaseResidentPages(const Tensor& tensor);
+
 // Stacks matrices of one dtype and column count row-wise into one owned [Σ rows, cols] tensor
 // (memory like CopyTensor's).
 // Requires a non-empty list of matching matrices.

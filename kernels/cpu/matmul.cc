@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "kernels/cpu/blas.h"
@@ -39,25 +40,62 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy
   }
 }
 
-// Decode-sized batches of quantized weights: each x row quantized once into `workspace`, then one
-// integer dot product per (weight row, x row).
-void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y,
-                   int64_t ldy, std::span<float> workspace) {
-  const int64_t rows = w.rows(), cols = w.cols();
-  const size_t act_bytes = QuantizedActivationBytes(w.dtype, cols);
-  auto* acts = reinterpret_cast<uint8_t*>(workspace.data());
-  for (int64_t b = 0; b < n; ++b)
-    QuantizeActivations(w.dtype, x + b * cols, cols, acts + b * act_bytes);
-  const QuantDotFn dot = BestQuantDot(w.dtype);
-  const size_t row_bytes = RowBytes(w.dtype, cols);
+constexpr size_t kMaxGemvParts = 8;
+
+// Decode-sized batches of quantized weights, row-stacked `parts` (≤ kMaxGemvParts) of one column
+// count: each x row quantized once per activation format into `workspace`, then one
+// integer dot product per (weight row, x row), all parts' rows in one parallel pass.
+void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor> parts,
+                   float* y, int64_t ldy, std::span<float> workspace) {
+  struct Part {
+    const uint8_t* data;
+    size_t row_bytes;
+    QuantDotFn dot;
+    const uint8_t* acts;
+    size_t act_bytes;
+    int64_t first_row;
+  };
+  const int64_t cols = parts.front().cols();
+  std::array<Part, kMaxGemvParts> table;
+  size_t used = 0;
+  int64_t rows = 0;
+  auto* free_acts = reinterpret_cast<uint8_t*>(workspace.data());
+  for (const Tensor& w : parts) {
+    Part p{static_cast<const uint8_t*>(w.data),
+           RowBytes(w.dtype, cols),
+           BestQuantDot(w.dtype),
+           nullptr,
+           QuantizedActivationBytes(w.dtype, cols),
+           rows};
+    for (size_t i = 0; i < used && p.acts == nullptr; ++i) {
+      if (parts[i].dtype == w.dtype) p.acts = table[i].acts;  // same activation blocks
+    }
+    if (p.acts == nullptr) {
+      for (int64_t b = 0; b < n; ++b) {
+        QuantizeActivations(w.dtype, x + b * cols, cols, free_acts + b * p.act_bytes);
+      }
+      p.acts = free_acts;
+      free_acts += n * p.act_bytes;
+    }
+    table[used++] = p;
+    rows += w.rows();
+  }
   const int64_t chunk =
       std::max<int64_t>(16, rows / (pool.size() * kGemvChunksPerThread) / 16 * 16);
   pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
+    size_t i = 0;
     for (int64_t r = begin; r < end; ++r) {
-      const void* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
-      for (int64_t b = 0; b < n; ++b) y[b * ldy + r] = dot(row, acts + b * act_bytes, cols);
+      while (i + 1 < used && r >= table[i + 1].first_row) ++i;
+      const Part& p = table[i];
+      const uint8_t* row = p.data + (r - p.first_row) * p.row_bytes;
+      for (int64_t b = 0; b < n; ++b) y[b * ldy + r] = p.dot(row, p.acts + b * p.act_bytes, cols);
     }
   });
+}
+
+bool AllQuantized(std::span<const Tensor> parts) {
+  return std::all_of(parts.begin(), parts.end(),
+                     [](const Tensor& t) { return IsQuantized(t.dtype); });
 }
 
 // y[:, rows] = x · W[rows]ᵀ for `rows` consecutive fp32 weight rows starting at `w`.
@@ -109,7 +147,7 @@ namespace {
 void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
                 std::span<float> workspace) {
   if (n < kGemmMinRows && IsQuantized(w.dtype)) {
-    QuantizedGemv(pool, x, n, w, y, ldy, workspace);
+    QuantizedGemv(pool, x, n, std::span<const Tensor>(&w, 1), y, ldy, workspace);
     return;
   }
   if (n < kGemmMinRows) {
@@ -137,6 +175,10 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor>
             std::span<float> workspace) {
   int64_t rows = 0;
   for (const Tensor& part : parts) rows += part.rows();
+  if (n < kGemmMinRows && parts.size() <= kMaxGemvParts && AllQuantized(parts)) {
+    QuantizedGemv(pool, x, n, parts, y, rows, workspace);
+    return;
+  }
   int64_t offset = 0;
   for (const Tensor& part : parts) {
     MatmulInto(pool, x, n, part, y + offset, rows, workspace);
