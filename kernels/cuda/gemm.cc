@@ -1,12 +1,11 @@
 #include "kernels/cuda/gemm.h"
 
-#include <cublas_v2.h>
-
 #include <climits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_buffer.h"
 
@@ -17,17 +16,20 @@ namespace {
 // documentation recommends for Hopper.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
-absl::Status CublasStatus(cublasStatus_t status, const char* call, const char* file, int line) {
+absl::Status CublasStatus(const CublasLibrary& cublas, cublasStatus_t status, const char* call,
+                          const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(call, " failed at ", file, ":", line, ": ",
-                                          cublasGetStatusName(status), " (",
-                                          cublasGetStatusString(status), ")"));
+                                          cublas.status_name(status), " (",
+                                          cublas.status_string(status), ")"));
 }
 
-#define PDSERVE_CUBLAS_RETURN_IF_ERROR(expr)                                                     \
-  do {                                                                                           \
-    const absl::Status pdserve_cublas_status_ = CublasStatus((expr), #expr, __FILE__, __LINE__); \
-    if (!pdserve_cublas_status_.ok()) return pdserve_cublas_status_;                             \
+// `expr` calls a function of the CublasLibrary `cublas` in scope.
+#define PDSERVE_CUBLAS_RETURN_IF_ERROR(expr)                         \
+  do {                                                               \
+    const absl::Status pdserve_cublas_status_ =                      \
+        CublasStatus(cublas, (expr), #expr, __FILE__, __LINE__);     \
+    if (!pdserve_cublas_status_.ok()) return pdserve_cublas_status_; \
   } while (0)
 
 cudaDataType_t CudaType(DType dtype) {
@@ -46,6 +48,7 @@ cudaDataType_t CudaType(DType dtype) {
 }  // namespace
 
 struct Gemm::State {
+  const CublasLibrary* cublas = nullptr;
   cudaStream_t stream = nullptr;
   cublasHandle_t handle = nullptr;
   int64_t max_n = 0;
@@ -54,7 +57,7 @@ struct Gemm::State {
   DeviceBuffer<std::byte> cublas_workspace;
 
   ~State() {
-    if (handle != nullptr) cublasDestroy(handle);  // before the workspace it uses is freed
+    if (handle != nullptr) cublas->destroy(handle);  // before the workspace it uses is freed
   }
 };
 
@@ -67,7 +70,11 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream, int64_t 
     return absl::InvalidArgumentError(
         absl::StrCat("Gemm sizes out of range: max_n ", max_n, ", max_cols ", max_cols));
   }
+  absl::StatusOr<const CublasLibrary*> library = LoadCublas();
+  if (!library.ok()) return library.status();
+  const CublasLibrary& cublas = **library;
   auto state = std::make_unique<State>();
+  state->cublas = &cublas;
   state->stream = stream;
   state->max_n = max_n;
   state->max_cols = max_cols;
@@ -77,11 +84,11 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream, int64_t 
   auto workspace = DeviceBuffer<std::byte>::Allocate(kCublasWorkspaceBytes);
   if (!workspace.ok()) return workspace.status();
   state->cublas_workspace = *std::move(workspace);
-  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&state->handle));
+  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublas.create(&state->handle));
   // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace comes after it.
-  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublasSetStream(state->handle, stream));
-  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(state->handle, state->cublas_workspace.data(),
-                                                    state->cublas_workspace.bytes()));
+  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublas.set_stream(state->handle, stream));
+  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublas.set_workspace(state->handle, state->cublas_workspace.data(),
+                                                      state->cublas_workspace.bytes()));
   return std::unique_ptr<Gemm>(new Gemm(std::move(state)));
 }
 
@@ -90,6 +97,7 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream, int64_t 
 // ldb = cols); ldc = rows.
 absl::Status Gemm::Run(const float* x, int64_t n, const DeviceMatrix& w, float* y) {
   State& s = *state_;
+  const CublasLibrary& cublas = *s.cublas;
   if (n < 0 || n > s.max_n || w.cols <= 0 || w.cols > s.max_cols || w.rows <= 0 ||
       w.rows > INT_MAX || w.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm::Run: n ", n, " of at most ", s.max_n,
@@ -109,9 +117,9 @@ absl::Status Gemm::Run(const float* x, int64_t n, const DeviceMatrix& w, float* 
     compute = CUBLAS_COMPUTE_32F;  // 16-bit inputs on tensor cores, fp32 accumulation
   }
   const cudaDataType_t type = CudaType(w.dtype);
-  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(s.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, batch, k,
-                                              &alpha, w.data, type, k, b, type, k, &beta, y,
-                                              CUDA_R_32F, m, compute, CUBLAS_GEMM_DEFAULT));
+  PDSERVE_CUBLAS_RETURN_IF_ERROR(cublas.gemm_ex(s.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, batch, k,
+                                                &alpha, w.data, type, k, b, type, k, &beta, y,
+                                                CUDA_R_32F, m, compute, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 

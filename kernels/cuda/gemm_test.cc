@@ -4,7 +4,7 @@
 // stories110M projections (768x768, 2048x768, 768x2048) and its 32000x768 classifier. Large
 // shapes are checked on sampled tokens (every output column of each). Also: the activation
 // conversion rounds like the CPU, one Gemm serves several matrices in a row, and Run refuses what
-// Create was not sized for.
+// Create was not sized for. Without a device: cuBLAS is not in the process until it is loaded.
 //
 // Tolerances, with S = Σ_c |x_c · w_c| of the output element (computed in double):
 //   f32:  |Δ| ≤ 2^-17·S + 1e-6 (pedantic fp32 on both sides differs by summation order only;
@@ -24,21 +24,41 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/tensor/float16.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gpu_test.h"
 #include "kernels/matmul.h"
 
 namespace pdserve::kernels::cuda {
 namespace {
+
+bool CublasMapped() {
+  std::ifstream maps("/proc/self/maps");
+  const std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  return text.find("libcublas") != std::string::npos;
+}
+
+// Needs no device: loading the library does not initialize a GPU.
+TEST(CublasLibraryTest, LoadedOnlyWhenAskedFor) {
+  ASSERT_FALSE(CublasMapped()) << "cuBLAS is in the process before anything asked for it";
+  absl::StatusOr<const CublasLibrary*> cublas = LoadCublas();
+  ASSERT_TRUE(cublas.ok()) << cublas.status();
+  EXPECT_TRUE(CublasMapped());
+  EXPECT_NE((*cublas)->gemm_ex, nullptr);
+  EXPECT_EQ(*LoadCublas(), *cublas);  // once per process
+}
 
 constexpr float kSentinel = 12345.0f;
 constexpr size_t kGuardFloats = 37;
