@@ -1,11 +1,15 @@
 #include "core/model/quant_mixture.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/base/thread_pool.h"
 #include "core/tensor/tensor.h"
 
 namespace pdserve {
@@ -87,13 +91,23 @@ class Quantizer {
   Quantizer(QuantMixture mixture, int n_layers, QuantizedWeights& out)
       : mixture_(mixture), n_layers_(n_layers), out_(out) {}
 
-  absl::StatusOr<Tensor> operator()(const Tensor& matrix, MatrixRole role, int layer,
-                                    const std::string& name) {
-    PDSERVE_RETURN_IF_ERROR(CheckFinite(matrix, name));
+  // Not thread-safe: counts the type it picks.
+  DType TypeFor(const Tensor& matrix, MatrixRole role, int layer) {
     const DType first = FirstChoice(mixture_, role, layer, n_layers_, matrix.cols());
     const DType type = Fallback(first, matrix.cols());
     out_.fallbacks += type != first;
     ++out_.type_counts[type];
+    return type;
+  }
+
+  absl::StatusOr<Tensor> operator()(const Tensor& matrix, MatrixRole role, int layer,
+                                    const std::string& name) {
+    return Convert(matrix, TypeFor(matrix, role, layer), name);
+  }
+
+  // Thread-safe.
+  static absl::StatusOr<Tensor> Convert(const Tensor& matrix, DType type, const std::string& name) {
+    PDSERVE_RETURN_IF_ERROR(CheckFinite(matrix, name));
     return ConvertTensor(matrix, type);
   }
 
@@ -167,14 +181,29 @@ absl::StatusOr<QuantizedWeights> QuantizeWeights(const ModelWeights& weights, Qu
         w.classifier, quantize(weights.classifier, MatrixRole::kClassifier, 0, "output.weight"));
   }
   w.final_norm = ToF32(weights.final_norm);
+  // A layer's matrices quantize in parallel, one per thread at a time.
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  constexpr size_t kMatrices = std::size(kLayerMatrices);
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& layer = w.layers[l];
     layer.attn_norm = ToF32(layer.attn_norm);
     layer.ffn_norm = ToF32(layer.ffn_norm);
-    for (const MatrixSlot& m : kLayerMatrices) {
-      PDSERVE_ASSIGN_OR_RETURN(layer.*m.field,
-                               quantize(weights.layers[l].*m.field, m.role, l,
-                                        absl::StrCat("blk.", l, ".", m.name, ".weight")));
+    std::array<DType, kMatrices> types;
+    for (size_t i = 0; i < kMatrices; ++i) {
+      types[i] =
+          quantize.TypeFor(weights.layers[l].*kLayerMatrices[i].field, kLayerMatrices[i].role, l);
+    }
+    std::array<absl::StatusOr<Tensor>, kMatrices> results;
+    pool.ParallelForDynamic(kMatrices, 1, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) {
+        const MatrixSlot& m = kLayerMatrices[i];
+        results[i] = Quantizer::Convert(weights.layers[l].*m.field, types[i],
+                                        absl::StrCat("blk.", l, ".", m.name, ".weight"));
+      }
+    });
+    for (size_t i = 0; i < kMatrices; ++i) {
+      if (!results[i].ok()) return results[i].status();
+      layer.*kLayerMatrices[i].field = *std::move(results[i]);
     }
     if (on_layer) on_layer(l);
   }
