@@ -7,7 +7,7 @@
 #include "core/base/status_macros.h"
 #include "core/model/create_engine.h"
 #include "core/model/generator.h"
-#include "core/model/text_stream.h"
+#include "core/tokenizer/text_stream.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/profile_flags.h"

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/model/model_weights.h"
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 #include "core/tensor/dtype.h"
 
 namespace pdserve {

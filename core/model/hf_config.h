@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/model/json_fields.h"
 #include "core/model/model_config.h"
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 #include "core/tensor/dtype.h"
 
 namespace pdserve {

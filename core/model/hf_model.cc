@@ -16,8 +16,8 @@
 #include "core/model/hf_config.h"
 #include "core/model/json_fields.h"
 #include "core/model/safetensors.h"
-#include "core/model/sentencepiece_model_writer.h"
-#include "core/model/sentencepiece_tokenizer.h"
+#include "core/tokenizer/sentencepiece_model_writer.h"
+#include "core/tokenizer/sentencepiece_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
-#include "core/model/sentencepiece_tokenizer.h"
+#include "core/tokenizer/sentencepiece_tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -10,9 +10,9 @@
 #include "core/model/gguf_model.h"
 #include "core/model/hf_model.h"
 #include "core/model/llama2c_checkpoint.h"
-#include "core/model/llama2c_tokenizer.h"
-#include "core/model/merge_tokenizer.h"
-#include "core/model/sentencepiece_tokenizer.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
+#include "core/tokenizer/merge_tokenizer.h"
+#include "core/tokenizer/sentencepiece_tokenizer.h"
 
 namespace pdserve {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/model_weights.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pdserve {
 

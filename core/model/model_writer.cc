@@ -7,7 +7,7 @@
 #include "core/model/gguf_model.h"
 #include "core/model/hf_model.h"
 #include "core/model/llama2c_checkpoint.h"
-#include "core/model/llama2c_tokenizer.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
 
 namespace pdserve {
 

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "core/model/model_loader.h"
 #include "core/model/model_weights.h"
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 

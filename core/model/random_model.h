@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/model_weights.h"
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 

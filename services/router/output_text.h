@@ -1,5 +1,5 @@
 // OutputText: the text side of one generated stream. Turns token ids into text deltas that never
-// split a UTF-8 character (core/model/text_stream.h) and matches stop strings on the accumulated
+// split a UTF-8 character (core/tokenizer/text_stream.h) and matches stop strings on the accumulated
 // text. Text that could still become the start of a stop string is held back until it cannot, so
 // a matched stop string (and anything after it) is never sent. No gRPC types; not thread-safe:
 // one per request.
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/model/text_stream.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/text_stream.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pdserve {
 

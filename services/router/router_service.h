@@ -25,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "pdserve/v1/decode.grpc.pb.h"
 #include "pdserve/v1/prefill.grpc.pb.h"
 #include "pdserve/v1/router.grpc.pb.h"

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pdserve {
 

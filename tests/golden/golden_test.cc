@@ -8,7 +8,7 @@
 #include "core/model/llama_engine.h"
 #include "core/model/model_loader.h"
 #include "core/model/model_writer.h"
-#include "core/model/text_stream.h"
+#include "core/tokenizer/text_stream.h"
 #include "gtest/gtest.h"
 #include "tests/golden/reference_file.h"
 

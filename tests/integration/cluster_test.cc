@@ -37,7 +37,7 @@
 #include "core/model/generator.h"
 #include "core/model/llama_engine.h"
 #include "core/model/model_loader.h"
-#include "core/model/text_stream.h"
+#include "core/tokenizer/text_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

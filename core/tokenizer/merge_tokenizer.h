@@ -3,15 +3,15 @@
 // code points (unknown ones fall back to byte tokens), then repeatedly merge the adjacent pair
 // whose concatenation is a piece with the highest score, the leftmost pair on ties. O(n log n).
 // Immutable after construction; thread-safe.
-#ifndef PDSERVE_CORE_MODEL_MERGE_TOKENIZER_H_
-#define PDSERVE_CORE_MODEL_MERGE_TOKENIZER_H_
+#ifndef PDSERVE_CORE_TOKENIZER_MERGE_TOKENIZER_H_
+#define PDSERVE_CORE_TOKENIZER_MERGE_TOKENIZER_H_
 
 #include <memory>
 #include <string>
 #include <unordered_map>
 
 #include "absl/status/statusor.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pdserve {
 
@@ -38,4 +38,4 @@ class MergeTokenizer : public Tokenizer {
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_MERGE_TOKENIZER_H_
+#endif  // PDSERVE_CORE_TOKENIZER_MERGE_TOKENIZER_H_

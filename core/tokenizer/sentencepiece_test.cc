@@ -1,10 +1,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/model/llama2c_tokenizer.h"
-#include "core/model/merge_tokenizer.h"
-#include "core/model/sentencepiece_model_writer.h"
-#include "core/model/sentencepiece_tokenizer.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
+#include "core/tokenizer/merge_tokenizer.h"
+#include "core/tokenizer/sentencepiece_model_writer.h"
+#include "core/tokenizer/sentencepiece_tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"

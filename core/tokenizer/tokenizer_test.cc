@@ -2,9 +2,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/model/llama2c_tokenizer.h"
-#include "core/model/merge_tokenizer.h"
-#include "core/model/text_stream.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
+#include "core/tokenizer/merge_tokenizer.h"
+#include "core/tokenizer/text_stream.h"
 #include "gtest/gtest.h"
 #include "tests/golden/reference_file.h"
 

@@ -1,4 +1,4 @@
-#include "core/model/llama2c_tokenizer.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "core/base/byte_reader.h"
 #include "core/base/mapped_file.h"
 #include "core/base/status_macros.h"
-#include "core/model/merge_tokenizer.h"
+#include "core/tokenizer/merge_tokenizer.h"
 
 namespace pdserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/model/merge_tokenizer.h"
+#include "core/tokenizer/merge_tokenizer.h"
 
 #include <queue>
 

@@ -1,4 +1,4 @@
-#include "core/model/sentencepiece_model_writer.h"
+#include "core/tokenizer/sentencepiece_model_writer.h"
 
 #include <algorithm>
 #include <cstdint>

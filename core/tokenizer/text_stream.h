@@ -1,12 +1,12 @@
 // TextStream: turns a stream of token ids into text deltas that are always whole UTF-8. A code
 // point whose bytes arrive in several byte tokens is held back until complete; bytes that can never
 // form valid UTF-8 are emitted as U+FFFD. Not thread-safe: one per output stream.
-#ifndef PDSERVE_CORE_MODEL_TEXT_STREAM_H_
-#define PDSERVE_CORE_MODEL_TEXT_STREAM_H_
+#ifndef PDSERVE_CORE_TOKENIZER_TEXT_STREAM_H_
+#define PDSERVE_CORE_TOKENIZER_TEXT_STREAM_H_
 
 #include <string>
 
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pdserve {
 
@@ -35,4 +35,4 @@ void TakeCompleteUtf8(std::string& bytes, std::string& out);
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_TEXT_STREAM_H_
+#endif  // PDSERVE_CORE_TOKENIZER_TEXT_STREAM_H_

@@ -6,14 +6,14 @@
 // control/unknown/unused tokens nothing, "▁" is a space and the leading space after BOS is
 // dropped). The tokenizer owns its processor; immutable after loading and safe to use from many
 // threads.
-#ifndef PDSERVE_CORE_MODEL_SENTENCEPIECE_TOKENIZER_H_
-#define PDSERVE_CORE_MODEL_SENTENCEPIECE_TOKENIZER_H_
+#ifndef PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_TOKENIZER_H_
+#define PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_TOKENIZER_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pdserve {
 
@@ -29,4 +29,4 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std:
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_SENTENCEPIECE_TOKENIZER_H_
+#endif  // PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_TOKENIZER_H_

@@ -1,8 +1,8 @@
 // Vocabulary: the token table shared by the SentencePiece-style tokenizers (llama2.c tokenizer.bin,
 // GGUF "llama" vocabularies, SentencePiece BPE models). Pieces hold raw bytes with a plain space
 // where SentencePiece writes U+2581 ("▁"). A plain value type.
-#ifndef PDSERVE_CORE_MODEL_VOCABULARY_H_
-#define PDSERVE_CORE_MODEL_VOCABULARY_H_
+#ifndef PDSERVE_CORE_TOKENIZER_VOCABULARY_H_
+#define PDSERVE_CORE_TOKENIZER_VOCABULARY_H_
 
 #include <cstdint>
 #include <string>
@@ -48,4 +48,4 @@ std::string MetaspaceToSpace(std::string_view piece);
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_VOCABULARY_H_
+#endif  // PDSERVE_CORE_TOKENIZER_VOCABULARY_H_

@@ -3,12 +3,12 @@
 // that libsentencepiece tokenizes exactly like MergeTokenizer over the same vocabulary (valid
 // UTF-8 input). The protobuf wire format is written by hand; no protobuf dependency.
 // A pure function; thread-safe.
-#ifndef PDSERVE_CORE_MODEL_SENTENCEPIECE_MODEL_WRITER_H_
-#define PDSERVE_CORE_MODEL_SENTENCEPIECE_MODEL_WRITER_H_
+#ifndef PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_MODEL_WRITER_H_
+#define PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_MODEL_WRITER_H_
 
 #include <string>
 
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 
@@ -22,4 +22,4 @@ std::string EncodeSentencePieceModel(const Vocabulary& vocab);
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_SENTENCEPIECE_MODEL_WRITER_H_
+#endif  // PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_MODEL_WRITER_H_

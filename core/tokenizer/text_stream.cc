@@ -1,4 +1,4 @@
-#include "core/model/text_stream.h"
+#include "core/tokenizer/text_stream.h"
 
 namespace pdserve {
 namespace {

@@ -1,12 +1,12 @@
 // The C ABI of pdserve_spm_shim, a shared module that wraps libsentencepiece.
 //
 // Debian's libsentencepiece.so.0 exports its builtin copy of protobuf-lite 3.14, which collides
-// with the libprotobuf 3.21 the gRPC services link. core/model/sentencepiece_tokenizer.cc
+// with the libprotobuf 3.21 the gRPC services link. core/tokenizer/sentencepiece_tokenizer.cc
 // therefore loads this module with dlmopen(LM_ID_NEWLM), in a link namespace of its own (with its
 // own libc and libstdc++), and reaches it only through these functions: only C types cross, no
 // exception escapes, and memory the module allocates is freed by the module.
-#ifndef PDSERVE_CORE_MODEL_SENTENCEPIECE_SHIM_SPM_SHIM_H_
-#define PDSERVE_CORE_MODEL_SENTENCEPIECE_SHIM_SPM_SHIM_H_
+#ifndef PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_SHIM_SPM_SHIM_H_
+#define PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_SHIM_SPM_SHIM_H_
 
 #include <stddef.h>
 
@@ -53,4 +53,4 @@ void pdserve_spm_free_ids(int* ids);
 }  // extern "C"
 #endif
 
-#endif  // PDSERVE_CORE_MODEL_SENTENCEPIECE_SHIM_SPM_SHIM_H_
+#endif  // PDSERVE_CORE_TOKENIZER_SENTENCEPIECE_SHIM_SPM_SHIM_H_

@@ -1,15 +1,15 @@
 // llama2.c's tokenizer.bin: int32 max_token_length, then per token a float32 merge score, an int32
 // byte length and the piece bytes (spaces as ' ', bytes as "<0xNN>", BOS/EOS as "\n<s>\n" and
 // "\n</s>\n"). Loaded into a Vocabulary (ids 0/1/2 = unk/bos/eos) for MergeTokenizer.
-#ifndef PDSERVE_CORE_MODEL_LLAMA2C_TOKENIZER_H_
-#define PDSERVE_CORE_MODEL_LLAMA2C_TOKENIZER_H_
+#ifndef PDSERVE_CORE_TOKENIZER_LLAMA2C_TOKENIZER_H_
+#define PDSERVE_CORE_TOKENIZER_LLAMA2C_TOKENIZER_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/model/tokenizer.h"
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 
@@ -26,4 +26,4 @@ absl::Status WriteLlama2cTokenizer(const std::string& path, const Vocabulary& vo
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_LLAMA2C_TOKENIZER_H_
+#endif  // PDSERVE_CORE_TOKENIZER_LLAMA2C_TOKENIZER_H_

@@ -1,4 +1,4 @@
-#include "core/model/sentencepiece_tokenizer.h"
+#include "core/tokenizer/sentencepiece_tokenizer.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/mapped_file.h"
 #include "core/base/status_macros.h"
-#include "core/model/sentencepiece_shim/spm_shim.h"
+#include "core/tokenizer/sentencepiece_shim/spm_shim.h"
 
 namespace pdserve {
 namespace {

@@ -1,7 +1,7 @@
 // pdserve_spm_shim: the C ABI of spm_shim.h over libsentencepiece. Built as a shared module
 // without sanitizers (its link namespace has no sanitizer runtime) and loaded with dlmopen by
-// core/model/sentencepiece_tokenizer.cc. Nothing here may throw across the ABI.
-#include "core/model/sentencepiece_shim/spm_shim.h"
+// core/tokenizer/sentencepiece_tokenizer.cc. Nothing here may throw across the ABI.
+#include "core/tokenizer/sentencepiece_shim/spm_shim.h"
 
 #include <sentencepiece_processor.h>
 

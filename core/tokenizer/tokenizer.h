@@ -1,14 +1,14 @@
 // Tokenizer: text ↔ token ids for one model. Implementations: MergeTokenizer (llama2.c
 // tokenizer.bin and GGUF vocabularies) and SentencePieceTokenizer (tokenizer.model files).
 // Immutable after construction; safe to use from many threads.
-#ifndef PDSERVE_CORE_MODEL_TOKENIZER_H_
-#define PDSERVE_CORE_MODEL_TOKENIZER_H_
+#ifndef PDSERVE_CORE_TOKENIZER_TOKENIZER_H_
+#define PDSERVE_CORE_TOKENIZER_TOKENIZER_H_
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "core/model/vocabulary.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 
@@ -38,4 +38,4 @@ class Tokenizer {
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_TOKENIZER_H_
+#endif  // PDSERVE_CORE_TOKENIZER_TOKENIZER_H_
