@@ -1,0 +1,24 @@
+// The vocabulary of a GGUF file (tokenizer.ggml.*), read and written as llama.cpp does: model
+// "llama" (SentencePiece-style: tokens with U+2581 for spaces, scores, token types).
+#ifndef PDSERVE_CORE_MODEL_GGUF_VOCABULARY_H_
+#define PDSERVE_CORE_MODEL_GGUF_VOCABULARY_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/model/gguf_file.h"
+#include "core/model/gguf_writer.h"
+#include "core/tokenizer/vocabulary.h"
+
+namespace pdserve {
+
+// InvalidArgument naming the file for another tokenizer model, a missing or ill-typed key, a
+// per-token array of the wrong length or a vocabulary that fails Validate. Special ids default
+// to 1/2/0 as in llama.cpp.
+absl::StatusOr<Vocabulary> ReadGgufVocabulary(const GgufFile& file);
+
+// Sets the tokenizer.ggml.* metadata of `vocab` on `out`.
+absl::Status AddGgufVocabulary(GgufWriter& out, const Vocabulary& vocab);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_MODEL_GGUF_VOCABULARY_H_
