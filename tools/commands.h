@@ -13,6 +13,7 @@ absl::Status RunBench();
 absl::Status RunMakeModel();
 absl::Status RunConvert();
 absl::Status RunQuantize();
+absl::Status RunTokenize();
 absl::Status RunCalibrate();
 absl::Status RunKvStoreCommand();
 absl::Status RunPrefillCommand();

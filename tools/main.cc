@@ -32,6 +32,8 @@ constexpr char kUsage[] =
     "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards "
     "N]\n"
     "  quantize    --model PATH [--tokenizer PATH] --out FILE.gguf --type q8_0|q4_0|q4_k_m\n"
+    "  tokenize    (--model PATH [--tokenizer PATH] | --tokenizer FILE)\n"
+    "              (--prompt TEXT | --file F | --json-inputs F.json) [--no-bos]: ids, a line each\n"
     "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
     "              [--decode-workers D] [--monolithic] [--device cpu|cuda] [--listen HOST:PORT]\n"
     "              [--http-listen HOST:PORT]: the whole cluster\n"
@@ -88,6 +90,8 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunConvert();
   } else if (command == "quantize") {
     status = pdserve::cli::RunQuantize();
+  } else if (command == "tokenize") {
+    status = pdserve::cli::RunTokenize();
   } else if (command == "calibrate") {
     status = pdserve::cli::RunCalibrate();
   } else if (command == "up") {

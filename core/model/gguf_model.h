@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/model/model_weights.h"
-#include "core/tokenizer/vocabulary.h"
 #include "core/tensor/dtype.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 

@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "core/model/json_fields.h"
 #include "core/model/model_config.h"
-#include "core/tokenizer/vocabulary.h"
 #include "core/tensor/dtype.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 

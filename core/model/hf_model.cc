@@ -27,6 +27,7 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kTokenizerModelFile = "tokenizer.model";
+constexpr const char* kTokenizerJsonFile = "tokenizer.json";
 constexpr const char* kLayerPrefix = "model.layers.";
 constexpr const char* kSwiftKvNorm = "model.norm_swiftkv.weight";
 constexpr const char* kSwiftKvQ = "self_attn.q_proj_swiftkv.weight";
@@ -337,6 +338,11 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
 
 absl::Status WriteTokenizerFiles(const std::string& dir, const ModelConfig& c,
                                  const Vocabulary& vocab) {
+  if (vocab.model != TokenizerModel::kSentencePiece) {
+    return absl::InvalidArgumentError(
+        "writing a byte-level BPE vocabulary as a Hugging Face tokenizer.json is not supported; "
+        "write GGUF (--format gguf)");
+  }
   const std::string model_path = JoinPath(dir, kTokenizerModelFile);
   PDSERVE_RETURN_IF_ERROR(WriteFile(model_path, EncodeSentencePieceModel(vocab)));
   if (absl::StatusOr<std::unique_ptr<Tokenizer>> check = LoadSentencePieceTokenizer(model_path);
@@ -361,8 +367,12 @@ absl::StatusOr<HfModel> LoadHfModel(const std::string& dir) {
   TensorTable table(std::move(tensors), dir);
   HfModel model;
   PDSERVE_ASSIGN_OR_RETURN(model.weights, AssembleWeights(config, table));
-  const std::string tokenizer_path = JoinPath(dir, kTokenizerModelFile);
-  if (FileExists(tokenizer_path)) model.tokenizer_model_path = tokenizer_path;
+  for (const char* name : {kTokenizerJsonFile, kTokenizerModelFile}) {
+    const std::string tokenizer_path = JoinPath(dir, name);
+    if (model.tokenizer_model_path.empty() && FileExists(tokenizer_path)) {
+      model.tokenizer_model_path = tokenizer_path;
+    }
+  }
   return model;
 }
 

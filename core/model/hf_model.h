@@ -1,8 +1,8 @@
 // Hugging Face Llama checkpoints: a directory with config.json (transformers' LlamaConfig),
 // model.safetensors or model-0000i-of-0000n.safetensors shards with model.safetensors.index.json,
-// and optionally tokenizer.model (SentencePiece). Weights load zero-copy from the mapped shards
-// (norms are converted to f32) and keep the file's split-half RoPE pairing of the q/k rows
-// (config.rope_pairing = kSplitHalf). Tensor names map as
+// and optionally tokenizer.json (byte-level BPE) or tokenizer.model (SentencePiece). Weights load
+// zero-copy from the mapped shards (norms are converted to f32) and keep the file's split-half RoPE
+// pairing of the q/k rows (config.rope_pairing = kSplitHalf). Tensor names map as
 //   model.embed_tokens.weight                    token_embedding
 //   model.layers.N.self_attn.{q,k,v,o}_proj.weight   wq wk wv wo
 //   model.layers.N.mlp.{gate,down,up}_proj.weight    w1 w2 w3
@@ -24,14 +24,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/model/model_weights.h"
-#include "core/tokenizer/vocabulary.h"
 #include "core/tensor/dtype.h"
+#include "core/tokenizer/vocabulary.h"
 
 namespace pdserve {
 
 struct HfModel {
   ModelWeights weights;
-  std::string tokenizer_model_path;  // dir/tokenizer.model when present, else ""
+  std::string tokenizer_model_path;  // dir/tokenizer.json, else dir/tokenizer.model, else ""
 };
 
 // Loads the checkpoint in `dir`. NotFound when config.json (or both model.safetensors and its

@@ -7,11 +7,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/model/gguf_file.h"
 #include "core/model/gguf_model.h"
+#include "core/model/gguf_vocabulary.h"
 #include "core/model/hf_model.h"
 #include "core/model/llama2c_checkpoint.h"
+#include "core/tokenizer/create_tokenizer.h"
+#include "core/tokenizer/hf_tokenizer_json.h"
 #include "core/tokenizer/llama2c_tokenizer.h"
-#include "core/tokenizer/merge_tokenizer.h"
 #include "core/tokenizer/sentencepiece_tokenizer.h"
 
 namespace pdserve {
@@ -32,10 +35,11 @@ std::string FindLlama2cTokenizer(const std::string& model_path, int vocab_size) 
 
 absl::Status CheckVocabSize(const Tokenizer& tokenizer, const ModelConfig& config,
                             const std::string& source) {
-  if (tokenizer.vocab_size() != config.vocab_size) {
+  // A model's embedding may have more rows than its tokenizer has tokens (Qwen pads to 151936).
+  if (tokenizer.vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer ", source, " has ", tokenizer.vocab_size(),
-                     " tokens but the model's vocabulary has ", config.vocab_size));
+                     " tokens but the model's vocabulary has only ", config.vocab_size));
   }
   return absl::OkStatus();
 }
@@ -76,6 +80,15 @@ absl::StatusOr<ModelFormat> DetectModelFormat(const std::string& path) {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path,
                                                              int expected_vocab_size) {
   if (absl::EndsWith(path, ".model")) return LoadSentencePieceTokenizer(path);
+  if (absl::EndsWith(path, ".json")) {
+    PDSERVE_ASSIGN_OR_RETURN(Vocabulary vocab, ReadHfTokenizerJson(path));
+    return CreateTokenizer(std::move(vocab));
+  }
+  if (absl::EndsWith(path, ".gguf")) {
+    PDSERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+    PDSERVE_ASSIGN_OR_RETURN(Vocabulary vocab, ReadGgufVocabulary(file));
+    return CreateTokenizer(std::move(vocab));
+  }
   return LoadLlama2cTokenizer(path, expected_vocab_size);
 }
 
@@ -118,8 +131,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const std::string
       PDSERVE_ASSIGN_OR_RETURN(GgufModel gguf, LoadGgufModel(path));
       model.weights = std::move(gguf.weights);
       if (vocabulary_source.empty()) {
-        PDSERVE_ASSIGN_OR_RETURN(model.tokenizer,
-                                 MergeTokenizer::Create(std::move(gguf.vocabulary)));
+        PDSERVE_ASSIGN_OR_RETURN(model.tokenizer, CreateTokenizer(std::move(gguf.vocabulary)));
         vocabulary_source = path;
       }
       break;
@@ -129,8 +141,8 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const std::string
       model.weights = std::move(hf.weights);
       if (vocabulary_source.empty()) vocabulary_source = hf.tokenizer_model_path;
       if (vocabulary_source.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("'", path, "' has no tokenizer.model: pass --tokenizer"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", path, "' has no tokenizer.json or tokenizer.model: pass --tokenizer"));
       }
       break;
     }

@@ -72,6 +72,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::strin
 
 absl::Status WriteLlama2cTokenizer(const std::string& path, const Vocabulary& vocab) {
   PDSERVE_RETURN_IF_ERROR(vocab.Validate());
+  if (vocab.model != TokenizerModel::kSentencePiece) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path,
+        "': a byte-level BPE vocabulary has no llama2.c tokenizer.bin form (no merges)"));
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
   int32_t max_len = 1;

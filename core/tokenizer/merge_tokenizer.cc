@@ -39,6 +39,9 @@ absl::StatusOr<std::unique_ptr<MergeTokenizer>> MergeTokenizer::Create(Vocabular
   if (absl::Status s = vocabulary.Validate(); !s.ok()) {
     return s;
   }
+  if (vocabulary.model != TokenizerModel::kSentencePiece) {
+    return absl::InvalidArgumentError("MergeTokenizer needs a SentencePiece-style vocabulary");
+  }
   return std::unique_ptr<MergeTokenizer>(new MergeTokenizer(std::move(vocabulary)));
 }
 

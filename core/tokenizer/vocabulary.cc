@@ -39,7 +39,8 @@ absl::Status Vocabulary::Validate() const {
   if (pieces.empty()) {
     return absl::InvalidArgumentError("vocabulary is empty");
   }
-  if (scores.size() != pieces.size() || types.size() != pieces.size()) {
+  const size_t want_scores = model == TokenizerModel::kSentencePiece ? pieces.size() : 0;
+  if (scores.size() != want_scores || types.size() != pieces.size()) {
     return absl::InvalidArgumentError(absl::StrCat("vocabulary has ", pieces.size(), " pieces, ",
                                                    scores.size(), " scores and ", types.size(),
                                                    " token types"));
