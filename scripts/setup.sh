@@ -14,7 +14,7 @@ PACKAGES=(
   libopenblas-pthread-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   python3
-  python3-yaml
+  python3-yaml python3-jinja2
   prometheus gnuplot-nox
 )
 

@@ -34,6 +34,7 @@ constexpr char kUsage[] =
     "  quantize    --model PATH [--tokenizer PATH] --out FILE.gguf --type q8_0|q4_0|q4_k_m\n"
     "  tokenize    (--model PATH [--tokenizer PATH] | --tokenizer FILE)\n"
     "              (--prompt TEXT | --file F | --json-inputs F.json) [--no-bos]: ids, a line each\n"
+    "              | --chat CONVERSATION.json: the prompt the model's chat template renders\n"
     "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
     "              [--decode-workers D] [--monolithic] [--device cpu|cuda] [--listen HOST:PORT]\n"
     "              [--http-listen HOST:PORT]: the whole cluster\n"

@@ -685,8 +685,8 @@ TEST_F(GgufTest, RejectsInconsistentModels) {
   ExpectLoadError(dst, "not divisible by n_heads 3");
   set("llama.rope.dimension_count", GgufValue::Of<uint32_t>(2));
   ExpectLoadError(dst, "partial rotary");
-  set("tokenizer.ggml.model", GgufValue::Of(std::string("gpt2")));
-  ExpectLoadError(dst, "tokenizer.ggml.model is 'gpt2'");
+  set("tokenizer.ggml.model", GgufValue::Of(std::string("bert")));
+  ExpectLoadError(dst, "tokenizer.ggml.model is 'bert'");
   set("tokenizer.ggml.token_type", GgufValue::ArrayOf(std::vector<int32_t>(300, 9)));
   ExpectLoadError(dst, "token 0 has token type 9");
   set("tokenizer.ggml.scores", GgufValue::ArrayOf(std::vector<float>(299, 0.0f)));

@@ -142,6 +142,9 @@ absl::StatusOr<Vocabulary> ReadGgufVocabulary(const GgufFile& file) {
   if (file.FindValue("tokenizer.ggml.add_bos_token") != nullptr) {
     PDSERVE_ASSIGN_OR_RETURN(vocab.add_bos, file.GetBool("tokenizer.ggml.add_bos_token"));
   }
+  if (file.FindValue("tokenizer.chat_template") != nullptr) {
+    PDSERVE_ASSIGN_OR_RETURN(vocab.chat_template, file.GetString("tokenizer.chat_template"));
+  }
   if (absl::Status s = vocab.Validate(); !s.ok()) return file.Error(s.message());
   return vocab;
 }
@@ -187,6 +190,9 @@ absl::Status AddGgufVocabulary(GgufWriter& out, const Vocabulary& vocab) {
   keys.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::Of(vocab.add_bos));
   if (!bpe) {
     keys.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::Of(vocab.add_dummy_prefix));
+  }
+  if (!vocab.chat_template.empty()) {
+    keys.emplace_back("tokenizer.chat_template", GgufValue::Of(vocab.chat_template));
   }
   for (auto& [key, value] : keys) {
     PDSERVE_RETURN_IF_ERROR(out.SetMetadata(std::move(key), std::move(value)));

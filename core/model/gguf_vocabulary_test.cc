@@ -75,6 +75,7 @@ TEST(GgufVocabularyTest, ByteLevelBpeRoundTrips) {
   vocab->pre_tokenizer = PreTokenizer::kLlama3;  // to see it written
   vocab->add_bos = true;
   vocab->types[50256] = TokenType::kControl;
+  vocab->chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
   GgufWriter writer;
   ASSERT_TRUE(writer.SetMetadata("general.architecture", GgufValue::Of(std::string("llama"))).ok());
   ASSERT_TRUE(AddGgufVocabulary(writer, *vocab).ok());
@@ -90,6 +91,7 @@ TEST(GgufVocabularyTest, ByteLevelBpeRoundTrips) {
   EXPECT_EQ(back->bos_id, vocab->bos_id);
   EXPECT_EQ(back->eos_id, vocab->eos_id);
   EXPECT_TRUE(back->add_bos);
+  EXPECT_EQ(back->chat_template, vocab->chat_template);
 }
 
 TEST(GgufVocabularyTest, RefusesUnknownModelsAndPreTokenizers) {

@@ -33,6 +33,7 @@ class BpeTokenizer : public Tokenizer {
   // Normal and user-defined tokens decode to their bytes, all others to nothing.
   std::string DecodePiece(int prev, int id) const override;
   Vocabulary ExportVocabulary() const override { return vocab_; }
+  const std::string& chat_template() const override { return vocab_.chat_template; }
 
  private:
   struct Merge {

@@ -184,6 +184,25 @@ std::string SpecialTokenText(const Json& config, const char* key) {
   return "";
 }
 
+// tokenizer_config.json's chat_template: a string, or a list of {name, template} of which the
+// one named "default" is taken.
+absl::StatusOr<std::string> ChatTemplateOf(const JsonFile& file, const Json& config) {
+  const Json& t = config.value("chat_template", Json());
+  if (t.is_null()) return std::string();
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array()) {
+    for (const Json& named : t) {
+      if (named.is_object() && named.value("name", "") == "default" &&
+          named.value("template", Json()).is_string()) {
+        return named["template"].get<std::string>();
+      }
+    }
+  }
+  return file.Error("chat_template",
+                    "in tokenizer_config.json is neither a string nor a list "
+                    "with a template named 'default'");
+}
+
 absl::Status ReadSpecialIds(const JsonFile& file, const std::string& config_path,
                             Vocabulary& vocab) {
   Json config = Json::object();
@@ -211,6 +230,7 @@ absl::Status ReadSpecialIds(const JsonFile& file, const std::string& config_path
     vocab.add_bos = vocab.bos_id >= 0 && config["add_bos_token"].get<bool>();
   }
   if (vocab.bos_id < 0) vocab.bos_id = vocab.eos_id;
+  PDSERVE_ASSIGN_OR_RETURN(vocab.chat_template, ChatTemplateOf(file, config));
   vocab.unk_id = vocab.eos_id;  // byte-level BPE has no unknown token
   return absl::OkStatus();
 }

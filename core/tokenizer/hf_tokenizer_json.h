@@ -3,8 +3,8 @@
 // control tokens, the others user-defined), the normalizer (none or NFC), the pre-tokenizer
 // (Split with one of the regexes PreTokenizer implements, then ByteLevel; or ByteLevel with GPT-2's
 // regex), ignore_merges, and whether the post-processor's template starts with BOS. The special
-// tokens come from tokenizer_config.json beside it when present (bos_token, eos_token,
-// add_bos_token).
+// tokens and the chat template come from tokenizer_config.json beside it when present
+// (bos_token, eos_token, add_bos_token, chat_template).
 #ifndef PDSERVE_CORE_TOKENIZER_HF_TOKENIZER_JSON_H_
 #define PDSERVE_CORE_TOKENIZER_HF_TOKENIZER_JSON_H_
 

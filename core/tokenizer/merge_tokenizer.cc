@@ -142,6 +142,11 @@ std::string MergeTokenizer::DecodePiece(int prev, int id) const {
   return piece;
 }
 
+const std::string& Tokenizer::chat_template() const {
+  static const std::string* const kNone = new std::string();
+  return *kNone;
+}
+
 std::string Tokenizer::Decode(const std::vector<int>& ids) const {
   std::string text;
   int prev = -1;

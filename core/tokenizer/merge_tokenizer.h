@@ -26,6 +26,7 @@ class MergeTokenizer : public Tokenizer {
   std::vector<int> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodePiece(int prev, int id) const override;
   Vocabulary ExportVocabulary() const override { return vocab_; }
+  const std::string& chat_template() const override { return vocab_.chat_template; }
 
  private:
   explicit MergeTokenizer(Vocabulary vocabulary);

