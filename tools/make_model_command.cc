@@ -6,6 +6,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/model/gguf_model.h"
+#include "core/model/model_loader.h"
 #include "core/model/model_writer.h"
 #include "core/model/quant_mixture.h"
 #include "core/model/random_model.h"
@@ -31,7 +32,7 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
   }
   c.tied_embeddings = !absl::GetFlag(FLAGS_untied);
   PDSERVE_RETURN_IF_ERROR(c.Validate());
-  if (c.vocab_size < 259) {
+  if (c.vocab_size < 259 && absl::GetFlag(FLAGS_tokenizer).empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--vocab ", c.vocab_size, " is too small for the synthetic vocabulary (≥ 259)"));
   }
@@ -50,8 +51,32 @@ absl::StatusOr<WriteOptions> WriteOptionsFromFlags() {
 
 }  // namespace
 
+// --tokenizer's vocabulary (and chat template), padded with unused tokens up to the shape's
+// vocabulary size as llama.cpp's converter pads Qwen's; without --shape the model takes the
+// tokenizer's size. Else the synthetic vocabulary.
+absl::StatusOr<Vocabulary> VocabularyFromFlags(ModelConfig& config) {
+  const std::string path = absl::GetFlag(FLAGS_tokenizer);
+  if (path.empty()) return SyntheticVocabulary(config.vocab_size);
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                           LoadTokenizerFile(path, /*expected_vocab_size=*/0));
+  Vocabulary vocab = tokenizer->ExportVocabulary();
+  if (absl::GetFlag(FLAGS_shape).empty()) config.vocab_size = vocab.size();
+  if (vocab.size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer ", path, " has ", vocab.size(),
+                                                   " tokens, more than the shape's vocabulary (",
+                                                   config.vocab_size, ")"));
+  }
+  for (int id = vocab.size(); id < config.vocab_size; ++id) {
+    vocab.pieces.push_back(absl::StrCat("[PAD", id, "]"));
+    vocab.types.push_back(TokenType::kUnused);
+    if (vocab.model == TokenizerModel::kSentencePiece) vocab.scores.push_back(0);
+  }
+  return vocab;
+}
+
 absl::Status RunMakeModel() {
   PDSERVE_ASSIGN_OR_RETURN(ModelConfig config, ConfigFromFlags());
+  PDSERVE_ASSIGN_OR_RETURN(Vocabulary vocab, VocabularyFromFlags(config));
   PDSERVE_ASSIGN_OR_RETURN(WriteOptions options, WriteOptionsFromFlags());
   const std::string out = absl::GetFlag(FLAGS_out);
   auto log = GetLogger("make-model");
@@ -59,8 +84,7 @@ absl::Status RunMakeModel() {
             config.NumParameters() / 1e6, absl::GetFlag(FLAGS_seed));
   ModelWeights weights = MakeRandomModel(config, absl::GetFlag(FLAGS_seed));
   log->info("writing {} {} to {}", ModelFormatName(options.format), DTypeName(options.dtype), out);
-  PDSERVE_RETURN_IF_ERROR(
-      WriteModel(out, weights, SyntheticVocabulary(config.vocab_size), options));
+  PDSERVE_RETURN_IF_ERROR(WriteModel(out, weights, vocab, options));
   log->info("done");
   return absl::OkStatus();
 }

@@ -166,8 +166,9 @@ void OpenAiApi::Generate(OpenAiEndpoint endpoint, const httplib::Request& req,
   const absl::Time start = absl::Now();
   const char* path = endpoint == OpenAiEndpoint::kCompletions ? kCompletionsPath : kChatPath;
   OpenAiRequest request;
-  if (auto error = ParseOpenAiRequest(endpoint, req.body, {options_.model_id, options_.max_context},
-                                      &request)) {
+  const OpenAiLimits limits{options_.model_id, options_.max_context, options_.chat_template.get(),
+                            options_.chat_template_error};
+  if (auto error = ParseOpenAiRequest(endpoint, req.body, limits, &request)) {
     SendError(res, *error);
     Record(path, res.status, start);
     return;

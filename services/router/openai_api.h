@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "core/chat/chat_template.h"
 #include "core/metrics/metrics_registry.h"
 
 namespace pdserve {
@@ -33,6 +34,10 @@ struct OpenAiApiOptions {
   // pdserve_http_request_duration_seconds{path} (histogram) when set.
   MetricsRegistry* metrics = nullptr;
   absl::Duration default_timeout = absl::Seconds(600);  // each request's deadline
+  // The model's chat template for /v1/chat/completions (see OpenAiLimits): nullptr for the plain
+  // one, or the reason the model's own cannot be used.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  absl::Status chat_template_error;
 };
 
 // Adds POST /v1/completions, POST /v1/chat/completions, GET /v1/models (+ /v1/models/{id}) to

@@ -15,7 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/decode.grpc.pb.h"
 #include "services/common/http_server.h"
-#include "services/router/chat_template.h"
+#include "services/router/plain_chat_template.h"
 #include "services/router/router_service.h"
 #include "services/router/test_byte_tokenizer.h"
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "services/router/chat_template.h"
+#include "services/router/plain_chat_template.h"
 
 namespace pdserve {
 namespace {
@@ -219,7 +219,7 @@ MaybeError ParseContent(const Json& message, const std::string& param, bool allo
   return std::nullopt;
 }
 
-MaybeError ParseMessages(const Json& body, v1::GenerateRequest* out) {
+MaybeError ParseMessages(const Json& body, const OpenAiLimits& limits, v1::GenerateRequest* out) {
   const Json* messages = Field(body, "messages");
   if (messages == nullptr) return InvalidRequest("messages is required", "messages");
   if (!messages->is_array()) return WrongType("messages", "an array", *messages);
@@ -235,22 +235,35 @@ MaybeError ParseMessages(const Json& body, v1::GenerateRequest* out) {
     }
     ChatMessage message;
     if (*role == "system" || *role == "developer") {
-      message.role = ChatRole::kSystem;
-    } else if (*role == "user") {
-      message.role = ChatRole::kUser;
-    } else if (*role == "assistant") {
-      message.role = ChatRole::kAssistant;
+      message.role = "system";
+    } else if (*role == "user" || *role == "assistant") {
+      message.role = role->get<std::string>();
     } else {
       return InvalidRequest(absl::StrCat(param, ".role '", role->get<std::string>(),
                                          "' is not supported (system, user or assistant)"),
                             param + ".role");
     }
-    PDSERVE_OPENAI_RETURN_IF_ERROR(ParseContent(
-        m, param + ".content", message.role == ChatRole::kAssistant, &message.content));
+    PDSERVE_OPENAI_RETURN_IF_ERROR(
+        ParseContent(m, param + ".content", message.role == "assistant", &message.content));
     chat.push_back(std::move(message));
   }
-  out->set_text(RenderChatPrompt(chat));
-  out->mutable_stop()->add_stop_strings(kChatStopString);
+  if (!limits.chat_template_error.ok()) {
+    OpenAiError error;
+    error.http_status = 500;
+    error.type = "server_error";
+    error.message = std::string(limits.chat_template_error.message());
+    return error;
+  }
+  if (limits.chat_template == nullptr) {
+    out->set_text(RenderPlainChatPrompt(chat));
+    out->mutable_stop()->add_stop_strings(kPlainChatStopString);
+    return std::nullopt;
+  }
+  absl::StatusOr<std::string> prompt =
+      limits.chat_template->Render(chat, /*add_generation_prompt=*/true);
+  if (!prompt.ok()) return InvalidRequest(std::string(prompt.status().message()), "messages");
+  out->set_text(*std::move(prompt));
+  out->set_text_has_special_tokens(true);
   return std::nullopt;
 }
 
@@ -459,7 +472,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::stri
   if (endpoint == OpenAiEndpoint::kCompletions) {
     PDSERVE_OPENAI_RETURN_IF_ERROR(ParsePrompt(json, &out->generate));
   } else {
-    PDSERVE_OPENAI_RETURN_IF_ERROR(ParseMessages(json, &out->generate));
+    PDSERVE_OPENAI_RETURN_IF_ERROR(ParseMessages(json, limits, &out->generate));
   }
   PDSERVE_OPENAI_RETURN_IF_ERROR(CheckUnsupported(json, endpoint));
   PDSERVE_OPENAI_RETURN_IF_ERROR(ParseMaxTokens(json, limits, out));

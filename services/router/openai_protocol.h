@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
+#include "core/chat/chat_template.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/router.pb.h"
 
@@ -40,6 +42,11 @@ OpenAiError ErrorFromRouter(int grpc_code, const std::string& message, OpenAiEnd
 struct OpenAiLimits {
   std::string model_id;  // requests must name it or omit "model"
   int max_context = 0;   // 0 = unknown (then max_tokens is only checked by the router)
+  // The model's chat template; nullptr: the plain template (plain_chat_template.h), unless
+  // chat_template_error says the model's own cannot be used (chat requests then get a 500
+  // naming the construct).
+  const ChatTemplate* chat_template = nullptr;
+  absl::Status chat_template_error;
 };
 
 // OpenAI's limits and defaults.

@@ -4,7 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/router/chat_template.h"
+#include "services/router/plain_chat_template.h"
 
 namespace pdserve {
 namespace {
@@ -12,7 +12,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const OpenAiLimits kLimits{"stories260K", 512};
+const OpenAiLimits kLimits{"stories260K", 512, nullptr, absl::OkStatus()};
 
 OpenAiRequest Parse(OpenAiEndpoint endpoint, const std::string& body) {
   OpenAiRequest request;
@@ -168,7 +168,40 @@ TEST(OpenAiProtocolTest, ChatMessagesUseTheTemplate) {
   EXPECT_EQ(r.generate.text(), "Be brief.\n\nUser: Hello there\nAssistant: \nUser: Go\nAssistant:");
   EXPECT_EQ(r.generate.max_tokens(), 12);
   EXPECT_FALSE(r.max_tokens_is_default);
-  EXPECT_THAT(r.generate.stop().stop_strings(), ElementsAre(kChatStopString));
+  EXPECT_THAT(r.generate.stop().stop_strings(), ElementsAre(kPlainChatStopString));
+}
+
+TEST(OpenAiProtocolTest, ChatMessagesUseTheModelsOwnTemplate) {
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::Create(
+      "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}"
+      "{% if m.role == 'assistant' and loop.last %}{{ raise_exception('ends with assistant') }}"
+      "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}",
+      "<s>", "</s>");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  OpenAiLimits limits = kLimits;
+  limits.chat_template = &*chat;
+  OpenAiRequest r;
+  ASSERT_FALSE(ParseOpenAiRequest(kChat, R"({"messages": [{"role": "developer", "content": "Hi"},
+      {"role": "user", "content": "Go"}], "stop": ["x"]})",
+                                  limits, &r));
+  EXPECT_EQ(r.generate.text(), "<s><|system|>Hi</s><|user|>Go</s><|assistant|>");
+  EXPECT_TRUE(r.generate.text_has_special_tokens());
+  EXPECT_THAT(r.generate.stop().stop_strings(), ElementsAre("x"));  // no plain-template stop
+
+  std::optional<OpenAiError> refused = ParseOpenAiRequest(
+      kChat, R"({"messages": [{"role": "assistant", "content": "Hi"}]})", limits, &r);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->http_status, 400);
+  EXPECT_EQ(refused->param, "messages");
+  EXPECT_THAT(refused->message, HasSubstr("ends with assistant"));
+
+  limits.chat_template = nullptr;
+  limits.chat_template_error = absl::InvalidArgumentError("{% macro %} is not supported");
+  refused =
+      ParseOpenAiRequest(kChat, R"({"messages": [{"role": "user", "content": "Hi"}]})", limits, &r);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->http_status, 500);
+  EXPECT_THAT(refused->message, HasSubstr("macro"));
 }
 
 TEST(OpenAiProtocolTest, ChatWithoutMaxTokensAsksForTheContext) {

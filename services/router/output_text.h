@@ -1,8 +1,8 @@
 // OutputText: the text side of one generated stream. Turns token ids into text deltas that never
-// split a UTF-8 character (core/tokenizer/text_stream.h) and matches stop strings on the accumulated
-// text. Text that could still become the start of a stop string is held back until it cannot, so
-// a matched stop string (and anything after it) is never sent. No gRPC types; not thread-safe:
-// one per request.
+// split a UTF-8 character (core/tokenizer/text_stream.h) and matches stop strings on the
+// accumulated text. Text that could still become the start of a stop string is held back until it
+// cannot, so a matched stop string (and anything after it) is never sent. No gRPC types; not
+// thread-safe: one per request.
 #ifndef PDSERVE_SERVICES_ROUTER_OUTPUT_TEXT_H_
 #define PDSERVE_SERVICES_ROUTER_OUTPUT_TEXT_H_
 

@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<int>> ValidatePrompt(const v1::GenerateRequest& reque
       if (!IsValidUtf8(text, &offset)) {
         return Invalid(absl::StrCat("prompt text is not valid UTF-8 (byte offset ", offset, ")"));
       }
-      prompt = limits.tokenizer->Encode(text, /*add_bos=*/true);
+      prompt = limits.tokenizer->Encode(text, /*add_bos=*/!request.text_has_special_tokens());
       break;
     }
     case v1::GenerateRequest::kTokenIds: {

@@ -57,6 +57,14 @@ TEST_F(RequestValidationTest, ValidTextRequest) {
   EXPECT_THAT(v->stop_strings, ElementsAre("END"));
 }
 
+TEST_F(RequestValidationTest, RenderedChatPromptsGetNoSecondBos) {
+  v1::GenerateRequest r = Text("hi", 5);
+  r.set_text_has_special_tokens(true);
+  auto v = ValidateGenerateRequest(r, limits_);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_THAT(v->prompt, ElementsAre(ByteTokenizer::Id('h'), ByteTokenizer::Id('i')));
+}
+
 TEST_F(RequestValidationTest, ValidTokenRequestIgnoringEos) {
   v1::GenerateRequest r = Ids({5, 6, 7}, 13);  // 3 + 13 = 16 = the whole context
   r.mutable_stop()->set_ignore_eos(true);

