@@ -33,6 +33,8 @@ constexpr LayerTensor kLayerTensors[] = {
     {"ffn_up", &LayerWeights::w3, false},
 };
 
+constexpr char kRopeFreqs[] = "rope_freqs.weight";
+
 std::string LayerTensorName(int layer, const char* suffix) {
   return absl::StrCat("blk.", layer, ".", suffix, ".weight");
 }
@@ -130,10 +132,24 @@ absl::StatusOr<Tensor> GetTensor(const GgufFile& file, const std::string& name,
   return t->tensor;
 }
 
-absl::StatusOr<ModelWeights> ReadWeights(const GgufFile& file, const ModelConfig& c) {
+// llama.cpp's Llama 3 RoPE scaling: one divisor per frequency pair in rope_freqs.weight (F32).
+absl::Status ReadRopeFreqs(const GgufFile& file, ModelConfig& c, std::set<std::string>& used) {
+  if (file.FindTensor(kRopeFreqs) == nullptr) return absl::OkStatus();
+  PDSERVE_ASSIGN_OR_RETURN(Tensor t, GetTensor(file, kRopeFreqs, {c.head_dim() / 2}, used));
+  if (t.dtype != DType::kF32) {
+    return file.Error(absl::StrCat("tensor ", kRopeFreqs, " is ", DTypeName(t.dtype), ", not F32"));
+  }
+  const float* f = t.as<float>();
+  c.rope_scaling.freq_factors.assign(f, f + c.head_dim() / 2);
+  if (absl::Status s = c.Validate(); !s.ok()) return file.Error(s.message());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelWeights> ReadWeights(const GgufFile& file, ModelConfig c) {
+  std::set<std::string> used;
+  PDSERVE_RETURN_IF_ERROR(ReadRopeFreqs(file, c, used));
   ModelWeights w;
   w.config = c;
-  std::set<std::string> used;
   const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
   PDSERVE_ASSIGN_OR_RETURN(w.token_embedding, GetTensor(file, "token_embd.weight", {v, d}, used));
   PDSERVE_ASSIGN_OR_RETURN(w.final_norm, GetTensor(file, "output_norm.weight", {d}, used));
@@ -216,6 +232,15 @@ absl::Status AddConfigMetadata(GgufWriter& out, const ModelConfig& c, const std:
   return absl::OkStatus();
 }
 
+// Llama 3 RoPE scaling as llama.cpp stores it: rope_freqs.weight, one F32 divisor per pair.
+absl::Status AddRopeFreqs(GgufWriter& out, const ModelConfig& c) {
+  if (!c.rope_scaling.enabled()) return absl::OkStatus();
+  std::vector<float> factors = c.rope_scaling.freq_factors;
+  if (factors.empty()) factors = c.rope_scaling.FreqFactors(c.head_dim(), c.rope_theta);
+  const int64_t n = static_cast<int64_t>(factors.size());
+  return out.AddTensor(kRopeFreqs, MakeF32Tensor(std::move(factors), {n}));
+}
+
 bool HasQuantizedTensors(const ModelWeights& w) {
   bool quantized = IsQuantized(w.token_embedding.dtype) || IsQuantized(w.classifier.dtype);
   for (const LayerWeights& layer : w.layers) {
@@ -264,11 +289,6 @@ absl::Status WriteGgufModel(const std::string& path, const ModelWeights& weights
 absl::Status WriteTypedGgufModel(const std::string& path, const ModelWeights& weights,
                                  const Vocabulary& vocab, uint32_t file_type) {
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));
-  if (weights.config.rope_scaling.factor != 0.0f) {
-    return absl::InvalidArgumentError(
-        "gguf: RoPE scaling is not written (nor read) here; write a Hugging Face directory "
-        "instead");
-  }
   PDSERVE_RETURN_IF_ERROR(vocab.Validate());
   if (vocab.size() != weights.config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("gguf: the vocabulary has ", vocab.size(),
@@ -281,6 +301,7 @@ absl::Status WriteTypedGgufModel(const std::string& path, const ModelWeights& we
       AddConfigMetadata(out, w.config, std::filesystem::path(path).stem().string(), file_type));
   PDSERVE_RETURN_IF_ERROR(AddGgufVocabulary(out, vocab));
   PDSERVE_RETURN_IF_ERROR(AddWeightTensors(out, w));
+  PDSERVE_RETURN_IF_ERROR(AddRopeFreqs(out, w.config));
   if (HasQuantizedTensors(w)) {
     // ggml's block layouts are version 2 (GGML_QNT_VERSION), as llama-quantize records.
     PDSERVE_RETURN_IF_ERROR(

@@ -18,6 +18,7 @@
 #include "core/model/gguf_file.h"
 #include "core/model/gguf_model.h"
 #include "core/model/gguf_writer.h"
+#include "core/model/llama_reference.h"
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -631,6 +632,41 @@ TEST_F(GgufTest, RopeScalingIsRefusedNotIgnored) {
   EXPECT_TRUE(LoadGgufModel(dst).ok());
 }
 
+// Llama 3 RoPE scaling is written as llama.cpp stores it (rope_freqs.weight, the rule's per-pair
+// divisors) and read back as those divisors; the loaded model's logits equal the scaled model's.
+TEST_F(GgufTest, Llama3RopeScalingTravelsAsRopeFreqs) {
+  ModelWeights scaled = MakeModel(/*tied=*/true);
+  scaled.config.rope_scaling = {.factor = 8.0f,
+                                .low_freq_factor = 1.0f,
+                                .high_freq_factor = 4.0f,
+                                .original_max_positions = 32};
+  const std::string path = Path("scaled.gguf");
+  ASSERT_TRUE(WriteGgufModel(path, scaled, MakeVocabulary(), DType::kF32).ok());
+  absl::StatusOr<GgufModel> loaded = LoadGgufModel(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const kernels::RopeScaling& got = loaded->weights.config.rope_scaling;
+  EXPECT_EQ(got.factor, 0.0f);
+  EXPECT_EQ(got.freq_factors, scaled.config.rope_scaling.FreqFactors(scaled.config.head_dim(),
+                                                                     scaled.config.rope_theta));
+  EXPECT_EQ(got.freq_factors, (std::vector<float>{1.0f, 8.0f}));  // head dim 4: one per band
+  // Written again, the divisors stay as they are.
+  const std::string again = Path("scaled-again.gguf");
+  ASSERT_TRUE(WriteGgufModel(again, loaded->weights, MakeVocabulary(), DType::kF32).ok());
+  absl::StatusOr<GgufModel> reloaded = LoadGgufModel(again);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ(reloaded->weights.config.rope_scaling.freq_factors, got.freq_factors);
+  // Logits at a position where scaling matters agree with the rule's.
+  const std::vector<int> tokens = {1, 5, 9, 33, 2, 7, 100, 250, 3, 8, 60, 61};
+  LlamaReference rule(scaled), divisors(loaded->weights);
+  std::vector<float> want, have;
+  for (int token : tokens) {
+    want = rule.Forward(token);
+    have = divisors.Forward(token);
+  }
+  ASSERT_EQ(want.size(), have.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(have[i], want[i], 1e-5f) << i;
+}
+
 TEST_F(GgufTest, OptionalKeysTakeDefaults) {
   const std::string src = WriteValidModel("src.gguf");
   const std::string dst = Path("defaults.gguf");
@@ -725,9 +761,13 @@ TEST_F(GgufTest, RejectsTensorProblems) {
   });
   ExpectLoadError(dst, "tensor blk.1.attn_k.weight has shape [16, 16], expected [8, 16]");
   Rewrite(src, dst, [](GgufWriter&, std::vector<GgufTensor>& t) {
+    t.push_back({"rope_freqs.weight", MakeF32Tensor(std::vector<float>(3, 1.0f), {3}), 0});
+  });
+  ExpectLoadError(dst, "tensor rope_freqs.weight has shape [3], expected [2]");
+  Rewrite(src, dst, [](GgufWriter&, std::vector<GgufTensor>& t) {
     t.push_back({"rope_freqs.weight", MakeF32Tensor(std::vector<float>(2), {2}), 0});
   });
-  ExpectLoadError(dst, "unexpected tensor rope_freqs.weight");
+  ExpectLoadError(dst, "RoPE frequency factor 0 = 0");
   Rewrite(src, dst, [](GgufWriter& w, std::vector<GgufTensor>&) {
     ASSERT_TRUE(w.SetMetadata("llama.block_count", GgufValue::Of<uint32_t>(3)).ok());
   });

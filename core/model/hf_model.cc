@@ -385,6 +385,11 @@ absl::Status WriteHfModel(const std::string& dir, const ModelWeights& weights,
     return absl::InvalidArgumentError(
         absl::StrCat("vocabulary has ", vocab.size(), " tokens, the model ", c.vocab_size));
   }
+  if (c.rope_scaling.factor == 0.0f && !c.rope_scaling.freq_factors.empty()) {
+    return absl::InvalidArgumentError(
+        "RoPE frequency factors read from GGUF (rope_freqs.weight) have no config.json form; "
+        "write GGUF");
+  }
   // A SwiftKV model is written as one only when it differs from the plain model (l < L).
   ModelWeights source = weights;
   std::optional<HfSwiftKvConfig> swiftkv;

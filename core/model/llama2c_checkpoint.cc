@@ -110,9 +110,9 @@ absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
 }
 
 absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights& weights) {
-  if (weights.config.rope_scaling.factor != 0.0f) {
+  if (weights.config.rope_scaling.enabled()) {
     return absl::InvalidArgumentError(
-        "llama2.c checkpoints cannot store RoPE scaling; write a Hugging Face directory instead");
+        "llama2.c checkpoints cannot store RoPE scaling; write GGUF or a Hugging Face directory");
   }
   ModelWeights w = WithRopePairing(ConvertWeights(weights, DType::kF32), RopePairing::kAdjacent);
   const ModelConfig& c = w.config;

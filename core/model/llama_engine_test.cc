@@ -127,9 +127,9 @@ TEST(LlamaEngineTest, ScaledRopeMatchesReference) {
   EXPECT_GT(RelativeError(unscaled, expected), 1e-3);
 }
 
-// Only Hugging Face config.json can hold the scaling: the other writers refuse rather than drop
-// it, and the Hugging Face copy runs like the original.
-TEST(LlamaEngineTest, ScaledRopeIsWrittenOnlyAsHuggingFace) {
+// Hugging Face config.json holds the scaling as the rule, GGUF as llama.cpp's per-pair divisors;
+// llama2.c refuses rather than drop it; both copies run like the original.
+TEST(LlamaEngineTest, ScaledRopeIsWrittenAsHuggingFaceAndGguf) {
   ModelConfig c = SmallGqaConfig();
   c.rope_scaling = {.factor = 4.0f,
                     .low_freq_factor = 1.0f,
@@ -139,19 +139,22 @@ TEST(LlamaEngineTest, ScaledRopeIsWrittenOnlyAsHuggingFace) {
   const fs::path dir = fs::temp_directory_path() / ("pdserve_scaled_" + std::to_string(getpid()));
   fs::create_directories(dir);
   const Vocabulary vocab = SyntheticVocabulary(c.vocab_size);
-  for (ModelFormat format : {ModelFormat::kLlama2c, ModelFormat::kGguf}) {
-    absl::Status s = WriteModel((dir / "m").string(), w, vocab, {format});
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_NE(s.message().find("RoPE scaling"), std::string::npos) << s;
-  }
+  absl::Status s = WriteModel((dir / "m").string(), w, vocab, {ModelFormat::kLlama2c});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("RoPE scaling"), std::string::npos) << s;
   ASSERT_TRUE(WriteModel((dir / "hf").string(), w, vocab, {ModelFormat::kHuggingFace}).ok());
-  auto loaded = LoadModel((dir / "hf").string());
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->weights.config.rope_scaling.factor, 4.0f);
+  ASSERT_TRUE(WriteModel((dir / "m.gguf").string(), w, vocab, {ModelFormat::kGguf}).ok());
   auto tokens = Tokens(40, c.vocab_size);
-  EXPECT_LT(RelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens),
-                          PrefillLogits(*MakeEngine(w, 2, DType::kF32), tokens)),
-            1e-5);
+  const std::vector<float> want = PrefillLogits(*MakeEngine(w, 2, DType::kF32), tokens);
+  for (const char* name : {"hf", "m.gguf"}) {
+    auto loaded = LoadModel((dir / name).string());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->weights.config.rope_scaling.enabled()) << name;
+    EXPECT_LT(RelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens),
+                            want),
+              1e-5)
+        << name;
+  }
   fs::remove_all(dir);
 }
 

@@ -80,12 +80,28 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: rope_theta ", rope_theta, " is outside (1, 1e12)"));
   }
+  const std::vector<float>& factors = rope_scaling.freq_factors;
+  if (!factors.empty()) {
+    if (static_cast<int>(factors.size()) != head_dim() / 2) {
+      return absl::InvalidArgumentError(absl::StrCat("model config: ", factors.size(),
+                                                     " RoPE frequency factors for head dim ",
+                                                     head_dim(), " (expected head_dim/2)"));
+    }
+    for (size_t i = 0; i < factors.size(); ++i) {
+      if (!(factors[i] > 0.0f && factors[i] < 1e6f)) {
+        return absl::InvalidArgumentError(absl::StrCat("model config: RoPE frequency factor ", i,
+                                                       " = ", factors[i], " is not in (0, 1e6)"));
+      }
+    }
+  }
   return CheckRopeScaling(rope_scaling);
 }
 
 std::string ModelConfig::Describe() const {
   std::string scaling;
-  if (rope_scaling.factor != 0.0f) {
+  if (rope_scaling.factor == 0.0f && !rope_scaling.freq_factors.empty()) {
+    scaling = ", rope frequency factors from the file";
+  } else if (rope_scaling.factor != 0.0f) {
     scaling = absl::StrCat(", llama3 rope scaling ×", rope_scaling.factor, " (low ",
                            rope_scaling.low_freq_factor, ", high ", rope_scaling.high_freq_factor,
                            ", original ctx ", rope_scaling.original_max_positions, ")");

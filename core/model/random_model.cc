@@ -12,6 +12,7 @@ struct NamedShape {
   const char* name;
   int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
   float rope_theta = 10000.0f;
+  float llama3_rope_factor = 0;  // Llama 3.1 RoPE scaling (low 1, high 4, original 8192); 0: none
 };
 
 constexpr NamedShape kShapes[] = {
@@ -19,9 +20,9 @@ constexpr NamedShape kShapes[] = {
     {"stories15M", 288, 768, 6, 6, 6, 32000, 256},
     {"stories42M", 512, 1376, 8, 8, 8, 32000, 1024},
     {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024},
-    // Llama 3.2 1B's dimensions (tied embeddings, as all shapes here), without its RoPE scaling
-    // and at a benchmark's context rather than 128K.
-    {"llama3.2-1B", 2048, 8192, 16, 32, 8, 128256, 4096, 500000.0f},
+    // Llama 3.2 1B's dimensions and RoPE scaling (tied embeddings, as all shapes here), at a
+    // benchmark's context rather than 128K.
+    {"llama3.2-1B", 2048, 8192, 16, 32, 8, 128256, 4096, 500000.0f, 32.0f},
 };
 
 // splitmix64: a small, well-mixed, seedable generator.
@@ -65,6 +66,7 @@ absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
       c.vocab_size = s.vocab_size;
       c.max_seq_len = s.max_seq_len;
       c.rope_theta = s.rope_theta;
+      c.rope_scaling.factor = s.llama3_rope_factor;  // the other parameters' defaults are 3.2's
       return c;
     }
     absl::StrAppend(&known, known.empty() ? "" : ", ", s.name);

@@ -106,7 +106,10 @@ TEST(BpeTokenizerTest, RefusesInconsistentVocabularies) {
 class HfTokenizerJsonTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(testing::TempDir()) / "hf_tokenizer_json_test";
+    // One folder per test: ctest runs the tests of this fixture in parallel processes.
+    dir_ = std::filesystem::path(testing::TempDir()) /
+           (std::string("hf_tokenizer_json_") +
+            testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
     nlohmann::json vocab = nlohmann::json::object();
     for (int b = 0; b < 256; ++b) vocab[ToByteLevel(std::string(1, static_cast<char>(b)))] = b;

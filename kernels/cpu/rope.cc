@@ -28,6 +28,7 @@ float Llama3Frequency(float freq, const RopeScaling& scaling) {
 // The frequency of pair i with `scaling` applied when set; the angle at pos is pos · this.
 float ScaledFrequency(int i, int head_dim, float theta, const RopeScaling& scaling) {
   const float freq = Frequency(i, head_dim, theta);
+  if (!scaling.freq_factors.empty()) return freq / scaling.freq_factors[i];
   return scaling.factor > 0 ? Llama3Frequency(freq, scaling) : freq;
 }
 
@@ -45,6 +46,28 @@ inline void Rotate(float* x, int head_dim, const float* cos, const float* sin,
 }
 
 }  // namespace
+
+std::vector<float> RopeScaling::FreqFactors(int head_dim, float theta) const {
+  std::vector<float> factors;
+  if (!(factor > 0)) return factors;
+  // In fp32, as llama.cpp's converter computes them (torch float32).
+  const float original = static_cast<float>(original_max_positions);
+  const float low_wavelength = original / low_freq_factor;
+  const float high_wavelength = original / high_freq_factor;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const float wavelength = 2.0f * std::numbers::pi_v<float> / Frequency(i, head_dim, theta);
+    float divisor = 1;
+    if (wavelength > low_wavelength) {
+      divisor = factor;
+    } else if (wavelength >= high_wavelength) {
+      const float smooth =
+          (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      divisor = 1.0f / ((1.0f - smooth) / factor + smooth);
+    }
+    factors.push_back(divisor);
+  }
+  return factors;
+}
 
 RopeTable::RopeTable(int head_dim, int max_positions, float theta, const RopeScaling& scaling)
     : half_(head_dim / 2),
