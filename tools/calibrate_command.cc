@@ -61,7 +61,7 @@ absl::Status RunCalibrate() {
   for (size_t start = 0; start + ctx <= tokens.size(); start += ctx) {
     if (limit > 0 && chunks.size() == limit) break;
     chunks.emplace_back(tokens.begin() + start, tokens.begin() + start + ctx);
-    chunks.back()[0] = model.tokenizer->bos_id();
+    if (model.tokenizer->add_bos()) chunks.back()[0] = model.tokenizer->bos_id();
   }
   if (chunks.empty()) {
     return absl::InvalidArgumentError(

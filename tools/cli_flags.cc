@@ -38,6 +38,10 @@ ABSL_FLAG(int, kv_heads, 0, "KV heads; 0 = heads");
 ABSL_FLAG(int, vocab, 32000, "Vocabulary size");
 ABSL_FLAG(int, seq_len, 2048, "Maximum context");
 ABSL_FLAG(bool, untied, false, "Give the model its own classifier instead of the tied embedding");
+ABSL_FLAG(float, rope_theta, 0, "make-model: RoPE base; 0 = the shape's (10000 without --shape)");
+ABSL_FLAG(float, rope_scaling_factor, -1,
+          "make-model: Llama 3.1 RoPE scaling factor (low 1, high 4, original context 8192); "
+          "0 = none; -1 = the shape's");
 ABSL_FLAG(std::string, out, "", "Output path (file, or directory for safetensors)");
 ABSL_FLAG(std::string, format, "gguf", "Output format: gguf, safetensors or llama2c");
 ABSL_FLAG(std::string, dtype, "f32", "Output dtype: f32, f16 or bf16");

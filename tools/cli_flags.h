@@ -35,6 +35,8 @@ ABSL_DECLARE_FLAG(int, kv_heads);
 ABSL_DECLARE_FLAG(int, vocab);
 ABSL_DECLARE_FLAG(int, seq_len);
 ABSL_DECLARE_FLAG(bool, untied);
+ABSL_DECLARE_FLAG(float, rope_theta);
+ABSL_DECLARE_FLAG(float, rope_scaling_factor);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, format);
 ABSL_DECLARE_FLAG(std::string, dtype);

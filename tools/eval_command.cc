@@ -108,7 +108,7 @@ absl::Status CompareToBaseline(const LoadedModel& model, const PreparedModel& pr
   int64_t decode_steps = 0;
   for (int c = 0; c < chunks; ++c) {
     std::copy_n(tokens.begin() + int64_t{c} * ctx, ctx, chunk.begin());
-    chunk[0] = model.tokenizer->bos_id();
+    if (model.tokenizer->add_bos()) chunk[0] = model.tokenizer->bos_id();  // as llama-perplexity
     PDSERVE_RETURN_IF_ERROR(DecodeChunk(*baseline, chunk, first, [&](int j, auto logits) {
       std::copy(logits.begin(), logits.end(), baseline_logits.begin() + int64_t{j} * vocab);
     }));
@@ -178,7 +178,7 @@ absl::Status RunEval() {
   std::vector<int32_t> chunk(ctx);
   for (int c = 0; c < chunks; ++c) {
     std::copy_n(tokens.begin() + int64_t{c} * ctx, ctx, chunk.begin());
-    chunk[0] = model.tokenizer->bos_id();
+    if (model.tokenizer->add_bos()) chunk[0] = model.tokenizer->bos_id();  // as llama-perplexity
     PDSERVE_ASSIGN_OR_RETURN(int sequence, engine->AddSequence());
     ForwardChunk forward{sequence, chunk, /*all_logits=*/true};
     absl::StatusOr<std::span<const float>> logits = engine->Forward({&forward, 1});

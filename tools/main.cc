@@ -29,6 +29,7 @@ constexpr char kUsage[] =
     "  make-model  --shape NAME | --dim D --hidden-dim H --layers L --heads N [--kv-heads K]\n"
     "              [--vocab V] [--seq-len S] --out PATH --format gguf|safetensors|llama2c\n"
     "              [--seed S] [--dtype f32|f16|bf16] [--tokenizer tokenizer.json|FILE]\n"
+    "              [--rope-theta T] [--rope-scaling-factor F]\n"
     "  convert     --model PATH [--tokenizer PATH] --out PATH --format F [--dtype DT] [--shards "
     "N]\n"
     "  quantize    --model PATH [--tokenizer PATH] --out FILE.gguf --type q8_0|q4_0|q4_k_m\n"

@@ -31,6 +31,10 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
     c.max_seq_len = absl::GetFlag(FLAGS_seq_len);
   }
   c.tied_embeddings = !absl::GetFlag(FLAGS_untied);
+  if (absl::GetFlag(FLAGS_rope_theta) != 0) c.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  if (absl::GetFlag(FLAGS_rope_scaling_factor) >= 0) {
+    c.rope_scaling.factor = absl::GetFlag(FLAGS_rope_scaling_factor);
+  }
   PDSERVE_RETURN_IF_ERROR(c.Validate());
   if (c.vocab_size < 259 && absl::GetFlag(FLAGS_tokenizer).empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -19,6 +19,8 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;
   virtual int eos_id() const = 0;
+  // Whether Encode(text, add_bos=true) starts with BOS (Qwen and some Llama 3 files add none).
+  virtual bool add_bos() const { return true; }
 
   // Encodes `text` (any bytes; invalid UTF-8 falls back to byte tokens), prepending BOS when
   // `add_bos`. Follows the model's conventions, e.g. a dummy leading space.
