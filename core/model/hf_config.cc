@@ -72,10 +72,11 @@ constexpr const char* kSwiftKvModelType = "llama_swiftkv";
 // Rejects the LlamaConfig variants whose math the engine does not implement; returns model_type.
 absl::StatusOr<std::string> CheckSupportedArchitecture(const Json& json, const std::string& path) {
   PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
-  if (model_type != "llama" && model_type != kSwiftKvModelType) {
-    return FieldError(path, "model_type",
-                      absl::StrCat("is \"", model_type,
-                                   "\"; only \"llama\" and \"llama_swiftkv\" are supported"));
+  if (model_type != "llama" && model_type != "mistral" && model_type != kSwiftKvModelType) {
+    return FieldError(
+        path, "model_type",
+        absl::StrCat("is \"", model_type,
+                     "\"; only \"llama\", \"mistral\" and \"llama_swiftkv\" are supported"));
   }
   PDSERVE_ASSIGN_OR_RETURN(std::string act, StringField(json, path, "hidden_act", "silu"));
   if (act != "silu") {
@@ -111,6 +112,18 @@ absl::StatusOr<HfSwiftKvConfig> ParseSwiftKv(const Json& json, const std::string
                                    "num_key_value_layers = ", n_layers - s.layer));
   }
   return s;
+}
+
+// Mistral is Llama's math plus, in some releases (v0.1), sliding-window attention: each token
+// attends to the last sliding_window positions. Within a context no longer than the window that
+// is full attention, so such a model is served with its context capped at the window.
+absl::Status LimitToSlidingWindow(const Json& json, const std::string& path, ModelConfig& c) {
+  const Json* window = Member(json, "sliding_window");
+  if (window == nullptr || window->is_null()) return absl::OkStatus();
+  PDSERVE_ASSIGN_OR_RETURN(int size, IntField(json, path, "sliding_window"));
+  if (size < 1) return FieldError(path, "sliding_window", absl::StrCat("is ", size, ", not ≥ 1"));
+  c.max_seq_len = std::min(c.max_seq_len, size);
+  return absl::OkStatus();
 }
 
 // rope_theta from "rope_parameters" (transformers 5), else the top level, else 10000.
@@ -156,6 +169,7 @@ absl::StatusOr<HfConfig> ParseHfConfig(const Json& json, const std::string& path
                       absl::StrCat("is ", head_dim, ", not hidden_size / num_attention_heads = ",
                                    c.head_dim(), "; not supported"));
   }
+  if (model_type == "mistral") PDSERVE_RETURN_IF_ERROR(LimitToSlidingWindow(json, path, c));
   if (model_type == kSwiftKvModelType) {
     PDSERVE_ASSIGN_OR_RETURN(out.swiftkv, ParseSwiftKv(json, path, c.n_layers));
   }

@@ -205,8 +205,13 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
     const char* message;
   };
   const std::vector<Case> cases = {
-      {"mistral", [](Json& j) { j["model_type"] = "mistral"; }, "\"mistral\""},
       {"falcon", [](Json& j) { j["model_type"] = "falcon"; }, "\"llama_swiftkv\" are supported"},
+      {"mistral_window",
+       [](Json& j) {
+         j["model_type"] = "mistral";
+         j["sliding_window"] = 0;
+       },
+       "sliding_window"},
       {"no_model_type", [](Json& j) { j.erase("model_type"); }, "model_type"},
       {"gelu", [](Json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
       {"rope_scaling_linear",
@@ -264,6 +269,24 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
     EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
   }
   EXPECT_TRUE(LoadWithConfig([](Json& j) { j["rope_scaling"] = nullptr; }).ok());
+}
+
+// Mistral is Llama's math; a sliding window caps the context, within which attention is full.
+TEST(HfModelTest, ReadsMistral) {
+  auto plain = LoadModelWithConfig([](Json& j) {
+    j["model_type"] = "mistral";
+    j["sliding_window"] = nullptr;
+    j["max_position_embeddings"] = 64;
+  });
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->weights.config.max_seq_len, 64);
+  auto windowed = LoadModelWithConfig([](Json& j) {
+    j["model_type"] = "mistral";
+    j["sliding_window"] = 16;
+    j["max_position_embeddings"] = 64;
+  });
+  ASSERT_TRUE(windowed.ok()) << windowed.status();
+  EXPECT_EQ(windowed->weights.config.max_seq_len, 16);
 }
 
 TEST(HfModelTest, ReadsRopeThetaFromEitherConfigLayout) {
