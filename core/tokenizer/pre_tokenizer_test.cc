@@ -2,10 +2,12 @@
 // tokenizers' test vectors (tests/tokenizers) check them on llama.cpp's corpus end to end.
 #include "core/tokenizer/pre_tokenizer.h"
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "core/tokenizer/unicode.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -51,6 +53,35 @@ TEST(PreTokenizerTest, Gpt2) {
   EXPECT_EQ(Words(k, "I'M i'm"), (W{"I", "'", "M", " i", "'m"}));
   EXPECT_EQ(Words(k, "a\n\nb"), (W{"a", "\n", "\n", "b"}));
   EXPECT_EQ(Words(k, "x ...\n"), (W{"x", " ...", "\n"}));
+}
+
+// On random text (ASCII, letters and digits of other scripts, whitespace of every kind, emoji,
+// combining marks and stray bytes) every kind splits into non-empty words that concatenate to the
+// text and never start inside a character.
+TEST(PreTokenizerTest, RandomTextSplitsIntoWholeWords) {
+  const std::vector<std::string> pieces = {
+      "a",  "Z", "'", "'s", "'LL", " ",  "  ",   "\t",     "\n", "\r\n", "\u00A0", "\u3000", "7",
+      "42", "٣", "½", "é",  "ж",   "日", "🦙", "\u0301", "!",  "...",  "\xFF",   "\x80",   "x"};
+  std::mt19937 rng(11);
+  for (PreTokenizer kind : {PreTokenizer::kGpt2, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+    for (int i = 0; i < 3000; ++i) {
+      std::string text;
+      const int n = static_cast<int>(rng() % 12);
+      for (int j = 0; j < n; ++j) text += pieces[rng() % pieces.size()];
+      std::vector<bool> boundary(text.size() + 1, false);
+      for (size_t pos = 0; pos < text.size(); pos += DecodeUtf8(text, pos).length) {
+        boundary[pos] = true;
+      }
+      std::string joined;
+      for (std::string_view w : PreTokenize(kind, text)) {
+        ASSERT_FALSE(w.empty()) << text;
+        ASSERT_TRUE(boundary[joined.size()])
+            << "a word starts inside a character: " << testing::PrintToString(text);
+        joined += w;
+      }
+      ASSERT_EQ(joined, text);
+    }
+  }
 }
 
 TEST(PreTokenizerTest, KindsByNameAndRegex) {
