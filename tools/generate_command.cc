@@ -37,7 +37,7 @@ absl::Status RunGenerate() {
   const std::vector<int> ids = tokenizer.Encode(absl::GetFlag(FLAGS_prompt), /*add_bos=*/true);
   const std::vector<int32_t> prompt(ids.begin(), ids.end());
 
-  params.stop_ids = {tokenizer.eos_id(), tokenizer.bos_id()};
+  params.stop_ids = tokenizer.end_of_generation_ids();
   // Context for this request only (Generate reports a request beyond the model's own limit).
   const int64_t wanted = static_cast<int64_t>(prompt.size()) + std::max(params.max_tokens, 1);
   options.max_context =

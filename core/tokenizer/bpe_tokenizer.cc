@@ -155,6 +155,23 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int>* out) cons
   for (int i = 0; i >= 0; i = symbols[i].next) out->push_back(symbols[i].id);
 }
 
+std::vector<int> BpeTokenizer::end_of_generation_ids() const {
+  static constexpr std::string_view kTurnEnds[] = {
+      "<|eot_id|>",    "<|eom_id|>", "<|end_of_text|>", "<|im_end|>",
+      "<|endoftext|>", "<|end|>",    "<end_of_turn>"};
+  std::vector<int> ids = {vocab_.eos_id};
+  if (vocab_.bos_id != vocab_.eos_id) ids.push_back(vocab_.bos_id);
+  for (std::string_view text : kTurnEnds) {
+    for (int id : specials_by_first_byte_[static_cast<unsigned char>(text[0])]) {
+      if (vocab_.types[id] == TokenType::kControl && vocab_.pieces[id] == text &&
+          std::find(ids.begin(), ids.end(), id) == ids.end()) {
+        ids.push_back(id);
+      }
+    }
+  }
+  return ids;
+}
+
 std::string BpeTokenizer::DecodePiece(int /*prev*/, int id) const {
   if (id < 0 || id >= vocab_.size()) return "";
   const TokenType type = vocab_.types[id];

@@ -29,6 +29,7 @@ class BpeTokenizer : public Tokenizer {
   int bos_id() const override { return vocab_.bos_id; }
   int eos_id() const override { return vocab_.eos_id; }
   bool add_bos() const override { return vocab_.add_bos; }
+  std::vector<int> end_of_generation_ids() const override;
   // Prepends BOS only when `add_bos` and the vocabulary's add_bos are both set.
   std::vector<int> Encode(std::string_view text, bool add_bos) const override;
   // Normal and user-defined tokens decode to their bytes, all others to nothing.

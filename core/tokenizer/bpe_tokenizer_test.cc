@@ -80,6 +80,18 @@ TEST(BpeTokenizerTest, SpecialTokensMatchLongestFirstAndDecode) {
   EXPECT_EQ((*BpeTokenizer::Create(v))->Encode("x", false), (std::vector<int>{'x'}));
 }
 
+TEST(BpeTokenizerTest, TurnEndsEndGenerations) {
+  Vocabulary v =
+      SmallVocabulary({"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>"}, {});
+  for (int id = 256; id < 260; ++id) v.types[id] = TokenType::kControl;
+  v.types[259] = TokenType::kUserDefined;  // not a control token: not an end
+  v.bos_id = 256;
+  v.eos_id = 257;
+  auto tokenizer = BpeTokenizer::Create(v);
+  ASSERT_TRUE(tokenizer.ok());
+  EXPECT_EQ((*tokenizer)->end_of_generation_ids(), (std::vector<int>{257, 256, 258}));
+}
+
 TEST(BpeTokenizerTest, RoundTripsAnyBytes) {
   auto tokenizer = BpeTokenizer::Create(
       SmallVocabulary({"he", "hel", "ll"}, {{"h", "e"}, {"he", "l"}, {"l", "l"}}));

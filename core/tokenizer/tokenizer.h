@@ -21,6 +21,11 @@ class Tokenizer {
   virtual int eos_id() const = 0;
   // Whether Encode(text, add_bos=true) starts with BOS (Qwen and some Llama 3 files add none).
   virtual bool add_bos() const { return true; }
+  // The tokens that end a generation: EOS and BOS (which starts the next text: llama2.c's
+  // convention), and for byte-level BPE the control tokens chat models end a turn with
+  // (<|eot_id|>, <|im_end|>, ..., as llama.cpp's end-of-generation set), whatever the file names
+  // as EOS.
+  virtual std::vector<int> end_of_generation_ids() const { return {eos_id(), bos_id()}; }
 
   // Encodes `text` (any bytes; invalid UTF-8 falls back to byte tokens), prepending BOS when
   // `add_bos`. Follows the model's conventions, e.g. a dummy leading space.

@@ -39,7 +39,7 @@ struct Vocabulary {
   int bos_id = 1;  // a model without a BOS token names its EOS here and sets add_bos false
   int eos_id = 2;
   int unk_id = 0;
-  bool add_bos = true;  // whether Encode(add_bos=true) prepends bos_id
+  bool add_bos = true;        // whether Encode(add_bos=true) prepends bos_id
   std::string chat_template;  // the model's chat template (Jinja); empty when it has none
 
   // SentencePiece only: encode " " + text, as SentencePiece and llama2.c do.

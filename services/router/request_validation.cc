@@ -137,10 +137,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateReque
     }
   }
   out.ignore_eos = stop.ignore_eos();
-  // The end of a text: EOS, and BOS, which starts the next one (llama2.c's convention, and what
-  // `pdserve generate` stops at).
+  // The end of a text or turn (Tokenizer::end_of_generation_ids; what `pdserve generate` stops at).
   if (!out.ignore_eos && limits.tokenizer != nullptr) {
-    for (const int end : {limits.tokenizer->eos_id(), limits.tokenizer->bos_id()}) {
+    for (const int end : limits.tokenizer->end_of_generation_ids()) {
       if (end >= 0 && std::find(out.stop_token_ids.begin(), out.stop_token_ids.end(), end) ==
                           out.stop_token_ids.end()) {
         out.stop_token_ids.push_back(end);
