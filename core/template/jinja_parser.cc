@@ -18,6 +18,21 @@ struct Segment {
   int line;
 };
 
+// Deeper nesting of expressions or blocks is refused rather than recursed into (the parser and
+// the renderer recurse once per level).
+constexpr int kMaxNesting = 200;
+
+class DepthGuard {
+ public:
+  explicit DepthGuard(int& depth) : depth_(++depth) {}
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
 bool IsSpaceOrTab(char c) { return c == ' ' || c == '\t'; }
 bool IsWhitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -230,6 +245,8 @@ class ExprParser {
 
   // expression := or_expr ["if" or_expr ["else" expression]]
   absl::StatusOr<ExprPtr> Expression() {
+    DepthGuard guard(depth_);
+    if (depth_ > kMaxNesting) return Error("expressions nest too deeply");
     PDSERVE_ASSIGN_OR_RETURN(ExprPtr value, Or());
     if (!AcceptName("if")) return value;
     PDSERVE_ASSIGN_OR_RETURN(ExprPtr condition, Or());
@@ -260,6 +277,8 @@ class ExprParser {
   }
 
   absl::StatusOr<ExprPtr> Not() {
+    DepthGuard guard(depth_);
+    if (depth_ > kMaxNesting) return Error("expressions nest too deeply");
     if (AcceptName("not")) {
       PDSERVE_ASSIGN_OR_RETURN(ExprPtr operand, Not());
       return Make(Expr::Kind::kUnary, "not", std::move(operand));
@@ -319,6 +338,8 @@ class ExprParser {
   }
 
   absl::StatusOr<ExprPtr> Unary() {
+    DepthGuard guard(depth_);
+    if (depth_ > kMaxNesting) return Error("expressions nest too deeply");
     if (PeekOp("-") || PeekOp("+")) {
       const std::string op = tokens_[pos_++].text;
       PDSERVE_ASSIGN_OR_RETURN(ExprPtr operand, Unary());
@@ -525,6 +546,7 @@ class ExprParser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -546,6 +568,8 @@ class StmtParser {
   // parser left at the tag's remaining tokens in `rest_`), or the end when `terminators` is empty.
   absl::Status ParseBody(const std::vector<std::string>& terminators, Body* body,
                          std::string* end) {
+    DepthGuard guard(depth_);
+    if (depth_ > kMaxNesting) return absl::InvalidArgumentError("template: blocks nest too deeply");
     while (pos_ < segments_.size()) {
       const Segment& seg = segments_[pos_++];
       if (seg.kind == Segment::Kind::kText) {
@@ -663,6 +687,7 @@ class StmtParser {
 
   std::vector<Segment> segments_;
   size_t pos_ = 0;
+  int depth_ = 0;
   std::unique_ptr<ExprParser> rest_;  // the terminator tag's parser, after its keyword
 };
 

@@ -132,6 +132,14 @@ TEST(JinjaTest, ErrorsNameTheLineAndConstruct) {
   EXPECT_NE(Render("{{ 'x' * 100000000 }}").find("too long"), std::string::npos);
   EXPECT_NE(Render("{{ 'unclosed }}").find("PARSE ERROR"), std::string::npos);
   EXPECT_NE(Render("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
+  EXPECT_NE(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("nest too deeply"),
+            std::string::npos);
+  EXPECT_NE(Render("{{ " + std::string(5000, '-') + "1 }}").find("nest too deeply"),
+            std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  EXPECT_NE(Render(blocks).find("nest too deeply"), std::string::npos);
 }
 
 }  // namespace
