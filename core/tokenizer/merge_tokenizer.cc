@@ -65,7 +65,7 @@ int MergeTokenizer::Lookup(std::string_view piece) const {
 
 std::vector<int> MergeTokenizer::Encode(std::string_view raw_text, bool add_bos) const {
   std::vector<int> out;
-  if (add_bos) out.push_back(vocab_.bos_id);
+  if (add_bos && vocab_.add_bos) out.push_back(vocab_.bos_id);
   if (raw_text.empty()) return out;
   std::string text;
   text.reserve(raw_text.size() + 1);

@@ -23,6 +23,7 @@ class MergeTokenizer : public Tokenizer {
   int vocab_size() const override { return vocab_.size(); }
   int bos_id() const override { return vocab_.bos_id; }
   int eos_id() const override { return vocab_.eos_id; }
+  bool add_bos() const override { return vocab_.add_bos; }
   std::vector<int> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodePiece(int prev, int id) const override;
   Vocabulary ExportVocabulary() const override { return vocab_; }

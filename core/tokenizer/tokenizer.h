@@ -28,7 +28,8 @@ class Tokenizer {
   virtual std::vector<int> end_of_generation_ids() const { return {eos_id(), bos_id()}; }
 
   // Encodes `text` (any bytes; invalid UTF-8 falls back to byte tokens), prepending BOS when
-  // `add_bos`. Follows the model's conventions, e.g. a dummy leading space.
+  // `add_bos` and the model adds one (add_bos()). Follows the model's conventions, e.g. a dummy
+  // leading space.
   virtual std::vector<int> Encode(std::string_view text, bool add_bos) const = 0;
 
   // The bytes that token `id` contributes to the text when it follows token `prev` (-1 for none):
