@@ -65,7 +65,7 @@ def main():
         if edit_files:
             edit_files(d)
 
-    hf_variant("wrong-model-type", lambda c: c.update(model_type="mistral"))
+    hf_variant("wrong-model-type", lambda c: c.update(model_type="falcon"))
     hf_variant("rope-scaling", lambda c: c.update(rope_scaling={"type": "linear", "factor": 2.0}))
     hf_variant("heads-not-dividing", lambda c: c.update(num_attention_heads=7))
     hf_variant("config-not-json", edit_files=lambda d: write(f"{d}/config.json", b"{not json"))
