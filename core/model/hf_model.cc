@@ -367,7 +367,9 @@ absl::StatusOr<HfModel> LoadHfModel(const std::string& dir) {
   TensorTable table(std::move(tensors), dir);
   HfModel model;
   PDSERVE_ASSIGN_OR_RETURN(model.weights, AssembleWeights(config, table));
-  for (const char* name : {kTokenizerJsonFile, kTokenizerModelFile}) {
+  // SentencePiece models (Llama 2, Mistral) ship tokenizer.model beside a tokenizer.json converted
+  // from it (byte fallback, Metaspace), which BpeTokenizer does not read: the .model comes first.
+  for (const char* name : {kTokenizerModelFile, kTokenizerJsonFile}) {
     const std::string tokenizer_path = JoinPath(dir, name);
     if (model.tokenizer_model_path.empty() && FileExists(tokenizer_path)) {
       model.tokenizer_model_path = tokenizer_path;

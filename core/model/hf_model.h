@@ -1,6 +1,6 @@
 // Hugging Face Llama checkpoints: a directory with config.json (transformers' LlamaConfig),
 // model.safetensors or model-0000i-of-0000n.safetensors shards with model.safetensors.index.json,
-// and optionally tokenizer.json (byte-level BPE) or tokenizer.model (SentencePiece). Weights load
+// and optionally tokenizer.model (SentencePiece) or tokenizer.json (byte-level BPE). Weights load
 // zero-copy from the mapped shards (norms are converted to f32) and keep the file's split-half RoPE
 // pairing of the q/k rows (config.rope_pairing = kSplitHalf). Tensor names map as
 //   model.embed_tokens.weight                    token_embedding
@@ -31,7 +31,7 @@ namespace pdserve {
 
 struct HfModel {
   ModelWeights weights;
-  std::string tokenizer_model_path;  // dir/tokenizer.json, else dir/tokenizer.model, else ""
+  std::string tokenizer_model_path;  // dir/tokenizer.model, else dir/tokenizer.json, else ""
 };
 
 // Loads the checkpoint in `dir`. NotFound when config.json (or both model.safetensors and its

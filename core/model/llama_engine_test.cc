@@ -150,9 +150,9 @@ TEST(LlamaEngineTest, ScaledRopeIsWrittenAsHuggingFaceAndGguf) {
     auto loaded = LoadModel((dir / name).string());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_TRUE(loaded->weights.config.rope_scaling.enabled()) << name;
-    EXPECT_LT(RelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens),
-                            want),
-              1e-5)
+    EXPECT_LT(
+        RelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens), want),
+        1e-5)
         << name;
   }
   fs::remove_all(dir);

@@ -142,7 +142,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const std::string
       if (vocabulary_source.empty()) vocabulary_source = hf.tokenizer_model_path;
       if (vocabulary_source.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "'", path, "' has no tokenizer.json or tokenizer.model: pass --tokenizer"));
+            "'", path, "' has no tokenizer.model or tokenizer.json: pass --tokenizer"));
       }
       break;
     }

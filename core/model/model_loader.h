@@ -1,7 +1,7 @@
 // LoadModel: one entry point for every model format. `path` is a llama2.c checkpoint, a GGUF file
 // (detected by its magic) or a Hugging Face directory (config.json + safetensors). The tokenizer
 // comes from `tokenizer_path` when given (see LoadTokenizerFile), else from the model: GGUF's
-// embedded vocabulary, the directory's tokenizer.json or tokenizer.model, or for llama2.c a
+// embedded vocabulary, the directory's tokenizer.model or else tokenizer.json, or for llama2.c a
 // tokenizer.bin / tok<vocab>.bin beside the checkpoint.
 #ifndef PDSERVE_CORE_MODEL_MODEL_LOADER_H_
 #define PDSERVE_CORE_MODEL_MODEL_LOADER_H_
