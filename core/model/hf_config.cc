@@ -248,17 +248,19 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const Vocabulary& voca
 
 nlohmann::ordered_json HfTokenizerConfigJson(const ModelConfig& c, const Vocabulary& vocab) {
   auto token = [&vocab](int id) { return SpaceToMetaspace(vocab.pieces[id]); };
-  return {{"tokenizer_class", "LlamaTokenizer"},
-          {"add_bos_token", true},
-          {"add_eos_token", false},
-          {"bos_token", token(vocab.bos_id)},
-          {"eos_token", token(vocab.eos_id)},
-          {"unk_token", token(vocab.unk_id)},
-          {"pad_token", nullptr},
-          {"clean_up_tokenization_spaces", false},
-          {"legacy", true},
-          {"model_max_length", c.max_seq_len},
-          {"sp_model_kwargs", nlohmann::ordered_json::object()}};
+  nlohmann::ordered_json config = {{"tokenizer_class", "LlamaTokenizer"},
+                                   {"add_bos_token", true},
+                                   {"add_eos_token", false},
+                                   {"bos_token", token(vocab.bos_id)},
+                                   {"eos_token", token(vocab.eos_id)},
+                                   {"unk_token", token(vocab.unk_id)},
+                                   {"pad_token", nullptr},
+                                   {"clean_up_tokenization_spaces", false},
+                                   {"legacy", true},
+                                   {"model_max_length", c.max_seq_len},
+                                   {"sp_model_kwargs", nlohmann::ordered_json::object()}};
+  if (!vocab.chat_template.empty()) config["chat_template"] = vocab.chat_template;
+  return config;
 }
 
 }  // namespace pdserve

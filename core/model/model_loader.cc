@@ -79,7 +79,12 @@ absl::StatusOr<ModelFormat> DetectModelFormat(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path,
                                                              int expected_vocab_size) {
-  if (absl::EndsWith(path, ".model")) return LoadSentencePieceTokenizer(path);
+  if (absl::EndsWith(path, ".model")) {
+    PDSERVE_ASSIGN_OR_RETURN(
+        std::string chat_template,
+        ReadHfChatTemplate((fs::path(path).parent_path() / "tokenizer_config.json").string()));
+    return LoadSentencePieceTokenizer(path, std::move(chat_template));
+  }
   if (absl::EndsWith(path, ".json")) {
     PDSERVE_ASSIGN_OR_RETURN(Vocabulary vocab, ReadHfTokenizerJson(path));
     return CreateTokenizer(std::move(vocab));

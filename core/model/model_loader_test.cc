@@ -1,6 +1,6 @@
 // Which tokenizer LoadModel picks for a Hugging Face directory: tokenizer.model (SentencePiece
 // models also ship a converted tokenizer.json that BpeTokenizer does not read), else
-// tokenizer.json.
+// tokenizer.json; either way with tokenizer_config.json's chat template.
 #include "core/model/model_loader.h"
 
 #include <filesystem>
@@ -45,11 +45,16 @@ TEST(ModelLoaderTest, HuggingFaceDirectoryPrefersTokenizerModel) {
   const fs::path dir = fs::path(testing::TempDir()) / "loader_hf_dir";
   fs::remove_all(dir);
   const ModelConfig c = TinyConfig();
-  ASSERT_TRUE(
-      WriteHfModel(dir.string(), MakeRandomModel(c, 1), SyntheticVocabulary(c.vocab_size), {})
-          .ok());
-  WriteByteLevelTokenizerJson(dir);  // beside tokenizer.model, as Llama 2 and Mistral ship it
+  Vocabulary vocab = SyntheticVocabulary(c.vocab_size);
+  vocab.chat_template = "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}";
+  ASSERT_TRUE(WriteHfModel(dir.string(), MakeRandomModel(c, 1), vocab, {}).ok());
+  // tokenizer_config.json's chat template comes with the SentencePiece model.
   absl::StatusOr<LoadedModel> spm = LoadModel(dir.string());
+  ASSERT_TRUE(spm.ok()) << spm.status();
+  EXPECT_EQ(spm->tokenizer->chat_template(), vocab.chat_template);
+
+  WriteByteLevelTokenizerJson(dir);  // beside tokenizer.model, as Llama 2 and Mistral ship it
+  spm = LoadModel(dir.string());
   ASSERT_TRUE(spm.ok()) << spm.status();
   EXPECT_EQ(spm->tokenizer->vocab_size(), c.vocab_size);  // the SentencePiece model's
 

@@ -186,8 +186,8 @@ std::string SpecialTokenText(const Json& config, const char* key) {
 
 // tokenizer_config.json's chat_template: a string, or a list of {name, template} of which the
 // one named "default" is taken.
-absl::StatusOr<std::string> ChatTemplateOf(const JsonFile& file, const Json& config) {
-  const Json& t = config.value("chat_template", Json());
+absl::StatusOr<std::string> ChatTemplateOf(const JsonFile& file) {
+  const Json& t = file.json().value("chat_template", Json());
   if (t.is_null()) return std::string();
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array()) {
@@ -230,12 +230,17 @@ absl::Status ReadSpecialIds(const JsonFile& file, const std::string& config_path
     vocab.add_bos = vocab.bos_id >= 0 && config["add_bos_token"].get<bool>();
   }
   if (vocab.bos_id < 0) vocab.bos_id = vocab.eos_id;
-  PDSERVE_ASSIGN_OR_RETURN(vocab.chat_template, ChatTemplateOf(file, config));
   vocab.unk_id = vocab.eos_id;  // byte-level BPE has no unknown token
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& path) {
+  if (!std::filesystem::exists(path)) return std::string();
+  PDSERVE_ASSIGN_OR_RETURN(JsonFile file, JsonFile::Open(path));
+  return ChatTemplateOf(file);
+}
 
 absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
   PDSERVE_ASSIGN_OR_RETURN(JsonFile file, JsonFile::Open(path));
@@ -252,6 +257,7 @@ absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
   const std::string config_path =
       (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
   PDSERVE_RETURN_IF_ERROR(ReadSpecialIds(file, config_path, vocab));
+  PDSERVE_ASSIGN_OR_RETURN(vocab.chat_template, ReadHfChatTemplate(config_path));
   if (absl::Status s = vocab.Validate(); !s.ok()) return file.Error("vocabulary", s.message());
   return vocab;
 }

@@ -23,6 +23,11 @@ namespace pdserve {
 // add_bos false.
 absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path);
 
+// The chat template of the tokenizer_config.json at `path` (a string, or the template named
+// "default" in a list); "" when the file is missing or has none. InvalidArgument for a malformed
+// file or field.
+absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& path);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_CORE_TOKENIZER_HF_TOKENIZER_JSON_H_

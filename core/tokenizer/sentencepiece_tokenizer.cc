@@ -186,13 +186,15 @@ const absl::StatusOr<SpmShim>& GetShim() {
 class SentencePieceTokenizer : public Tokenizer {
  public:
   // Takes ownership of `spm`.
-  SentencePieceTokenizer(const SpmShim& shim, pdserve_spm* spm, bool add_dummy_prefix)
+  SentencePieceTokenizer(const SpmShim& shim, pdserve_spm* spm, bool add_dummy_prefix,
+                         std::string chat_template)
       : shim_(shim),
         spm_(spm),
         bos_id_(shim.bos_id(spm)),
         eos_id_(shim.eos_id(spm)),
         unk_id_(shim.unk_id(spm)),
-        add_dummy_prefix_(add_dummy_prefix) {
+        add_dummy_prefix_(add_dummy_prefix),
+        chat_template_(std::move(chat_template)) {
     const int size = shim.piece_size(spm);
     for (int id = 0; id < size; ++id) {
       const char* data = nullptr;
@@ -211,6 +213,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(text_.size()); }
   int bos_id() const override { return bos_id_; }
   int eos_id() const override { return eos_id_; }
+  const std::string& chat_template() const override { return chat_template_; }
 
   std::vector<int> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int> out;
@@ -271,6 +274,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::vector<float> scores_;
   std::vector<int> flags_;         // PDSERVE_SPM_* bits of every id
   std::vector<std::string> text_;  // PieceBytes of every id
+  std::string chat_template_;
 };
 
 Vocabulary SentencePieceTokenizer::ExportVocabulary() const {
@@ -284,12 +288,14 @@ Vocabulary SentencePieceTokenizer::ExportVocabulary() const {
   vocab.eos_id = eos_id();
   vocab.unk_id = unk_id_;
   vocab.add_dummy_prefix = add_dummy_prefix_;
+  vocab.chat_template = chat_template_;
   return vocab;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path,
+                                                                      std::string chat_template) {
   PDSERVE_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   const std::string_view bytes(reinterpret_cast<const char*>(file->data()), file->size());
   const absl::StatusOr<SpmShim>& shim = GetShim();
@@ -312,7 +318,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std:
                                                    "; BOS and EOS control tokens are required"));
   }
   return std::unique_ptr<Tokenizer>(
-      new SentencePieceTokenizer(*shim, spm, ReadAddDummyPrefix(bytes)));
+      new SentencePieceTokenizer(*shim, spm, ReadAddDummyPrefix(bytes), std::move(chat_template)));
 }
 
 }  // namespace pdserve

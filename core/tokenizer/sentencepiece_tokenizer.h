@@ -25,7 +25,9 @@ namespace pdserve {
 //
 // ExportVocabulary() reports user-defined pieces as kNormal (libsentencepiece 0.1.97 does not
 // expose that type) and reads add_dummy_prefix from the file's NormalizerSpec.
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
+// `chat_template`: the model's (from tokenizer_config.json beside it), empty for none.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(
+    const std::string& path, std::string chat_template = "");
 
 }  // namespace pdserve
 
