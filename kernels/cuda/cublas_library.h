@@ -17,9 +17,9 @@ struct CublasLibrary {
   decltype(&cublasSetWorkspace_v2) set_workspace;
   // cublasGemmEx's 32-bit signature (C++ also declares an int64_t overload).
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                            const void*, const void*, cudaDataType, int, const void*,
-                            cudaDataType, int, const void*, void*, cudaDataType, int,
-                            cublasComputeType_t, cublasGemmAlgo_t);
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t);
   decltype(&cublasGetStatusName) status_name;
   decltype(&cublasGetStatusString) status_string;
 };
