@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/model/json_fields.h"
+#include "core/base/json_fields.h"
 #include "core/model/model_config.h"
 #include "core/tensor/dtype.h"
 #include "core/tokenizer/vocabulary.h"

@@ -14,7 +14,7 @@
 #include "core/base/mapped_file.h"
 #include "core/base/status_macros.h"
 #include "core/model/hf_config.h"
-#include "core/model/json_fields.h"
+#include "core/base/json_fields.h"
 #include "core/model/safetensors.h"
 #include "core/tokenizer/sentencepiece_model_writer.h"
 #include "core/tokenizer/sentencepiece_tokenizer.h"

@@ -1,4 +1,4 @@
-#include "core/model/json_fields.h"
+#include "core/base/json_fields.h"
 
 #include <fstream>
 #include <limits>

@@ -1,7 +1,7 @@
 // Bounded, non-throwing reading of JSON files and typed access to their fields, with errors that
 // name the file and the key (config.json, model.safetensors.index.json, ...). Stateless helpers.
-#ifndef PDSERVE_CORE_MODEL_JSON_FIELDS_H_
-#define PDSERVE_CORE_MODEL_JSON_FIELDS_H_
+#ifndef PDSERVE_CORE_BASE_JSON_FIELDS_H_
+#define PDSERVE_CORE_BASE_JSON_FIELDS_H_
 
 #include <optional>
 #include <string>
@@ -39,4 +39,4 @@ absl::Status WriteJsonFile(const std::string& path, const nlohmann::ordered_json
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_CORE_MODEL_JSON_FIELDS_H_
+#endif  // PDSERVE_CORE_BASE_JSON_FIELDS_H_
