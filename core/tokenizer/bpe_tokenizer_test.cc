@@ -218,7 +218,7 @@ TEST_F(HfTokenizerJsonTest, NamesWhatItDoesNotImplement) {
   EXPECT_NE(ErrorOf(Read()).find("eos_token"), std::string::npos);
   SetUp();
   std::ofstream(dir_ / "tokenizer.json") << "{ not json";
-  EXPECT_NE(ErrorOf(ReadHfTokenizerJson((dir_ / "tokenizer.json").string())).find("not a JSON"),
+  EXPECT_NE(ErrorOf(ReadHfTokenizerJson((dir_ / "tokenizer.json").string())).find("not valid JSON"),
             std::string::npos);
   EXPECT_EQ(ReadHfTokenizerJson((dir_ / "missing.json").string()).status().code(),
             absl::StatusCode::kNotFound);

@@ -1,37 +1,27 @@
 #include "core/tokenizer/hf_tokenizer_json.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/json_fields.h"
 #include "core/base/status_macros.h"
 #include "core/tokenizer/byte_level.h"
-#include "nlohmann/json.hpp"
 
 namespace pdserve {
 namespace {
 
-using Json = nlohmann::json;
-
-// Errors name the file and the field.
+// A parsed JSON file whose errors name the file and the field.
 class JsonFile {
  public:
   static absl::StatusOr<JsonFile> Open(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-    std::stringstream text;
-    text << in.rdbuf();
-    Json json = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a JSON object"));
-    }
+    PDSERVE_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
     return JsonFile(path, std::move(json));
   }
 
+  const std::string& path() const { return path_; }
   const Json& json() const { return json_; }
-  absl::Status Error(absl::string_view field, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("'", path_, "': ", field, " ", what));
+  absl::Status Error(const char* field, absl::string_view what) const {
+    return FieldError(path_, field, what);
   }
 
  private:
@@ -39,6 +29,25 @@ class JsonFile {
   std::string path_;
   Json json_;
 };
+
+// Ids above this are refused: no vocabulary is near it, and a vocabulary is sized by its ids.
+constexpr int64_t kMaxTokenId = 16'000'000;
+
+// Sets token `id` (grown into the vocabulary, gaps unused); false when `id` is out of range.
+bool SetToken(const Json& id_json, std::string piece, TokenType type, Vocabulary& vocab) {
+  if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
+      id_json.get<int64_t>() > kMaxTokenId) {
+    return false;
+  }
+  const size_t id = id_json.get<size_t>();
+  if (id >= vocab.pieces.size()) {
+    vocab.pieces.resize(id + 1);
+    vocab.types.resize(id + 1, TokenType::kUnused);
+  }
+  vocab.pieces[id] = std::move(piece);
+  vocab.types[id] = type;
+  return true;
+}
 
 bool IsNullOrEmpty(const Json& j, const char* key) {
   return !j.contains(key) || j[key].is_null() ||
@@ -97,19 +106,11 @@ absl::Status ReadModel(const JsonFile& file, Vocabulary& vocab) {
   const Json& pieces = m.value("vocab", Json());
   if (!pieces.is_object()) return file.Error("model.vocab", "is not an object");
   for (const auto& [spelled, id_json] : pieces.items()) {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
-        id_json.get<int64_t>() > 16'000'000) {
-      return file.Error("model.vocab", absl::StrCat("entry '", spelled, "' has a bad id"));
-    }
-    const size_t id = id_json.get<size_t>();
     absl::StatusOr<std::string> bytes = FromByteLevel(spelled);
     if (!bytes.ok()) return file.Error("model.vocab", bytes.status().message());
-    if (id >= vocab.pieces.size()) {
-      vocab.pieces.resize(id + 1);
-      vocab.types.resize(id + 1, TokenType::kUnused);
+    if (!SetToken(id_json, std::move(*bytes), TokenType::kNormal, vocab)) {
+      return file.Error("model.vocab", absl::StrCat("entry '", spelled, "' has a bad id"));
     }
-    vocab.pieces[id] = std::move(*bytes);
-    vocab.types[id] = TokenType::kNormal;
   }
   const Json& merges = m.value("merges", Json());
   if (!merges.is_array()) return file.Error("model.merges", "is not an array");
@@ -140,24 +141,19 @@ absl::Status ReadAddedTokens(const JsonFile& file, Vocabulary& vocab) {
   const Json& added = file.json().value("added_tokens", Json::array());
   if (!added.is_array()) return file.Error("added_tokens", "is not an array");
   for (const Json& t : added) {
-    if (!t.is_object() || !t.value("id", Json()).is_number_integer() ||
-        !t.value("content", Json()).is_string() || t["id"].get<int64_t>() < 0 ||
-        t["id"].get<int64_t>() > 16'000'000) {
+    const auto malformed = [&] {
       return file.Error("added_tokens", absl::StrCat("entry ", t.dump(), " is malformed"));
-    }
+    };
+    if (!t.is_object() || !t.value("content", Json()).is_string()) return malformed();
     const std::string content = t["content"].get<std::string>();
     if (t.value("lstrip", false) || t.value("rstrip", false) || t.value("single_word", false)) {
       return file.Error("added_tokens", absl::StrCat("token '", content,
                                                      "' strips spaces or matches whole words, "
                                                      "which is not supported"));
     }
-    const size_t id = t["id"].get<size_t>();
-    if (id >= vocab.pieces.size()) {
-      vocab.pieces.resize(id + 1);
-      vocab.types.resize(id + 1, TokenType::kUnused);
-    }
-    vocab.pieces[id] = content;
-    vocab.types[id] = t.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
+    const TokenType type =
+        t.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
+    if (!SetToken(t.value("id", Json()), content, type, vocab)) return malformed();
   }
   return absl::OkStatus();
 }
@@ -199,17 +195,13 @@ absl::StatusOr<std::string> ChatTemplateOf(const JsonFile& file) {
     }
   }
   return file.Error("chat_template",
-                    "in tokenizer_config.json is neither a string nor a list "
-                    "with a template named 'default'");
+                    "is neither a string nor a list with a template named "
+                    "'default'");
 }
 
-absl::Status ReadSpecialIds(const JsonFile& file, const std::string& config_path,
-                            Vocabulary& vocab) {
-  Json config = Json::object();
-  if (std::filesystem::exists(config_path)) {
-    PDSERVE_ASSIGN_OR_RETURN(JsonFile c, JsonFile::Open(config_path));
-    config = c.json();
-  }
+// The special tokens tokenizer_config.json (`config`, an empty object when there is none) names.
+absl::Status ReadSpecialIds(const JsonFile& file, const Json& config,
+                            const std::string& config_path, Vocabulary& vocab) {
   const auto find = [&](const std::string& text) {
     for (int id = 0; id < vocab.size(); ++id) {
       if (!text.empty() && vocab.pieces[id] == text && vocab.types[id] != TokenType::kNormal) {
@@ -238,8 +230,8 @@ absl::Status ReadSpecialIds(const JsonFile& file, const std::string& config_path
 
 absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& path) {
   if (!std::filesystem::exists(path)) return std::string();
-  PDSERVE_ASSIGN_OR_RETURN(JsonFile file, JsonFile::Open(path));
-  return ChatTemplateOf(file);
+  PDSERVE_ASSIGN_OR_RETURN(JsonFile config, JsonFile::Open(path));
+  return ChatTemplateOf(config);
 }
 
 absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
@@ -256,8 +248,13 @@ absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
   }
   const std::string config_path =
       (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
-  PDSERVE_RETURN_IF_ERROR(ReadSpecialIds(file, config_path, vocab));
-  PDSERVE_ASSIGN_OR_RETURN(vocab.chat_template, ReadHfChatTemplate(config_path));
+  if (!std::filesystem::exists(config_path)) {
+    PDSERVE_RETURN_IF_ERROR(ReadSpecialIds(file, Json::object(), config_path, vocab));
+  } else {
+    PDSERVE_ASSIGN_OR_RETURN(JsonFile config, JsonFile::Open(config_path));
+    PDSERVE_RETURN_IF_ERROR(ReadSpecialIds(file, config.json(), config_path, vocab));
+    PDSERVE_ASSIGN_OR_RETURN(vocab.chat_template, ChatTemplateOf(config));
+  }
   if (absl::Status s = vocab.Validate(); !s.ok()) return file.Error("vocabulary", s.message());
   return vocab;
 }
