@@ -73,9 +73,12 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   return options;
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --text file '", path, "'"));
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", std::string(flag), " file '", path, "'"));
+  }
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();

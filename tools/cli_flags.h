@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
@@ -53,8 +54,8 @@ absl::StatusOr<LoadedModel> LoadModelFromFlags();
 // limits once the model is known. Call before loading, so flag errors come first.
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
-// The whole of a --text file; NotFound naming it when it cannot be read.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+// The whole of the file `path` given by `flag`; NotFound naming both when it cannot be read.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag = "--text");
 
 // Rewrites "--max-tokens=3" as "--max_tokens=3" (flag names only) so that the documented dashed
 // spellings work with Abseil flags.

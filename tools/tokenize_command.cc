@@ -2,8 +2,6 @@
 // from a model's tokenizer or a tokenizer file alone; or a conversation rendered with the
 // model's chat template (--chat).
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
@@ -25,14 +23,6 @@ ABSL_FLAG(std::string, chat, "",
 namespace pdserve::cli {
 namespace {
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 absl::StatusOr<std::vector<std::string>> Inputs() {
   const std::string file = absl::GetFlag(FLAGS_file), json = absl::GetFlag(FLAGS_json_inputs);
   const bool has_prompt = !absl::GetFlag(FLAGS_prompt).empty();
@@ -42,10 +32,10 @@ absl::StatusOr<std::vector<std::string>> Inputs() {
   }
   if (has_prompt) return std::vector<std::string>{absl::GetFlag(FLAGS_prompt)};
   if (!file.empty()) {
-    PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(file));
+    PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file, "--file"));
     return std::vector<std::string>{std::move(text)};
   }
-  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(json));
+  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(json, "--json-inputs"));
   const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   std::vector<std::string> inputs;
   if (parsed.is_array()) {
@@ -87,7 +77,7 @@ absl::StatusOr<std::vector<ChatMessage>> Conversation(const nlohmann::json& json
 // --chat: the rendered prompt of one conversation, or a JSON string per line for a list.
 absl::Status RenderChat(const Tokenizer& tokenizer) {
   const std::string path = absl::GetFlag(FLAGS_chat);
-  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "--chat"));
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_array() || json.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a JSON conversation"));
