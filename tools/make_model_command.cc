@@ -70,11 +70,7 @@ absl::StatusOr<Vocabulary> VocabularyFromFlags(ModelConfig& config) {
                                                    " tokens, more than the shape's vocabulary (",
                                                    config.vocab_size, ")"));
   }
-  for (int id = vocab.size(); id < config.vocab_size; ++id) {
-    vocab.pieces.push_back(absl::StrCat("[PAD", id, "]"));
-    vocab.types.push_back(TokenType::kUnused);
-    if (vocab.model == TokenizerModel::kSentencePiece) vocab.scores.push_back(0);
-  }
+  PadVocabulary(vocab, config.vocab_size);
   return vocab;
 }
 

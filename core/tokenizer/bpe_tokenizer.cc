@@ -56,6 +56,7 @@ absl::Status BpeTokenizer::Index() {
     }
     merges_.emplace(PairKey(l->second, r->second), Merge{rank, result->second});  // first wins
   }
+  FindEndsOfGeneration();
   return absl::OkStatus();
 }
 
@@ -155,11 +156,12 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int>* out) cons
   for (int i = 0; i >= 0; i = symbols[i].next) out->push_back(symbols[i].id);
 }
 
-std::vector<int> BpeTokenizer::end_of_generation_ids() const {
+void BpeTokenizer::FindEndsOfGeneration() {
   static constexpr std::string_view kTurnEnds[] = {
       "<|eot_id|>",    "<|eom_id|>", "<|end_of_text|>", "<|im_end|>",
       "<|endoftext|>", "<|end|>",    "<end_of_turn>"};
-  std::vector<int> ids = {vocab_.eos_id};
+  std::vector<int>& ids = end_of_generation_ids_;
+  ids = {vocab_.eos_id};
   if (vocab_.bos_id != vocab_.eos_id) ids.push_back(vocab_.bos_id);
   for (std::string_view text : kTurnEnds) {
     for (int id : specials_by_first_byte_[static_cast<unsigned char>(text[0])]) {
@@ -169,7 +171,6 @@ std::vector<int> BpeTokenizer::end_of_generation_ids() const {
       }
     }
   }
-  return ids;
 }
 
 std::string BpeTokenizer::DecodePiece(int /*prev*/, int id) const {

@@ -29,7 +29,7 @@ class BpeTokenizer : public Tokenizer {
   int bos_id() const override { return vocab_.bos_id; }
   int eos_id() const override { return vocab_.eos_id; }
   bool add_bos() const override { return vocab_.add_bos; }
-  std::vector<int> end_of_generation_ids() const override;
+  std::vector<int> end_of_generation_ids() const override { return end_of_generation_ids_; }
   // Prepends BOS only when `add_bos` and the vocabulary's add_bos are both set.
   std::vector<int> Encode(std::string_view text, bool add_bos) const override;
   // Normal and user-defined tokens decode to their bytes, all others to nothing.
@@ -45,6 +45,7 @@ class BpeTokenizer : public Tokenizer {
 
   explicit BpeTokenizer(Vocabulary vocabulary) : vocab_(std::move(vocabulary)) {}
   absl::Status Index();
+  void FindEndsOfGeneration();
   void EncodeText(std::string_view text, std::vector<int>* out) const;
   void EncodeWord(std::string_view word, std::vector<int>* out) const;
   const Merge* FindMerge(int left, int right) const;
@@ -54,6 +55,7 @@ class BpeTokenizer : public Tokenizer {
   std::array<std::vector<int>, 256> specials_by_first_byte_;  // control and user-defined tokens
   std::array<int, 256> byte_to_id_;
   absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) → merge
+  std::vector<int> end_of_generation_ids_;       // computed once by Index
 };
 
 }  // namespace pdserve

@@ -243,9 +243,7 @@ absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
   PDSERVE_RETURN_IF_ERROR(ReadAddedTokens(file, vocab));
   PDSERVE_RETURN_IF_ERROR(ReadNormalizer(file, vocab));
   PDSERVE_RETURN_IF_ERROR(ReadPreTokenizer(file, vocab));
-  for (int id = 0; id < vocab.size(); ++id) {
-    if (vocab.types[id] == TokenType::kUnused) vocab.pieces[id] = absl::StrCat("[PAD", id, "]");
-  }
+  PadVocabulary(vocab, vocab.size());  // names the ids the file leaves free
   const std::string config_path =
       (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
   if (!std::filesystem::exists(config_path)) {

@@ -51,6 +51,18 @@ TEST(MergeTokenizerTest, DecodePieceDropsTheSpaceAfterBosOnlyAndSkipsControls) {
   EXPECT_EQ(tokenizer->DecodePiece(-1, 9999), "");
 }
 
+TEST(VocabularyTest, PadVocabularyAppendsNamedUnusedTokens) {
+  Vocabulary v = Tok512()->ExportVocabulary();
+  PadVocabulary(v, 515);
+  ASSERT_EQ(v.size(), 515);
+  EXPECT_EQ(v.scores.size(), 515u);
+  EXPECT_EQ(v.pieces[514], "[PAD514]");
+  EXPECT_EQ(v.types[513], TokenType::kUnused);
+  EXPECT_TRUE(v.Validate().ok());
+  PadVocabulary(v, 10);  // never shrinks
+  EXPECT_EQ(v.size(), 515);
+}
+
 TEST(MergeTokenizerTest, RejectsInconsistentVocabularies) {
   Vocabulary v;
   v.pieces = {"<unk>", "<s>"};

@@ -18,6 +18,19 @@ int HexDigit(char c) {
 
 }  // namespace
 
+void PadVocabulary(Vocabulary& vocab, int size) {
+  if (size > vocab.size()) {
+    vocab.pieces.resize(size);
+    vocab.types.resize(size, TokenType::kUnused);
+    if (vocab.model == TokenizerModel::kSentencePiece) vocab.scores.resize(size, 0.0f);
+  }
+  for (int id = 0; id < vocab.size(); ++id) {
+    if (vocab.types[id] == TokenType::kUnused && vocab.pieces[id].empty()) {
+      vocab.pieces[id] = absl::StrCat("[PAD", id, "]");
+    }
+  }
+}
+
 int ParseBytePiece(std::string_view piece) {
   if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') {
     return -1;

@@ -58,6 +58,11 @@ struct Vocabulary {
   absl::Status Validate() const;
 };
 
+// Grows `vocab` to `size` tokens (not below its size) and names every unused token without a piece
+// "[PADn]", as llama.cpp's converter fills the ids a vocabulary leaves free (Qwen pads its
+// embedding past its tokens).
+void PadVocabulary(Vocabulary& vocab, int size);
+
 // Parses "<0xNN>" into its byte value; -1 when `piece` is not a byte token.
 int ParseBytePiece(std::string_view piece);
 
