@@ -16,13 +16,18 @@ constexpr int64_t kMaxRange = 1 << 20;
 
 absl::Status Error(std::string what) { return absl::InvalidArgumentError(std::move(what)); }
 
-// Positional argument `i`, else keyword `name`, else `fallback`.
-Value Arg(const Arguments& args, size_t i, const std::string& name, Value fallback = Value()) {
-  if (i < args.positional.size()) return args.positional[i];
+// Keyword argument `name`, else `fallback`.
+Value KeywordArg(const Arguments& args, const std::string& name, Value fallback = Value()) {
   for (const auto& [key, value] : args.keyword) {
     if (key == name) return value;
   }
   return fallback;
+}
+
+// Positional argument `i`, else keyword `name`, else `fallback`.
+Value Arg(const Arguments& args, size_t i, const std::string& name, Value fallback = Value()) {
+  if (i < args.positional.size()) return args.positional[i];
+  return KeywordArg(args, name, std::move(fallback));
 }
 
 absl::StatusOr<std::string> StringArg(const Arguments& args, size_t i, const std::string& name,
@@ -295,12 +300,12 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   }
   if (name == "abs") return Abs(v);
   if (name == "map") {
-    const Value attribute = Arg(args, 99, "attribute");
+    const Value attribute = KeywordArg(args, "attribute");
     if (!v.is_array() || !attribute.is_string()) return Error("map: only map(attribute=...)");
     Array out;
     for (const Value& item : v.AsArray()) {
       const Value* field = item.is_object() ? item.AsObject().Find(attribute.AsString()) : nullptr;
-      out.push_back(field != nullptr ? *field : Arg(args, 99, "default"));
+      out.push_back(field != nullptr ? *field : KeywordArg(args, "default"));
     }
     return Value(std::move(out));
   }
