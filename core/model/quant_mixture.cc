@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/base/thread_pool.h"
-#include "core/tensor/tensor.h"
+#include "core/model/llama_file_type.h"
 
 namespace pdserve {
 namespace {
@@ -140,17 +140,7 @@ std::string QuantMixtureName(QuantMixture mixture) {
   return "?";
 }
 
-uint32_t QuantMixtureFileType(QuantMixture mixture) {
-  switch (mixture) {
-    case QuantMixture::kQ8_0:
-      return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
-    case QuantMixture::kQ4_0:
-      return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
-    case QuantMixture::kQ4_K_M:
-      return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
-  }
-  return 0;
-}
+uint32_t QuantMixtureFileType(QuantMixture mixture) { return LlamaFileType(BaseType(mixture)); }
 
 DType MixtureTypeFor(QuantMixture mixture, MatrixRole role, int layer, int n_layers, int64_t cols) {
   return Fallback(FirstChoice(mixture, role, layer, n_layers, cols), cols);
