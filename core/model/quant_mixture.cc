@@ -11,6 +11,7 @@
 #include "core/base/status_macros.h"
 #include "core/base/thread_pool.h"
 #include "core/model/llama_file_type.h"
+#include "core/tensor/tensor.h"
 
 namespace pdserve {
 namespace {
