@@ -29,7 +29,11 @@ ABSL_FLAG(int, prompt_tokens, 512, "Benchmark prompt length");
 ABSL_FLAG(int, gen_tokens, 128, "Benchmark generated tokens");
 ABSL_FLAG(int, repetitions, 5, "Benchmark repetitions after one warm-up");
 ABSL_FLAG(std::string, shape, "",
-          "Named model shape (stories260K, stories15M, stories42M, stories110M, llama3.2-1B)");
+          "Named model shape (stories260K, stories15M, stories42M, stories110M, llama3.2-1B, "
+          "qwen2.5-0.5B, qwen3-1.7B)");
+ABSL_FLAG(std::string, family, "",
+          "make-model: architecture family (llama, mistral, qwen2, qwen3); empty = the shape's "
+          "(llama without --shape)");
 ABSL_FLAG(int, dim, 0, "Model width (make-model without --shape)");
 ABSL_FLAG(int, hidden_dim, 0, "FFN width");
 ABSL_FLAG(int, layers, 0, "Layers");

@@ -28,6 +28,7 @@ ABSL_DECLARE_FLAG(int, prompt_tokens);
 ABSL_DECLARE_FLAG(int, gen_tokens);
 ABSL_DECLARE_FLAG(int, repetitions);
 ABSL_DECLARE_FLAG(std::string, shape);
+ABSL_DECLARE_FLAG(std::string, family);
 ABSL_DECLARE_FLAG(int, dim);
 ABSL_DECLARE_FLAG(int, hidden_dim);
 ABSL_DECLARE_FLAG(int, layers);

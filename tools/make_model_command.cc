@@ -30,6 +30,14 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
     c.vocab_size = absl::GetFlag(FLAGS_vocab);
     c.max_seq_len = absl::GetFlag(FLAGS_seq_len);
   }
+  if (const std::string family = absl::GetFlag(FLAGS_family); !family.empty()) {
+    const FamilyTraits* traits = FamilyByName(family);
+    if (traits == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--family '", family, "' is unknown (known: ", FamilyNames(), ")"));
+    }
+    c.family = traits->family;
+  }
   c.tied_embeddings = !absl::GetFlag(FLAGS_untied);
   if (absl::GetFlag(FLAGS_rope_theta) != 0) c.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   if (absl::GetFlag(FLAGS_rope_scaling_factor) >= 0) {

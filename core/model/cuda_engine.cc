@@ -71,6 +71,11 @@ struct PageExchange {
 };
 
 absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const KvPlan& plan) {
+  if (c.traits().qkv_bias || c.traits().qk_norm) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuda engine: ", c.traits().name,
+        " models (q/k/v biases or q/k head norms) run on the CPU only for now; use --device cpu"));
+  }
   if (o.value_tier_factory) {
     return absl::InvalidArgumentError(
         "cuda engine: value_tier_factory is CPU-only; KCache V lives in device memory");

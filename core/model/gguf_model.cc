@@ -13,31 +13,16 @@
 #include "core/model/gguf_file.h"
 #include "core/model/gguf_vocabulary.h"
 #include "core/model/gguf_writer.h"
+#include "core/model/layer_tensors.h"
 #include "core/model/llama_file_type.h"
 
 namespace pdserve {
 namespace {
 
-constexpr char kArchitecture[] = "llama";
-
-// llama.cpp's names of the per-layer tensors: blk.N.<suffix>.weight.
-struct LayerTensor {
-  const char* suffix;
-  Tensor LayerWeights::*field;
-  bool is_norm;
-};
-constexpr LayerTensor kLayerTensors[] = {
-    {"attn_norm", &LayerWeights::attn_norm, true}, {"attn_q", &LayerWeights::wq, false},
-    {"attn_k", &LayerWeights::wk, false},          {"attn_v", &LayerWeights::wv, false},
-    {"attn_output", &LayerWeights::wo, false},     {"ffn_norm", &LayerWeights::ffn_norm, true},
-    {"ffn_gate", &LayerWeights::w1, false},        {"ffn_down", &LayerWeights::w2, false},
-    {"ffn_up", &LayerWeights::w3, false},
-};
-
 constexpr char kRopeFreqs[] = "rope_freqs.weight";
 
 std::string LayerTensorName(int layer, const char* suffix) {
-  return absl::StrCat("blk.", layer, ".", suffix, ".weight");
+  return absl::StrCat("blk.", layer, ".", suffix);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -88,14 +73,43 @@ absl::Status CheckNoRopeScaling(const GgufFile& file, const std::string& p) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
+// The family general.architecture names; InvalidArgument listing the supported ones otherwise.
+absl::StatusOr<const FamilyTraits*> ReadFamily(const GgufFile& file) {
   PDSERVE_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
-  if (arch != kArchitecture) {
-    return file.Error(absl::StrCat("general.architecture is '", arch, "'; only '", kArchitecture,
-                                   "' is supported"));
+  if (const FamilyTraits* traits = FamilyByGgufArchitecture(arch); traits != nullptr) {
+    return traits;
   }
-  const std::string p = absl::StrCat(kArchitecture, ".");
+  std::string known;
+  for (const FamilyTraits& f : AllFamilies()) {
+    if (known.find(absl::StrCat("'", f.gguf_architecture, "'")) == std::string::npos) {
+      absl::StrAppend(&known, known.empty() ? "" : ", ", "'", f.gguf_architecture, "'");
+    }
+  }
+  return file.Error(absl::StrCat("general.architecture is '", arch, "'; supported: ", known));
+}
+
+// <arch>.attention.key_length / value_length, when present, must be the head dim: pdserve derives
+// it from embedding_length / head_count.
+absl::Status CheckHeadDim(const GgufFile& file, const std::string& p, const ModelConfig& c) {
+  for (const std::string& key :
+       {p + "attention.key_length", p + "attention.value_length", p + "rope.dimension_count"}) {
+    if (file.FindValue(key) == nullptr) continue;
+    PDSERVE_ASSIGN_OR_RETURN(int value, GetCount(file, key));
+    if (value != c.head_dim()) {
+      return file.Error(absl::StrCat(key, " is ", value, ", not the head dim embedding_length / ",
+                                     "head_count = ", c.head_dim(),
+                                     "; other head dims and partial rotary embeddings are "
+                                     "unsupported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
+  PDSERVE_ASSIGN_OR_RETURN(const FamilyTraits* family, ReadFamily(file));
+  const std::string p = absl::StrCat(family->gguf_architecture, ".");
   ModelConfig c;
+  c.family = family->family;
   PDSERVE_ASSIGN_OR_RETURN(c.max_seq_len, GetCount(file, p + "context_length"));
   PDSERVE_ASSIGN_OR_RETURN(c.dim, GetCount(file, p + "embedding_length"));
   PDSERVE_ASSIGN_OR_RETURN(c.n_layers, GetCount(file, p + "block_count"));
@@ -106,17 +120,11 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
                            GetFloatOr(file, p + "attention.layer_norm_rms_epsilon", 1e-5f));
   PDSERVE_ASSIGN_OR_RETURN(c.rope_theta, GetFloatOr(file, p + "rope.freq_base", 10000.0f));
   PDSERVE_RETURN_IF_ERROR(CheckNoRopeScaling(file, p));  // so c.rope_scaling stays none
-  c.rope_pairing = RopePairing::kAdjacent;
+  c.rope_pairing = family->gguf_rope_pairing;
   PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, p + "vocab_size"));
   c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
   if (absl::Status s = c.Validate(); !s.ok()) return file.Error(s.message());
-  if (file.FindValue(p + "rope.dimension_count") != nullptr) {
-    PDSERVE_ASSIGN_OR_RETURN(int rope_dims, GetCount(file, p + "rope.dimension_count"));
-    if (rope_dims != c.head_dim()) {
-      return file.Error(absl::StrCat(p, "rope.dimension_count is ", rope_dims, ", the head dim ",
-                                     c.head_dim(), "; partial rotary embeddings are unsupported"));
-    }
-  }
+  PDSERVE_RETURN_IF_ERROR(CheckHeadDim(file, p, c));
   return c;
 }
 
@@ -151,7 +159,7 @@ absl::StatusOr<ModelWeights> ReadWeights(const GgufFile& file, ModelConfig c) {
   PDSERVE_RETURN_IF_ERROR(ReadRopeFreqs(file, c, used));
   ModelWeights w;
   w.config = c;
-  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  const int64_t d = c.dim, v = c.vocab_size;
   PDSERVE_ASSIGN_OR_RETURN(w.token_embedding, GetTensor(file, "token_embd.weight", {v, d}, used));
   PDSERVE_ASSIGN_OR_RETURN(w.final_norm, GetTensor(file, "output_norm.weight", {d}, used));
   if (c.tied_embeddings) {
@@ -159,20 +167,19 @@ absl::StatusOr<ModelWeights> ReadWeights(const GgufFile& file, ModelConfig c) {
   } else {
     PDSERVE_ASSIGN_OR_RETURN(w.classifier, GetTensor(file, "output.weight", {v, d}, used));
   }
-  const std::vector<int64_t> shapes[] = {{d}, {d, d}, {kv, d}, {kv, d}, {d, d},
-                                         {d}, {h, d}, {d, h},  {h, d}};
   w.layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
-    for (size_t i = 0; i < std::size(kLayerTensors); ++i) {
+    for (const LayerTensorSpec& t : LayerTensorSpecs()) {
+      if (!HasTensor(t, c.traits())) continue;
       PDSERVE_ASSIGN_OR_RETURN(
-          w.layers[l].*kLayerTensors[i].field,
-          GetTensor(file, LayerTensorName(l, kLayerTensors[i].suffix), shapes[i], used));
+          w.layers[l].*t.field,
+          GetTensor(file, LayerTensorName(l, t.gguf_suffix), ShapeOf(c, t), used));
     }
   }
   for (const GgufTensor& t : file.tensors()) {
     if (used.count(t.name) == 0) {
-      return file.Error(
-          absl::StrCat("unexpected tensor ", t.name, " for a ", c.n_layers, "-layer llama model"));
+      return file.Error(absl::StrCat("unexpected tensor ", t.name, " for a ", c.n_layers, "-layer ",
+                                     c.traits().gguf_architecture, " model"));
     }
   }
   if (absl::Status s = ValidateWeights(w); !s.ok()) return file.Error(s.message());
@@ -184,10 +191,11 @@ absl::StatusOr<ModelWeights> ReadWeights(const GgufFile& file, ModelConfig c) {
 
 absl::Status AddConfigMetadata(GgufWriter& out, const ModelConfig& c, const std::string& name,
                                uint32_t file_type) {
-  const std::string p = absl::StrCat(kArchitecture, ".");
+  const std::string arch = c.traits().gguf_architecture;
+  const std::string p = absl::StrCat(arch, ".");
   auto u32 = [](int v) { return GgufValue::Of(static_cast<uint32_t>(v)); };
   for (auto& [key, value] : std::vector<std::pair<std::string, GgufValue>>{
-           {"general.architecture", GgufValue::Of(std::string(kArchitecture))},
+           {"general.architecture", GgufValue::Of(arch)},
            {"general.name", GgufValue::Of(name)},
            {"general.file_type", GgufValue::Of(file_type)},
            {p + "vocab_size", u32(c.vocab_size)},
@@ -217,12 +225,14 @@ absl::Status AddRopeFreqs(GgufWriter& out, const ModelConfig& c) {
 bool HasQuantizedTensors(const ModelWeights& w) {
   bool quantized = IsQuantized(w.token_embedding.dtype) || IsQuantized(w.classifier.dtype);
   for (const LayerWeights& layer : w.layers) {
-    for (const LayerTensor& t : kLayerTensors) quantized |= IsQuantized((layer.*t.field).dtype);
+    for (const LayerTensorSpec& t : LayerTensorSpecs()) {
+      quantized |= !(layer.*t.field).empty() && IsQuantized((layer.*t.field).dtype);
+    }
   }
   return quantized;
 }
 
-// `w` is already converted and in the adjacent pairing.
+// `w` is already converted and in its family's GGUF pairing.
 absl::Status AddWeightTensors(GgufWriter& out, const ModelWeights& w) {
   PDSERVE_RETURN_IF_ERROR(out.AddTensor("token_embd.weight", w.token_embedding));
   PDSERVE_RETURN_IF_ERROR(out.AddTensor("output_norm.weight", w.final_norm));
@@ -230,8 +240,10 @@ absl::Status AddWeightTensors(GgufWriter& out, const ModelWeights& w) {
     PDSERVE_RETURN_IF_ERROR(out.AddTensor("output.weight", w.classifier));
   }
   for (int l = 0; l < w.config.n_layers; ++l) {
-    for (const LayerTensor& t : kLayerTensors) {
-      PDSERVE_RETURN_IF_ERROR(out.AddTensor(LayerTensorName(l, t.suffix), w.layers[l].*t.field));
+    for (const LayerTensorSpec& t : LayerTensorSpecs()) {
+      if (!HasTensor(t, w.config.traits())) continue;
+      PDSERVE_RETURN_IF_ERROR(
+          out.AddTensor(LayerTensorName(l, t.gguf_suffix), w.layers[l].*t.field));
     }
   }
   return absl::OkStatus();
@@ -268,7 +280,7 @@ absl::Status WriteTypedGgufModel(const std::string& path, const ModelWeights& we
                                                    " tokens, the model ",
                                                    weights.config.vocab_size));
   }
-  const ModelWeights w = WithRopePairing(weights, RopePairing::kAdjacent);
+  const ModelWeights w = WithRopePairing(weights, weights.config.traits().gguf_rope_pairing);
   GgufWriter out;
   PDSERVE_RETURN_IF_ERROR(
       AddConfigMetadata(out, w.config, std::filesystem::path(path).stem().string(), file_type));

@@ -710,7 +710,9 @@ TEST_F(GgufTest, RejectsInconsistentModels) {
     });
   };
   set("general.architecture", GgufValue::Of(std::string("gpt2")));
-  ExpectLoadError(dst, "general.architecture is 'gpt2'; only 'llama' is supported");
+  ExpectLoadError(dst, "general.architecture is 'gpt2'; supported: 'llama', 'qwen2', 'qwen3'");
+  set("llama.attention.key_length", GgufValue::Of<uint32_t>(8));
+  ExpectLoadError(dst, "llama.attention.key_length is 8, not the head dim");
   set("llama.block_count", GgufValue::Of(std::string("2")));
   ExpectLoadError(dst, "'llama.block_count' is string, expected an integer");
   set("llama.block_count", GgufValue::Of<int32_t>(-2));
@@ -771,7 +773,7 @@ TEST_F(GgufTest, RejectsTensorProblems) {
   Rewrite(src, dst, [](GgufWriter& w, std::vector<GgufTensor>&) {
     ASSERT_TRUE(w.SetMetadata("llama.block_count", GgufValue::Of<uint32_t>(3)).ok());
   });
-  ExpectLoadError(dst, "tensor blk.2.attn_norm.weight is missing");
+  ExpectLoadError(dst, "tensor blk.2.attn_q.weight is missing");
 }
 
 TEST_F(GgufTest, MissingFileIsNotFound) {

@@ -69,24 +69,37 @@ absl::StatusOr<kernels::RopeScaling> ReadRopeScaling(const Json& json, const std
 
 constexpr const char* kSwiftKvModelType = "llama_swiftkv";
 
-// Rejects the LlamaConfig variants whose math the engine does not implement; returns model_type.
-absl::StatusOr<std::string> CheckSupportedArchitecture(const Json& json, const std::string& path) {
+// The family of model_type ("llama_swiftkv" is Llama with SwiftKV fields), rejecting the config
+// variants whose math the engine does not implement.
+absl::StatusOr<const FamilyTraits*> CheckSupportedArchitecture(const Json& json,
+                                                               const std::string& path) {
   PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
-  if (model_type != "llama" && model_type != "mistral" && model_type != kSwiftKvModelType) {
+  const FamilyTraits* family = model_type == kSwiftKvModelType ? &Traits(ModelFamily::kLlama)
+                                                               : FamilyByHfModelType(model_type);
+  if (family == nullptr) {
+    std::string known;
+    for (const FamilyTraits& f : AllFamilies())
+      absl::StrAppend(&known, "\"", f.hf_model_type, "\", ");
     return FieldError(
         path, "model_type",
-        absl::StrCat("is \"", model_type,
-                     "\"; only \"llama\", \"mistral\" and \"llama_swiftkv\" are supported"));
+        absl::StrCat("is \"", model_type, "\"; supported: ", known, "\"", kSwiftKvModelType, "\""));
   }
   PDSERVE_ASSIGN_OR_RETURN(std::string act, StringField(json, path, "hidden_act", "silu"));
   if (act != "silu") {
     return FieldError(path, "hidden_act", absl::StrCat("is \"", act, "\"; only silu is supported"));
   }
+  // Qwen2's q/k/v biases are not a config field; elsewhere "attention_bias" would add biases the
+  // family does not have (Qwen3's also on o_proj).
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     PDSERVE_ASSIGN_OR_RETURN(bool bias, BoolField(json, path, key, false));
-    if (bias) return FieldError(path, key, "is true; biases are not supported");
+    if (bias) {
+      return FieldError(path, key,
+                        absl::StrCat("is true; ", family->hf_model_type,
+                                     " with biases there is "
+                                     "not supported"));
+    }
   }
-  return model_type;
+  return family;
 }
 
 // LlamaSwiftKVConfig's fields; 0 and null mean the default, as `x or default` does in Python.
@@ -115,9 +128,17 @@ absl::StatusOr<HfSwiftKvConfig> ParseSwiftKv(const Json& json, const std::string
 }
 
 // Mistral is Llama's math plus, in some releases (v0.1), sliding-window attention: each token
-// attends to the last sliding_window positions. Within a context no longer than the window that
-// is full attention, so such a model is served with its context capped at the window.
+// attends to the last sliding_window positions; Qwen2/Qwen3 the same in the layers from
+// max_window_layers on when "use_sliding_window" is true (false in every released checkpoint).
+// Within a context no longer than the window that is full attention, so such a model is served
+// with its context capped at the window.
 absl::Status LimitToSlidingWindow(const Json& json, const std::string& path, ModelConfig& c) {
+  if (c.family == ModelFamily::kQwen2 || c.family == ModelFamily::kQwen3) {
+    PDSERVE_ASSIGN_OR_RETURN(bool used, BoolField(json, path, "use_sliding_window", false));
+    if (!used) return absl::OkStatus();
+  } else if (c.family != ModelFamily::kMistral) {
+    return absl::OkStatus();  // LlamaConfig has no window
+  }
   const Json* window = Member(json, "sliding_window");
   if (window == nullptr || window->is_null()) return absl::OkStatus();
   PDSERVE_ASSIGN_OR_RETURN(int size, IntField(json, path, "sliding_window"));
@@ -139,9 +160,11 @@ absl::StatusOr<double> RopeTheta(const Json& json, const std::string& path) {
 }  // namespace
 
 absl::StatusOr<HfConfig> ParseHfConfig(const Json& json, const std::string& path) {
-  PDSERVE_ASSIGN_OR_RETURN(std::string model_type, CheckSupportedArchitecture(json, path));
+  PDSERVE_ASSIGN_OR_RETURN(const FamilyTraits* family, CheckSupportedArchitecture(json, path));
+  PDSERVE_ASSIGN_OR_RETURN(std::string model_type, StringField(json, path, "model_type", nullptr));
   HfConfig out;
   ModelConfig& c = out.model;
+  c.family = family->family;
   PDSERVE_ASSIGN_OR_RETURN(c.dim, IntField(json, path, "hidden_size"));
   PDSERVE_ASSIGN_OR_RETURN(c.hidden_dim, IntField(json, path, "intermediate_size"));
   PDSERVE_ASSIGN_OR_RETURN(c.n_layers, IntField(json, path, "num_hidden_layers"));
@@ -169,7 +192,7 @@ absl::StatusOr<HfConfig> ParseHfConfig(const Json& json, const std::string& path
                       absl::StrCat("is ", head_dim, ", not hidden_size / num_attention_heads = ",
                                    c.head_dim(), "; not supported"));
   }
-  if (model_type == "mistral") PDSERVE_RETURN_IF_ERROR(LimitToSlidingWindow(json, path, c));
+  PDSERVE_RETURN_IF_ERROR(LimitToSlidingWindow(json, path, c));
   if (model_type == kSwiftKvModelType) {
     PDSERVE_ASSIGN_OR_RETURN(out.swiftkv, ParseSwiftKv(json, path, c.n_layers));
   }
@@ -215,8 +238,8 @@ const char* TorchDTypeName(DType dtype) {
 nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const Vocabulary& vocab, DType dtype,
                                     const std::optional<HfSwiftKvConfig>& swiftkv) {
   nlohmann::ordered_json json = {
-      {"architectures", {swiftkv ? "LlamaSwiftKVForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", swiftkv ? kSwiftKvModelType : "llama"},
+      {"architectures", {swiftkv ? "LlamaSwiftKVForCausalLM" : c.traits().hf_architecture}},
+      {"model_type", swiftkv ? kSwiftKvModelType : c.traits().hf_model_type},
       {"hidden_size", c.dim},
       {"intermediate_size", c.hidden_dim},
       {"num_hidden_layers", c.n_layers},

@@ -15,6 +15,7 @@
 #include "core/base/mapped_file.h"
 #include "core/base/status_macros.h"
 #include "core/model/hf_config.h"
+#include "core/model/layer_tensors.h"
 #include "core/model/safetensors.h"
 #include "core/tokenizer/sentencepiece_model_writer.h"
 #include "core/tokenizer/sentencepiece_tokenizer.h"
@@ -34,28 +35,6 @@ constexpr const char* kSwiftKvQ = "self_attn.q_proj_swiftkv.weight";
 constexpr const char* kSwiftKvK = "self_attn.k_proj_swiftkv.weight";
 constexpr const char* kSwiftKvV = "self_attn.v_proj_swiftkv.weight";
 
-// Which config dimension a tensor axis has.
-enum class Dim { kNone, kModel, kKv, kHidden, kVocab };
-
-struct LayerTensor {
-  const char* suffix;  // after "model.layers.N."
-  Tensor LayerWeights::*field;
-  Dim rows;
-  Dim cols;  // kNone for vectors
-};
-
-constexpr LayerTensor kLayerTensors[] = {
-    {"self_attn.q_proj.weight", &LayerWeights::wq, Dim::kModel, Dim::kModel},
-    {"self_attn.k_proj.weight", &LayerWeights::wk, Dim::kKv, Dim::kModel},
-    {"self_attn.v_proj.weight", &LayerWeights::wv, Dim::kKv, Dim::kModel},
-    {"self_attn.o_proj.weight", &LayerWeights::wo, Dim::kModel, Dim::kModel},
-    {"mlp.gate_proj.weight", &LayerWeights::w1, Dim::kHidden, Dim::kModel},
-    {"mlp.up_proj.weight", &LayerWeights::w3, Dim::kHidden, Dim::kModel},
-    {"mlp.down_proj.weight", &LayerWeights::w2, Dim::kModel, Dim::kHidden},
-    {"input_layernorm.weight", &LayerWeights::attn_norm, Dim::kModel, Dim::kNone},
-    {"post_attention_layernorm.weight", &LayerWeights::ffn_norm, Dim::kModel, Dim::kNone},
-};
-
 std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
@@ -73,26 +52,6 @@ int LayerIndexOf(const std::string& name) {
   const absl::string_view digits =
       absl::string_view(name).substr(begin, dot == std::string::npos ? dot : dot - begin);
   return absl::SimpleAtoi(digits, &layer) ? layer : -1;
-}
-
-std::vector<int64_t> ShapeOf(const ModelConfig& c, Dim rows, Dim cols) {
-  auto size = [&c](Dim d) -> int64_t {
-    switch (d) {
-      case Dim::kModel:
-        return c.dim;
-      case Dim::kKv:
-        return c.kv_dim();
-      case Dim::kHidden:
-        return c.hidden_dim;
-      case Dim::kVocab:
-        return c.vocab_size;
-      case Dim::kNone:
-        break;
-    }
-    return 0;
-  };
-  if (cols == Dim::kNone) return {size(rows)};
-  return {size(rows), size(cols)};
 }
 
 bool FileExists(const std::string& path) {
@@ -184,7 +143,8 @@ class TensorTable {
   }
 
   // InvalidArgument for any tensor not taken, except RoPE frequency buffers.
-  absl::Status CheckAllTaken(int n_layers) const {
+  absl::Status CheckAllTaken(const ModelConfig& c) const {
+    const int n_layers = c.n_layers;
     for (const auto& [name, source] : tensors_) {
       if (absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
       const int layer = LayerIndexOf(name);
@@ -194,7 +154,7 @@ class TensorTable {
           : absl::StrContains(name, "_swiftkv.")
               ? "is a SwiftKV tensor that config.json (model_type, num_key_value_layers, "
                 "key_value_group_size) does not define"
-              : "is not part of a Llama model";
+              : absl::StrCat("is not part of a ", c.traits().hf_architecture, " model");
       return absl::InvalidArgumentError(
           absl::StrCat(source.file, ": unexpected tensor '", name, "': it ", why));
     }
@@ -214,21 +174,23 @@ absl::StatusOr<std::optional<SwiftKvWeights>> TakeSwiftKv(const ModelConfig& c,
                                                           const HfSwiftKvConfig& spec,
                                                           TensorTable& table) {
   const bool used = spec.enabled && spec.layer < c.n_layers;
-  auto take = [&](const std::string& name, Dim rows, Dim cols) -> absl::StatusOr<Tensor> {
+  auto take = [&](const std::string& name, Extent rows, Extent cols) -> absl::StatusOr<Tensor> {
     if (!used && !table.Has(name)) return Tensor{};
     return table.Take(name, ShapeOf(c, rows, cols));
   };
   SwiftKvWeights s;
   s.layer = spec.layer;
   s.group = spec.group;
-  PDSERVE_ASSIGN_OR_RETURN(s.norm, take(kSwiftKvNorm, Dim::kModel, Dim::kNone));
+  PDSERVE_ASSIGN_OR_RETURN(s.norm, take(kSwiftKvNorm, Extent::kDim, Extent::kNone));
   for (int j = spec.layer; j < c.n_layers; ++j) {
     PDSERVE_ASSIGN_OR_RETURN(Tensor wq,
-                             take(LayerTensorName(j, kSwiftKvQ), Dim::kModel, Dim::kModel));
+                             take(LayerTensorName(j, kSwiftKvQ), Extent::kDim, Extent::kDim));
     s.wq.push_back(std::move(wq));
     if ((j - spec.layer) % spec.group != 0) continue;  // followers use their leader's K/V
-    PDSERVE_ASSIGN_OR_RETURN(Tensor wk, take(LayerTensorName(j, kSwiftKvK), Dim::kKv, Dim::kModel));
-    PDSERVE_ASSIGN_OR_RETURN(Tensor wv, take(LayerTensorName(j, kSwiftKvV), Dim::kKv, Dim::kModel));
+    PDSERVE_ASSIGN_OR_RETURN(Tensor wk,
+                             take(LayerTensorName(j, kSwiftKvK), Extent::kKvDim, Extent::kDim));
+    PDSERVE_ASSIGN_OR_RETURN(Tensor wv,
+                             take(LayerTensorName(j, kSwiftKvV), Extent::kKvDim, Extent::kDim));
     s.wk.push_back(std::move(wk));
     s.wv.push_back(std::move(wv));
   }
@@ -241,31 +203,31 @@ absl::StatusOr<ModelWeights> AssembleWeights(const HfConfig& config, TensorTable
   ModelWeights w;
   w.config = c;
   PDSERVE_ASSIGN_OR_RETURN(w.token_embedding, table.Take("model.embed_tokens.weight",
-                                                         ShapeOf(c, Dim::kVocab, Dim::kModel)));
+                                                         ShapeOf(c, Extent::kVocab, Extent::kDim)));
   w.layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
-    for (const LayerTensor& spec : kLayerTensors) {
-      PDSERVE_ASSIGN_OR_RETURN(
-          w.layers[l].*spec.field,
-          table.Take(LayerTensorName(l, spec.suffix), ShapeOf(c, spec.rows, spec.cols)));
+    for (const LayerTensorSpec& spec : LayerTensorSpecs()) {
+      if (!HasTensor(spec, c.traits())) continue;
+      PDSERVE_ASSIGN_OR_RETURN(w.layers[l].*spec.field,
+                               table.Take(LayerTensorName(l, spec.hf_suffix), ShapeOf(c, spec)));
     }
   }
-  PDSERVE_ASSIGN_OR_RETURN(w.final_norm,
-                           table.Take("model.norm.weight", ShapeOf(c, Dim::kModel, Dim::kNone)));
+  PDSERVE_ASSIGN_OR_RETURN(
+      w.final_norm, table.Take("model.norm.weight", ShapeOf(c, Extent::kDim, Extent::kNone)));
   if (c.tied_embeddings) {
     w.classifier = w.token_embedding;
     if (table.Has("lm_head.weight")) {  // some exporters save the tied copy; it is unused
       PDSERVE_RETURN_IF_ERROR(
-          table.Take("lm_head.weight", ShapeOf(c, Dim::kVocab, Dim::kModel)).status());
+          table.Take("lm_head.weight", ShapeOf(c, Extent::kVocab, Extent::kDim)).status());
     }
   } else {
-    PDSERVE_ASSIGN_OR_RETURN(w.classifier,
-                             table.Take("lm_head.weight", ShapeOf(c, Dim::kVocab, Dim::kModel)));
+    PDSERVE_ASSIGN_OR_RETURN(
+        w.classifier, table.Take("lm_head.weight", ShapeOf(c, Extent::kVocab, Extent::kDim)));
   }
   if (config.swiftkv.has_value()) {
     PDSERVE_ASSIGN_OR_RETURN(w.swiftkv, TakeSwiftKv(c, *config.swiftkv, table));
   }
-  PDSERVE_RETURN_IF_ERROR(table.CheckAllTaken(c.n_layers));
+  PDSERVE_RETURN_IF_ERROR(table.CheckAllTaken(c));
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(w));
   return w;
 }
@@ -288,8 +250,9 @@ std::vector<NamedTensor> HfTensors(const ModelWeights& w) {
   std::vector<NamedTensor> out;
   out.push_back({"model.embed_tokens.weight", w.token_embedding});
   for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
-    for (const LayerTensor& spec : kLayerTensors) {
-      out.push_back({LayerTensorName(l, spec.suffix), w.layers[l].*spec.field});
+    for (const LayerTensorSpec& spec : LayerTensorSpecs()) {
+      if (!HasTensor(spec, w.config.traits())) continue;
+      out.push_back({LayerTensorName(l, spec.hf_suffix), w.layers[l].*spec.field});
     }
     if (!w.swiftkv.has_value() || l < w.swiftkv->layer) continue;
     const SwiftKvWeights& s = *w.swiftkv;

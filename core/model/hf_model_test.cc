@@ -205,7 +205,8 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
     const char* message;
   };
   const std::vector<Case> cases = {
-      {"falcon", [](Json& j) { j["model_type"] = "falcon"; }, "\"llama_swiftkv\" are supported"},
+      {"falcon", [](Json& j) { j["model_type"] = "falcon"; },
+       "supported: \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"llama_swiftkv\""},
       {"mistral_window",
        [](Json& j) {
          j["model_type"] = "mistral";

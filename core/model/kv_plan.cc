@@ -66,11 +66,12 @@ CachePlan PlanCache(const ModelConfig& c, const KvCompression& compression, int 
   return plan;
 }
 
-// The V projection wv [kv_dim, dim] folded with the cache's V/O bases: head g's rows become
-// basis_g[0, r) · wv_g, [Σ r, dim] in f32. Unchanged without ZACK.
+// The V projection wv [kv_dim, cols] (cols = dim; 1 for a bias) folded with the cache's V/O bases:
+// head g's rows become basis_g[0, r) · wv_g, [Σ r, cols] in f32. Unchanged without ZACK.
 Tensor FoldV(const Tensor& wv, const ModelConfig& c, const ZackBases* zack, int cache) {
   if (zack == nullptr) return wv;
-  const int d = c.head_dim(), dim = c.dim;
+  const int d = c.head_dim();
+  const int64_t dim = wv.cols();
   const Tensor w = ToF32(wv);
   const float* src = w.as<float>();
   std::vector<float> out;
@@ -88,6 +89,21 @@ Tensor FoldV(const Tensor& wv, const ModelConfig& c, const ZackBases* zack, int 
   }
   const int64_t rows = static_cast<int64_t>(out.size()) / dim;
   return MakeF32Tensor(std::move(out), {rows, dim});
+}
+
+// The biases [bq; bk; bv] added to the output of format.Stack({wq, wk, FoldV(wv)}): bv folded as
+// FoldV folds wv's rows. Empty without biases.
+std::vector<float> StackBiases(const LayerWeights& w, const ModelConfig& c, const ZackBases* zack,
+                               int cache) {
+  if (!c.traits().qkv_bias) return {};
+  const Tensor bq = ToF32(w.bq), bk = ToF32(w.bk), bv = ToF32(w.bv);
+  std::vector<float> out(bq.as<float>(), bq.as<float>() + c.dim);
+  out.insert(out.end(), bk.as<float>(), bk.as<float>() + c.kv_dim());
+  Tensor v_column = bv;
+  v_column.shape = {c.kv_dim(), 1};  // a one-column wv: FoldV folds it the same way
+  const Tensor folded = ToF32(FoldV(v_column, c, zack, cache));
+  out.insert(out.end(), folded.as<float>(), folded.as<float>() + folded.rows());
+  return out;
 }
 
 // The o-projection wo [dim, n_heads·d] reading ZACK outputs: query head h's columns become
@@ -152,6 +168,7 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
   const int n_caches = sw ? sw->CacheLayer(L - 1) + 1 : L;
   const ZackBases* zack = compression.zack.get();
   if (zack != nullptr) PDSERVE_RETURN_IF_ERROR(ValidateZack(c, *zack, n_caches));
+  if (sw != nullptr) PDSERVE_RETURN_IF_ERROR(CheckSwiftKvFamily(c));
   for (int cache = 0; cache < n_caches; ++cache) {
     plan.caches.push_back(
         PlanCache(c, compression, page_size, cache, FirstReader(cache, l, group)));
@@ -163,6 +180,7 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
     layer.writes_kv = j < l;
     if (layer.writes_kv) {
       layer.w_in = format.Stack({w.wq, w.wk, FoldV(w.wv, c, zack, layer.cache)});
+      layer.b_in = StackBiases(w, c, zack, layer.cache);
     } else {
       layer.w_in = StackedWeights{{format.ApplyOwned(sw->wq[j - l])}};
     }

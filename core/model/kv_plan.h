@@ -45,7 +45,9 @@ struct LayerPlan {
   int cache = 0;           // cache layer it reads (and writes when writes_kv)
   bool writes_kv = false;  // projects its own k/v (layers < l)
   StackedWeights w_in;     // [dim (q) + (writes_kv ? kv_dim (k) + v_width (v) : 0), dim]
-  Tensor wo;               // [dim, out_width]
+  // Added to w_in's output rows (the v part folded like w_in's); empty when the family has none.
+  std::vector<float> b_in;
+  Tensor wo;  // [dim, out_width]
 };
 
 struct KvPlan {
@@ -65,7 +67,8 @@ struct KvPlan {
 };
 
 // InvalidArgument when the compression does not fit the model (ZACK bases for another number of
-// cache layers or heads, ranks out of range) or the options are invalid.
+// cache layers or heads, ranks out of range; SwiftKV on a family with q/k/v biases or head
+// norms, which its weights do not carry) or the options are invalid.
 absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompression& compression,
                                    int page_size, const WeightFormat& format);
 

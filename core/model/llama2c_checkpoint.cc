@@ -110,6 +110,11 @@ absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
 }
 
 absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights& weights) {
+  if (weights.config.traits().qkv_bias || weights.config.traits().qk_norm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama2.c checkpoints cannot store ", weights.config.traits().name,
+        " models' q/k/v biases or head norms; write GGUF or a Hugging Face directory"));
+  }
   if (weights.config.rope_scaling.enabled()) {
     return absl::InvalidArgumentError(
         "llama2.c checkpoints cannot store RoPE scaling; write GGUF or a Hugging Face directory");

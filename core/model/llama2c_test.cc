@@ -29,8 +29,9 @@ TEST(Llama2cCheckpointTest, LoadsTheSharedModelZeroCopy) {
   auto w = LoadLlama2cCheckpoint(std::string(PDSERVE_SHARED_DIR) +
                                  "/models/stories260K/stories260K.bin");
   ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_EQ(w->config.Describe(),
-            "dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512, rope adjacent");
+  EXPECT_EQ(
+      w->config.Describe(),
+      "llama: dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512, rope adjacent");
   EXPECT_EQ(w->classifier.data, w->token_embedding.data);      // tied, shared bytes
   EXPECT_EQ(w->layers[0].wq.owner, w->token_embedding.owner);  // one mapping
 }

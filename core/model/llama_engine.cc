@@ -56,8 +56,11 @@ ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format
   run.final_norm = ToF32(source.final_norm);
   for (const LayerWeights& layer : source.layers) {
     LayerWeights& out = run.layers.emplace_back();
-    out.attn_norm = ToF32(layer.attn_norm);
-    out.ffn_norm = ToF32(layer.ffn_norm);
+    out.attn_norm = layer.attn_norm;
+    out.ffn_norm = layer.ffn_norm;
+    out.q_norm = layer.q_norm;  // the biases are in the plan, with w_in
+    out.k_norm = layer.k_norm;
+    VectorsToF32(out);
     out.w1 = format.Apply(layer.w1);
     out.w3 = format.Apply(layer.w3);
     out.w2 = format.ApplyOwned(layer.w2);
@@ -280,6 +283,7 @@ void LlamaEngine::Layer(int layer, int n) {
   });
   kernels::Matmul(pool_, b.xb.data(), n, plan.w_in.parts, b.qkv.data(), ws);
   const int64_t width = plan.w_in.rows();
+  AddBiasesAndNormHeads(layer, n);
   if (plan.writes_kv) {
     float* k = b.qkv.data() + c.dim;
     ForTokens(n, [&](int64_t begin, int64_t end, int) {
@@ -314,6 +318,28 @@ void LlamaEngine::Layer(int layer, int n) {
   kernels::Matmul(pool_, b.hb.data(), n, w.w2, b.xb.data(), ws);
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin * c.dim; i < end * c.dim; ++i) b.x[i] += b.xb[i];
+  });
+}
+
+void LlamaEngine::AddBiasesAndNormHeads(int layer, int n) {
+  const ModelConfig& c = config();
+  const LayerPlan& plan = plan_.layers[layer];
+  const LayerWeights& w = weights_.layers[layer];
+  const bool norm = c.traits().qk_norm;
+  if (plan.b_in.empty() && !norm) return;
+  const int64_t width = plan.w_in.rows(), d = c.head_dim();
+  Buffers& b = *buffers_;
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = b.qkv.data() + t * width;
+      for (size_t i = 0; i < plan.b_in.size(); ++i) row[i] += plan.b_in[i];
+      if (!norm) continue;
+      kernels::RmsNorm(row, w.q_norm.as<float>(), c.n_heads, d, c.norm_eps, row);
+      if (plan.writes_kv) {
+        kernels::RmsNorm(row + c.dim, w.k_norm.as<float>(), c.n_kv_heads, d, c.norm_eps,
+                         row + c.dim);
+      }
+    }
   });
 }
 

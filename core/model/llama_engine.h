@@ -91,6 +91,9 @@ class LlamaEngine : public Engine {
   // FailedPrecondition for a chunk of several tokens when KCache V lives in a remote tier.
   absl::Status CheckTier(std::span<const ForwardChunk> chunks) const;
   void Layer(int layer, int n);
+  // The family's extras on the projected [q; k; v] rows, before RoPE: biases (plan.b_in), then
+  // RMSNorm over each q head and, when the layer writes its KV, each k head.
+  void AddBiasesAndNormHeads(int layer, int n);
   // SwiftKV: every leader's K/V from x = RMSNorm(h_l) for all n rows, stored in its cache.
   void SwiftKvProjectAndStore(int n);
   // Keeps only the rows that need logits (a segment's last, or all when all_logits), moved to the

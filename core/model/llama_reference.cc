@@ -47,6 +47,18 @@ void LlamaReference::Layer(int layer) {
   kernels::MatmulReference(xb_.data(), 1, w.wq, q_.data());
   kernels::MatmulReference(xb_.data(), 1, w.wk, k_.data());
   kernels::MatmulReference(xb_.data(), 1, w.wv, v_.data());
+  if (c.traits().qkv_bias) {
+    for (auto [out, bias, width] :
+         {std::tuple{q_.data(), &w.bq, c.dim}, std::tuple{k_.data(), &w.bk, c.kv_dim()},
+          std::tuple{v_.data(), &w.bv, c.kv_dim()}}) {
+      for (int i = 0; i < width; ++i) out[i] += bias->as<float>()[i];
+    }
+  }
+  if (c.traits().qk_norm) {  // each head is a row of d
+    kernels::RmsNormReference(q_.data(), w.q_norm.as<float>(), c.n_heads, d, c.norm_eps, q_.data());
+    kernels::RmsNormReference(k_.data(), w.k_norm.as<float>(), c.n_kv_heads, d, c.norm_eps,
+                              k_.data());
+  }
   const kernels::RopeParams rope = {
       .head_dim = d, .theta = c.rope_theta, .pairing = c.rope_pairing, .scaling = c.rope_scaling};
   kernels::ApplyRopeReference(q_.data(), c.n_heads, pos, rope);

@@ -1,4 +1,5 @@
-// LlamaReference: the readable fp32 forward pass that specifies what LlamaEngine computes. One
+// LlamaReference: the readable fp32 forward pass that specifies what LlamaEngine computes, for
+// every family (model_family.h: q/k/v biases, q/k head norms before RoPE). One
 // sequence, one token at a time, a contiguous KV cache, the reference kernels only (plain loops,
 // as llama2.c's run.c). Used by tests, never by the serving path. Not thread-safe.
 #ifndef PDSERVE_CORE_MODEL_LLAMA_REFERENCE_H_

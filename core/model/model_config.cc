@@ -47,6 +47,8 @@ absl::Status CheckRopeScaling(const kernels::RopeScaling& s) {
 int64_t ModelConfig::NumParameters() const {
   int64_t d = dim, h = hidden_dim, kv = kv_dim();
   int64_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * h;
+  if (traits().qkv_bias) per_layer += d + 2 * kv;
+  if (traits().qk_norm) per_layer += 2 * head_dim();
   int64_t embeddings = static_cast<int64_t>(vocab_size) * d * (tied_embeddings ? 1 : 2);
   return embeddings + n_layers * per_layer + d;
 }
@@ -106,10 +108,10 @@ std::string ModelConfig::Describe() const {
                            rope_scaling.low_freq_factor, ", high ", rope_scaling.high_freq_factor,
                            ", original ctx ", rope_scaling.original_max_positions, ")");
   }
-  return absl::StrCat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
-                      " heads (", n_kv_heads, " kv), vocab ", vocab_size, ", ctx ", max_seq_len,
-                      ", rope ", rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half",
-                      scaling);
+  return absl::StrCat(traits().name, ": dim ", dim, ", hidden ", hidden_dim, ", ", n_layers,
+                      " layers, ", n_heads, " heads (", n_kv_heads, " kv), vocab ", vocab_size,
+                      ", ctx ", max_seq_len, ", rope ",
+                      rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half", scaling);
 }
 
 }  // namespace pdserve

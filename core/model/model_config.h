@@ -1,4 +1,4 @@
-// ModelConfig: the hyperparameters of a Llama-family model, as read from any supported format.
+// ModelConfig: the family and hyperparameters of a model, as read from any supported format.
 // A plain value type; Validate() rejects impossible shapes before anything is allocated.
 #ifndef PDSERVE_CORE_MODEL_MODEL_CONFIG_H_
 #define PDSERVE_CORE_MODEL_MODEL_CONFIG_H_
@@ -7,14 +7,16 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/model/model_family.h"
 #include "core/tensor/rope_pairing.h"
 #include "kernels/rope.h"
 
 namespace pdserve {
 
 struct ModelConfig {
-  int dim = 0;         // model width
-  int hidden_dim = 0;  // SwiGLU inner width
+  ModelFamily family = ModelFamily::kLlama;  // which extra tensors a layer has (model_family.h)
+  int dim = 0;                               // model width
+  int hidden_dim = 0;                        // SwiGLU inner width
   int n_layers = 0;
   int n_heads = 0;     // query heads
   int n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
@@ -30,6 +32,7 @@ struct ModelConfig {
 
   int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
   int kv_dim() const { return n_kv_heads * head_dim(); }
+  const FamilyTraits& traits() const { return Traits(family); }
 
   // Number of parameters (classifier counted once when tied).
   int64_t NumParameters() const;
@@ -40,7 +43,7 @@ struct ModelConfig {
   // original_max_positions ≥ 1.
   absl::Status Validate() const;
 
-  // "dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512, rope adjacent", with
+  // "llama: dim 64, hidden 172, 5 layers, 8 heads (4 kv), vocab 512, ctx 512, rope adjacent", with
   // ", llama3 rope scaling ×8 (low 1, high 4, original ctx 8192)" appended when scaled.
   std::string Describe() const;
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/model/layer_tensors.h"
 
 namespace pdserve {
 namespace {
@@ -45,12 +46,22 @@ Tensor PermuteHeadRows(const Tensor& t, int heads, RopePairing target) {
   return out;
 }
 
+// A per-head vector [heads·d] permuted as PermuteHeadRows permutes rows; empty stays empty.
+Tensor PermuteHeadVector(const Tensor& t, int heads, RopePairing target) {
+  if (t.empty()) return t;
+  Tensor column = t;
+  column.shape = {t.shape[0], 1};
+  Tensor out = PermuteHeadRows(column, heads, target);
+  out.shape = t.shape;
+  return out;
+}
+
 }  // namespace
 
 absl::Status ValidateWeights(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
-  const int64_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  const int64_t d = c.dim, v = c.vocab_size;
   if (auto s = CheckShape(w.token_embedding, "token_embedding", {v, d}); !s.ok()) return s;
   if (auto s = CheckShape(w.final_norm, "final_norm", {d}); !s.ok()) return s;
   if (auto s = CheckShape(w.classifier, "classifier", {v, d}); !s.ok()) return s;
@@ -59,22 +70,26 @@ absl::Status ValidateWeights(const ModelWeights& w) {
         absl::StrCat("weights: ", w.layers.size(), " layers present, config says ", c.n_layers));
   }
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w.layers[l];
-    const std::string p = absl::StrCat("layers.", l, ".");
-    for (auto [t, name, shape] : {std::tuple{&L.attn_norm, "attn_norm", std::vector<int64_t>{d}},
-                                  std::tuple{&L.wq, "wq", std::vector<int64_t>{d, d}},
-                                  std::tuple{&L.wk, "wk", std::vector<int64_t>{kv, d}},
-                                  std::tuple{&L.wv, "wv", std::vector<int64_t>{kv, d}},
-                                  std::tuple{&L.wo, "wo", std::vector<int64_t>{d, d}},
-                                  std::tuple{&L.ffn_norm, "ffn_norm", std::vector<int64_t>{d}},
-                                  std::tuple{&L.w1, "w1", std::vector<int64_t>{h, d}},
-                                  std::tuple{&L.w2, "w2", std::vector<int64_t>{d, h}},
-                                  std::tuple{&L.w3, "w3", std::vector<int64_t>{h, d}}}) {
-      if (auto s = CheckShape(*t, p + name, shape); !s.ok()) return s;
+    for (const LayerTensorSpec& spec : LayerTensorSpecs()) {
+      const Tensor& t = w.layers[l].*spec.field;
+      const std::string name = absl::StrCat("layers.", l, ".", spec.name);
+      if (HasTensor(spec, c.traits())) {
+        if (auto s = CheckShape(t, name, ShapeOf(c, spec)); !s.ok()) return s;
+      } else if (!t.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("weights: tensor ", name, " is present but ",
+                                                       c.traits().name, " layers have none"));
+      }
     }
   }
   if (w.swiftkv.has_value()) return ValidateSwiftKv(c, *w.swiftkv);
   return absl::OkStatus();
+}
+
+void VectorsToF32(LayerWeights& layer) {
+  for (Tensor* t : {&layer.attn_norm, &layer.ffn_norm, &layer.bq, &layer.bk, &layer.bv,
+                    &layer.q_norm, &layer.k_norm}) {
+    if (!t->empty()) *t = ToF32(*t);
+  }
 }
 
 ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype) {
@@ -84,8 +99,7 @@ ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype) {
                                                   : ConvertTensor(weights.classifier, dtype);
   out.final_norm = ToF32(weights.final_norm);
   for (LayerWeights& layer : out.layers) {
-    layer.attn_norm = ToF32(layer.attn_norm);
-    layer.ffn_norm = ToF32(layer.ffn_norm);
+    VectorsToF32(layer);
     for (Tensor* m :
          {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
       *m = ConvertTensor(*m, dtype);
@@ -110,6 +124,10 @@ ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target) {
   for (LayerWeights& layer : out.layers) {
     layer.wq = PermuteHeadRows(layer.wq, weights.config.n_heads, target);
     layer.wk = PermuteHeadRows(layer.wk, weights.config.n_kv_heads, target);
+    layer.bq = PermuteHeadVector(layer.bq, weights.config.n_heads, target);
+    layer.bk = PermuteHeadVector(layer.bk, weights.config.n_kv_heads, target);
+    layer.q_norm = PermuteHeadVector(layer.q_norm, 1, target);
+    layer.k_norm = PermuteHeadVector(layer.k_norm, 1, target);
   }
   if (out.swiftkv.has_value()) {  // same q/k layout as the layers'; wv has no RoPE
     for (Tensor& wq : out.swiftkv->wq) wq = PermuteHeadRows(wq, weights.config.n_heads, target);

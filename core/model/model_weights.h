@@ -28,6 +28,9 @@ struct LayerWeights {
   Tensor w1;         // [hidden, dim]  gate
   Tensor w2;         // [dim, hidden]  down
   Tensor w3;         // [hidden, dim]  up
+  // Present only when the family has them (FamilyTraits), f32 like the norms; empty otherwise.
+  Tensor bq, bk, bv;      // [dim], [kv_dim], [kv_dim]: q/k/v projection biases (qkv_bias)
+  Tensor q_norm, k_norm;  // [head_dim]: RMSNorm weights of every q / k head (qk_norm)
 };
 
 struct ModelWeights {
@@ -39,17 +42,22 @@ struct ModelWeights {
   std::optional<SwiftKvWeights> swiftkv;  // SwiftKV checkpoints (or rewired models) only
 };
 
-// InvalidArgument naming the first tensor whose shape disagrees with `weights.config`, or that is
-// missing. Loaders call this before returning.
+// InvalidArgument naming the first tensor whose shape disagrees with `weights.config`, that is
+// missing, or that the family does not have (a bias on a Llama layer). Loaders call this before
+// returning.
 absl::Status ValidateWeights(const ModelWeights& weights);
 
-// Converts every matrix to `dtype` (norms stay f32); shares tensors already in `dtype`.
+// Converts a layer's norms and biases (the vectors; absent ones stay absent) to f32, as every
+// engine and writer holds them.
+void VectorsToF32(LayerWeights& layer);
+
+// Converts every matrix to `dtype` (norms and biases stay f32); shares tensors already in `dtype`.
 ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype);
 
-// Permutes the q/k rows of every head between the adjacent and split-half RoPE pairings and sets
-// config.rope_pairing to `target`. Row r' = 2i + j of the adjacent layout holds row j·d/2 + i of
-// the split-half layout (Hugging Face's convert script). Returns `weights` unchanged when already
-// there.
+// Permutes the q/k rows of every head (and the q/k biases and head norms alike) between the
+// adjacent and split-half RoPE pairings and sets config.rope_pairing to `target`. Row r' = 2i + j
+// of the adjacent layout holds row j·d/2 + i of the split-half layout (Hugging Face's convert
+// script). Returns `weights` unchanged when already there.
 ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target);
 
 }  // namespace pdserve

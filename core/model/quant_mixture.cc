@@ -177,8 +177,7 @@ absl::StatusOr<QuantizedWeights> QuantizeWeights(const ModelWeights& weights, Qu
   constexpr size_t kMatrices = std::size(kLayerMatrices);
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& layer = w.layers[l];
-    layer.attn_norm = ToF32(layer.attn_norm);
-    layer.ffn_norm = ToF32(layer.ffn_norm);
+    VectorsToF32(layer);
     std::array<DType, kMatrices> types;
     for (size_t i = 0; i < kMatrices; ++i) {
       types[i] =

@@ -13,6 +13,8 @@ struct NamedShape {
   int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
   float rope_theta = 10000.0f;
   float llama3_rope_factor = 0;  // Llama 3.1 RoPE scaling (low 1, high 4, original 8192); 0: none
+  ModelFamily family = ModelFamily::kLlama;
+  float norm_eps = 1e-5f;
 };
 
 constexpr NamedShape kShapes[] = {
@@ -23,6 +25,11 @@ constexpr NamedShape kShapes[] = {
     // Llama 3.2 1B's dimensions and RoPE scaling (tied embeddings, as all shapes here), at a
     // benchmark's context rather than 128K.
     {"llama3.2-1B", 2048, 8192, 16, 32, 8, 128256, 4096, 500000.0f, 32.0f},
+    // Qwen2.5 0.5B and Qwen3 1.7B (both tie their embeddings), at a benchmark's context.
+    {"qwen2.5-0.5B", 896, 4864, 24, 14, 2, 151936, 4096, 1000000.0f, 0.0f, ModelFamily::kQwen2,
+     1e-6f},
+    {"qwen3-1.7B", 2048, 6144, 28, 16, 8, 151936, 4096, 1000000.0f, 0.0f, ModelFamily::kQwen3,
+     1e-6f},
 };
 
 // splitmix64: a small, well-mixed, seedable generator.
@@ -51,6 +58,21 @@ Tensor RandomTensor(Rng& rng, std::vector<int64_t> shape, float center, float sp
   return MakeF32Tensor(std::move(values), std::move(shape));
 }
 
+// Biases of the size of the projections' outputs and head norms ≈ 1 but far enough from it that
+// a kernel skipping them would be caught.
+void AddFamilyTensors(Rng& rng, const ModelConfig& c, LayerWeights& layer) {
+  const int64_t d = c.dim, kv = c.kv_dim(), hd = c.head_dim();
+  if (c.traits().qkv_bias) {
+    layer.bq = RandomTensor(rng, {d}, 0.0f, 0.5f);
+    layer.bk = RandomTensor(rng, {kv}, 0.0f, 0.5f);
+    layer.bv = RandomTensor(rng, {kv}, 0.0f, 0.5f);
+  }
+  if (c.traits().qk_norm) {
+    layer.q_norm = RandomTensor(rng, {hd}, 1.0f, 0.5f);
+    layer.k_norm = RandomTensor(rng, {hd}, 1.0f, 0.5f);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
@@ -67,6 +89,8 @@ absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
       c.max_seq_len = s.max_seq_len;
       c.rope_theta = s.rope_theta;
       c.rope_scaling.factor = s.llama3_rope_factor;  // the other parameters' defaults are 3.2's
+      c.family = s.family;
+      c.norm_eps = s.norm_eps;
       return c;
     }
     absl::StrAppend(&known, known.empty() ? "" : ", ", s.name);
@@ -94,6 +118,7 @@ ModelWeights MakeRandomModel(const ModelConfig& config, uint64_t seed) {
     layer.w1 = RandomTensor(rng, {h, d}, 0.0f, in_d);
     layer.w2 = RandomTensor(rng, {d, h}, 0.0f, in_h);
     layer.w3 = RandomTensor(rng, {h, d}, 0.0f, in_d);
+    AddFamilyTensors(rng, config, layer);  // after the others: Llama models stay as they were
     w.layers.push_back(std::move(layer));
   }
   w.final_norm = RandomTensor(rng, {d}, 1.0f, 0.1f);
