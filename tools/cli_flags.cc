@@ -5,7 +5,9 @@
 #include <sstream>
 #include <string_view>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -88,32 +90,23 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_vi
   return buffer.str();
 }
 
+namespace {
+
+// Whether `--name` takes no separate value: a bool flag, or the "no" form of one.
+bool IsBoolFlag(std::string_view name) {
+  for (std::string_view n : {name, name.substr(name.rfind("no", 0) == 0 ? 2 : name.size())}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag({n.data(), n.size()});
+    if (flag != nullptr && flag->IsOfType<bool>()) return true;
+  }
+  return name == "help" || name == "helpfull" || name == "helpshort" || name == "version" ||
+         name == "only_check_args";
+}
+
+}  // namespace
+
 void NormalizeFlagNames(int argc, char** argv) {
-  // Flags that take no separate value; every other `--flag` without `=` consumes the next
-  // argument, which is left untouched (a prompt may well start with "--").
-  static constexpr std::string_view kBoolFlags[] = {"untied",
-                                                    "nountied",
-                                                    "swiftkv_recovery",
-                                                    "noswiftkv_recovery",
-                                                    "zack",
-                                                    "nozack",
-                                                    "kcache_renormalize",
-                                                    "nokcache_renormalize",
-                                                    "compare_to_baseline",
-                                                    "nocompare_to_baseline",
-                                                    "require_shm",
-                                                    "norequire_shm",
-                                                    "monolithic",
-                                                    "nomonolithic",
-                                                    "timings",
-                                                    "notimings",
-                                                    "progress",
-                                                    "noprogress",
-                                                    "help",
-                                                    "helpfull",
-                                                    "helpshort",
-                                                    "version",
-                                                    "only_check_args"};
+  // Every `--flag` without `=` that is not a bool consumes the next argument, which is left
+  // untouched (a prompt may well start with "--").
   bool next_is_value = false;
   for (int i = 1; i < argc; ++i) {
     char* arg = argv[i];
@@ -125,9 +118,7 @@ void NormalizeFlagNames(int argc, char** argv) {
     for (; *c != '\0' && *c != '='; ++c) {
       if (*c == '-') *c = '_';
     }
-    const std::string_view name(arg + 2, c - (arg + 2));
-    next_is_value = *c != '=' && std::find(std::begin(kBoolFlags), std::end(kBoolFlags), name) ==
-                                     std::end(kBoolFlags);
+    next_is_value = *c != '=' && !IsBoolFlag(std::string_view(arg + 2, c - (arg + 2)));
   }
 }
 

@@ -159,6 +159,12 @@ if [ "$rc" -ne 1 ] || [ -s "$WORK/out" ] || [ -e "$WORK/x.cal" ] || ! tail -1 "$
   fail "calibrate --across-kv 0: rc=$rc"; cat "$WORK/err" >&2
 fi
 
+# --- dashed bool flags take no value: --no-bos must not swallow the flag after it -------------
+with=$("$PDSERVE" tokenize --model "$MODEL" --prompt hi --log-level warn)
+without=$("$PDSERVE" tokenize --model "$MODEL" --prompt hi --no-bos --log-level warn) ||
+  fail "tokenize --no-bos --log-level warn"
+[ "$with" = "1 $without" ] || fail "--no-bos: '$without' is not '$with' without BOS"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
   exit 1
