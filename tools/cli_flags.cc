@@ -41,6 +41,7 @@ ABSL_FLAG(int, hidden_dim, 0, "FFN width");
 ABSL_FLAG(int, layers, 0, "Layers");
 ABSL_FLAG(int, heads, 0, "Query heads");
 ABSL_FLAG(int, kv_heads, 0, "KV heads; 0 = heads");
+ABSL_FLAG(int, head_dim, 0, "Width of each head; 0 = dim / heads");
 ABSL_FLAG(int, vocab, 32000, "Vocabulary size");
 ABSL_FLAG(int, seq_len, 2048, "Maximum context");
 ABSL_FLAG(bool, untied, false, "Give the model its own classifier instead of the tied embedding");

@@ -34,6 +34,7 @@ ABSL_DECLARE_FLAG(int, hidden_dim);
 ABSL_DECLARE_FLAG(int, layers);
 ABSL_DECLARE_FLAG(int, heads);
 ABSL_DECLARE_FLAG(int, kv_heads);
+ABSL_DECLARE_FLAG(int, head_dim);
 ABSL_DECLARE_FLAG(int, vocab);
 ABSL_DECLARE_FLAG(int, seq_len);
 ABSL_DECLARE_FLAG(bool, untied);

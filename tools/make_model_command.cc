@@ -27,6 +27,7 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
     c.n_layers = absl::GetFlag(FLAGS_layers);
     c.n_heads = absl::GetFlag(FLAGS_heads);
     c.n_kv_heads = absl::GetFlag(FLAGS_kv_heads) > 0 ? absl::GetFlag(FLAGS_kv_heads) : c.n_heads;
+    c.SetHeadDim(absl::GetFlag(FLAGS_head_dim));
     c.vocab_size = absl::GetFlag(FLAGS_vocab);
     c.max_seq_len = absl::GetFlag(FLAGS_seq_len);
   }

@@ -201,7 +201,7 @@ class ZackObserver final : public ForwardObserver {
     for (int j = 0; j < c_.n_layers; ++j) {
       const Tensor wo = ToF32(weights.layers[j].wo);
       for (int h = 0; h < c_.n_heads; ++h) {
-        vo_[cache_of_[j]][h / group].Add(wo.as<float>() + int64_t{h} * d, c_.dim, c_.dim);
+        vo_[cache_of_[j]][h / group].Add(wo.as<float>() + int64_t{h} * d, c_.dim, wo.cols());
       }
     }
   }

@@ -76,6 +76,11 @@ absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const 
         "cuda engine: ", c.traits().name,
         " models (q/k/v biases or q/k head norms) run on the CPU only for now; use --device cpu"));
   }
+  if (c.q_dim() != c.dim) {
+    return absl::UnimplementedError(
+        absl::StrCat("cuda engine: heads of ", c.head_dim(), " on a width of ", c.dim, " (",
+                     c.n_heads, " heads) run on the CPU only for now; use --device cpu"));
+  }
   if (o.value_tier_factory) {
     return absl::InvalidArgumentError(
         "cuda engine: value_tier_factory is CPU-only; KCache V lives in device memory");

@@ -88,18 +88,26 @@ absl::StatusOr<const FamilyTraits*> ReadFamily(const GgufFile& file) {
   return file.Error(absl::StrCat("general.architecture is '", arch, "'; supported: ", known));
 }
 
-// <arch>.attention.key_length / value_length, when present, must be the head dim: pdserve derives
-// it from embedding_length / head_count.
+// <arch>.attention.key_length, when present, is the head dim: explicit when it is not
+// embedding_length / head_count (Qwen3-0.6B). Call before Validate.
+absl::Status ReadHeadDim(const GgufFile& file, const std::string& p, ModelConfig& c) {
+  const std::string key = p + "attention.key_length";
+  if (file.FindValue(key) == nullptr) return absl::OkStatus();
+  PDSERVE_ASSIGN_OR_RETURN(int value, GetCount(file, key));
+  c.SetHeadDim(value);
+  return absl::OkStatus();
+}
+
+// <arch>.attention.value_length and rope.dimension_count, when present, must be the head dim:
+// pdserve has neither a separate value width nor partial rotary embeddings.
 absl::Status CheckHeadDim(const GgufFile& file, const std::string& p, const ModelConfig& c) {
-  for (const std::string& key :
-       {p + "attention.key_length", p + "attention.value_length", p + "rope.dimension_count"}) {
+  for (const std::string& key : {p + "attention.value_length", p + "rope.dimension_count"}) {
     if (file.FindValue(key) == nullptr) continue;
     PDSERVE_ASSIGN_OR_RETURN(int value, GetCount(file, key));
     if (value != c.head_dim()) {
-      return file.Error(absl::StrCat(key, " is ", value, ", not the head dim embedding_length / ",
-                                     "head_count = ", c.head_dim(),
-                                     "; other head dims and partial rotary embeddings are "
-                                     "unsupported"));
+      return file.Error(absl::StrCat(key, " is ", value, ", not the head dim ", c.head_dim(),
+                                     "; value widths other than the key width and partial rotary "
+                                     "embeddings are unsupported"));
     }
   }
   return absl::OkStatus();
@@ -123,6 +131,7 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
   c.rope_pairing = family->gguf_rope_pairing;
   PDSERVE_ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, p + "vocab_size"));
   c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
+  PDSERVE_RETURN_IF_ERROR(ReadHeadDim(file, p, c));
   if (absl::Status s = c.Validate(); !s.ok()) return file.Error(s.message());
   PDSERVE_RETURN_IF_ERROR(CheckHeadDim(file, p, c));
   return c;
@@ -206,6 +215,8 @@ absl::Status AddConfigMetadata(GgufWriter& out, const ModelConfig& c, const std:
            {p + "rope.dimension_count", u32(c.head_dim())},
            {p + "attention.head_count", u32(c.n_heads)},
            {p + "attention.head_count_kv", u32(c.n_kv_heads)},
+           {p + "attention.key_length", u32(c.head_dim())},
+           {p + "attention.value_length", u32(c.head_dim())},
            {p + "attention.layer_norm_rms_epsilon", GgufValue::Of(c.norm_eps)},
            {p + "rope.freq_base", GgufValue::Of(c.rope_theta)}}) {
     PDSERVE_RETURN_IF_ERROR(out.SetMetadata(std::move(key), std::move(value)));

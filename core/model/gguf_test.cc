@@ -711,8 +711,16 @@ TEST_F(GgufTest, RejectsInconsistentModels) {
   };
   set("general.architecture", GgufValue::Of(std::string("gpt2")));
   ExpectLoadError(dst, "general.architecture is 'gpt2'; supported: 'llama', 'qwen2', 'qwen3'");
+  // key_length states the head dim (written as 4 = 16 / 4 heads): 8 makes it explicit, and then
+  // the value width and the q projection disagree.
   set("llama.attention.key_length", GgufValue::Of<uint32_t>(8));
-  ExpectLoadError(dst, "llama.attention.key_length is 8, not the head dim");
+  ExpectLoadError(dst, "llama.attention.value_length is 4, not the head dim 8");
+  Rewrite(src, dst, [&](GgufWriter& w, std::vector<GgufTensor>&) {
+    ASSERT_TRUE(w.SetMetadata("llama.attention.key_length", GgufValue::Of<uint32_t>(8)).ok());
+    ASSERT_TRUE(w.SetMetadata("llama.attention.value_length", GgufValue::Of<uint32_t>(8)).ok());
+    ASSERT_TRUE(w.SetMetadata("llama.rope.dimension_count", GgufValue::Of<uint32_t>(8)).ok());
+  });
+  ExpectLoadError(dst, "tensor blk.0.attn_q.weight has shape [16, 16], expected [32, 16]");
   set("llama.block_count", GgufValue::Of(std::string("2")));
   ExpectLoadError(dst, "'llama.block_count' is string, expected an integer");
   set("llama.block_count", GgufValue::Of<int32_t>(-2));
@@ -720,7 +728,7 @@ TEST_F(GgufTest, RejectsInconsistentModels) {
   set("llama.feed_forward_length", GgufValue::Of<uint32_t>(48));
   ExpectLoadError(dst, "tensor blk.0.ffn_gate.weight has shape [40, 16], expected [48, 16]");
   set("llama.attention.head_count", GgufValue::Of<uint32_t>(3));
-  ExpectLoadError(dst, "not divisible by n_heads 3");
+  ExpectLoadError(dst, "n_heads 3 is not divisible by n_kv_heads");
   set("llama.rope.dimension_count", GgufValue::Of<uint32_t>(2));
   ExpectLoadError(dst, "partial rotary");
   set("tokenizer.ggml.model", GgufValue::Of(std::string("bert")));

@@ -179,18 +179,15 @@ absl::StatusOr<HfConfig> ParseHfConfig(const Json& json, const std::string& path
   c.norm_eps = static_cast<float>(eps);
   c.rope_theta = static_cast<float>(theta);
   c.rope_pairing = RopePairing::kSplitHalf;
+  // head_dim is explicit where it is not hidden_size / num_attention_heads (Qwen3-0.6B).
+  PDSERVE_ASSIGN_OR_RETURN(int head_dim, IntField(json, path, "head_dim", 0));
+  c.SetHeadDim(head_dim);
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
   }
   if (!(eps > 0 && eps < 1) || !(theta > 0 && theta < 1e12)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": rms_norm_eps ", eps, " or rope_theta ", theta, " is out of range"));
-  }
-  PDSERVE_ASSIGN_OR_RETURN(int head_dim, IntField(json, path, "head_dim", c.head_dim()));
-  if (head_dim != c.head_dim()) {
-    return FieldError(path, "head_dim",
-                      absl::StrCat("is ", head_dim, ", not hidden_size / num_attention_heads = ",
-                                   c.head_dim(), "; not supported"));
   }
   PDSERVE_RETURN_IF_ERROR(LimitToSlidingWindow(json, path, c));
   if (model_type == kSwiftKvModelType) {

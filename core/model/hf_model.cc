@@ -184,7 +184,7 @@ absl::StatusOr<std::optional<SwiftKvWeights>> TakeSwiftKv(const ModelConfig& c,
   PDSERVE_ASSIGN_OR_RETURN(s.norm, take(kSwiftKvNorm, Extent::kDim, Extent::kNone));
   for (int j = spec.layer; j < c.n_layers; ++j) {
     PDSERVE_ASSIGN_OR_RETURN(Tensor wq,
-                             take(LayerTensorName(j, kSwiftKvQ), Extent::kDim, Extent::kDim));
+                             take(LayerTensorName(j, kSwiftKvQ), Extent::kQDim, Extent::kDim));
     s.wq.push_back(std::move(wq));
     if ((j - spec.layer) % spec.group != 0) continue;  // followers use their leader's K/V
     PDSERVE_ASSIGN_OR_RETURN(Tensor wk,

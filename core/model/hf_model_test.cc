@@ -251,7 +251,10 @@ TEST(HfModelTest, RejectsUnsupportedConfigs) {
        "num_hidden_layers\" is missing"},
       {"bool_tie", [](Json& j) { j["tie_word_embeddings"] = 1; }, "tie_word_embeddings"},
       {"string_eps", [](Json& j) { j["rms_norm_eps"] = "small"; }, "rms_norm_eps"},
-      {"head_dim", [](Json& j) { j["head_dim"] = 32; }, "head_dim"},
+      // A head dim other than hidden_size / heads (16 here) changes the q and o projections'
+      // shapes.
+      {"head_dim", [](Json& j) { j["head_dim"] = 32; }, "self_attn.q_proj.weight"},
+      {"odd_head_dim", [](Json& j) { j["head_dim"] = 7; }, "head dim 7 is odd"},
       {"bad_heads", [](Json& j) { j["num_attention_heads"] = 5; }, "config.json"},
       // With num_key_value_heads absent it defaults to 4 heads: k_proj's 32 rows then disagree.
       {"default_kv_heads", [](Json& j) { j.erase("num_key_value_heads"); }, "k_proj"},

@@ -97,7 +97,7 @@ std::vector<float> StackBiases(const LayerWeights& w, const ModelConfig& c, cons
                                int cache) {
   if (!c.traits().qkv_bias) return {};
   const Tensor bq = ToF32(w.bq), bk = ToF32(w.bk), bv = ToF32(w.bv);
-  std::vector<float> out(bq.as<float>(), bq.as<float>() + c.dim);
+  std::vector<float> out(bq.as<float>(), bq.as<float>() + c.q_dim());
   out.insert(out.end(), bk.as<float>(), bk.as<float>() + c.kv_dim());
   Tensor v_column = bv;
   v_column.shape = {c.kv_dim(), 1};  // a one-column wv: FoldV folds it the same way

@@ -6,14 +6,14 @@ namespace pdserve {
 namespace {
 
 const LayerTensorSpec kSpecs[] = {
-    {&LayerWeights::wq, "wq", "attn_q.weight", "self_attn.q_proj.weight", Extent::kDim,
+    {&LayerWeights::wq, "wq", "attn_q.weight", "self_attn.q_proj.weight", Extent::kQDim,
      Extent::kDim},
     {&LayerWeights::wk, "wk", "attn_k.weight", "self_attn.k_proj.weight", Extent::kKvDim,
      Extent::kDim},
     {&LayerWeights::wv, "wv", "attn_v.weight", "self_attn.v_proj.weight", Extent::kKvDim,
      Extent::kDim},
     {&LayerWeights::wo, "wo", "attn_output.weight", "self_attn.o_proj.weight", Extent::kDim,
-     Extent::kDim},
+     Extent::kQDim},
     {&LayerWeights::w1, "w1", "ffn_gate.weight", "mlp.gate_proj.weight", Extent::kHidden,
      Extent::kDim},
     {&LayerWeights::w3, "w3", "ffn_up.weight", "mlp.up_proj.weight", Extent::kHidden, Extent::kDim},
@@ -23,7 +23,7 @@ const LayerTensorSpec kSpecs[] = {
      Extent::kDim},
     {&LayerWeights::ffn_norm, "ffn_norm", "ffn_norm.weight", "post_attention_layernorm.weight",
      Extent::kDim},
-    {&LayerWeights::bq, "bq", "attn_q.bias", "self_attn.q_proj.bias", Extent::kDim, Extent::kNone,
+    {&LayerWeights::bq, "bq", "attn_q.bias", "self_attn.q_proj.bias", Extent::kQDim, Extent::kNone,
      Presence::kQkvBias},
     {&LayerWeights::bk, "bk", "attn_k.bias", "self_attn.k_proj.bias", Extent::kKvDim, Extent::kNone,
      Presence::kQkvBias},
@@ -57,6 +57,8 @@ int64_t ExtentSize(const ModelConfig& c, Extent extent) {
       return 0;
     case Extent::kDim:
       return c.dim;
+    case Extent::kQDim:
+      return c.q_dim();
     case Extent::kKvDim:
       return c.kv_dim();
     case Extent::kHidden:

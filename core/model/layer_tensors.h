@@ -14,8 +14,9 @@
 
 namespace pdserve {
 
-// A config extent a tensor axis has.
-enum class Extent : uint8_t { kNone, kDim, kKvDim, kHidden, kHeadDim, kVocab };
+// A config extent a tensor axis has (kQDim: n_heads · head_dim, = dim unless the head dim is
+// explicit).
+enum class Extent : uint8_t { kNone, kDim, kQDim, kKvDim, kHidden, kHeadDim, kVocab };
 
 // Which layers have a tensor: every family's, or only those of families with the trait.
 enum class Presence : uint8_t { kAlways, kQkvBias, kQkNorm };

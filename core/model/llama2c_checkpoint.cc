@@ -119,6 +119,11 @@ absl::Status WriteLlama2cCheckpoint(const std::string& path, const ModelWeights&
     return absl::InvalidArgumentError(
         "llama2.c checkpoints cannot store RoPE scaling; write GGUF or a Hugging Face directory");
   }
+  if (weights.config.explicit_head_dim > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama2.c checkpoints cannot store a head dim (", weights.config.explicit_head_dim,
+        ") other than dim / heads; write GGUF or a Hugging Face directory"));
+  }
   ModelWeights w = WithRopePairing(ConvertWeights(weights, DType::kF32), RopePairing::kAdjacent);
   const ModelConfig& c = w.config;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -81,10 +81,10 @@ double PlannedBytes(const ModelConfig& c, const EngineOptions& o, const KvPlan& 
                     int max_context, int kv_pages) {
   const double n = o.max_batch_tokens, threads = o.num_threads;
   const double activations =
-      n * (5.0 * c.dim + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
+      n * (2.0 * c.dim + 3.0 * c.q_dim() + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
            (plan.swiftkv() ? static_cast<double>(plan.swiftkv_kv.rows()) : 0.0));
   const double workspaces =
-      kernels::MatmulWorkspaceFloats(o.num_threads, std::max(c.dim, c.hidden_dim)) +
+      kernels::MatmulWorkspaceFloats(o.num_threads, std::max({c.dim, c.q_dim(), c.hidden_dim})) +
       threads * max_context * (2.0 * c.head_dim() + 64 + c.n_heads / c.n_kv_heads + 3) +
       static_cast<double>(max_context) * c.head_dim();
   const double kv = plan.kv_bytes_per_token() * kv_pages * o.kv_page_size;
@@ -176,10 +176,13 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   for (const LayerPlan& layer : plan_.layers) qkv_width = std::max(qkv_width, layer.w_in.rows());
   const int64_t swiftkv_width = plan_.swiftkv() ? plan_.swiftkv_kv.rows() : 0;
   const bool zack = plan_.caches.front().zack();
+  // Attention reads queries of at most q_dim columns and writes outputs of at most q_dim (ZACK
+  // packs both narrower).
+  const int64_t q_dim = c.q_dim();
   for (auto [buffer, width] :
        {std::pair{&b.x, int64_t{c.dim}}, std::pair{&b.xb, int64_t{c.dim}},
-        std::pair{&b.qkv, qkv_width}, std::pair{&b.attn, int64_t{c.dim}},
-        std::pair{&b.q_packed, zack ? int64_t{c.dim} : 0}, std::pair{&b.swiftkv, swiftkv_width},
+        std::pair{&b.qkv, qkv_width}, std::pair{&b.attn, q_dim},
+        std::pair{&b.q_packed, zack ? q_dim : 0}, std::pair{&b.swiftkv, swiftkv_width},
         std::pair{&b.gate_up, int64_t{2} * c.hidden_dim},
         std::pair{&b.hb, int64_t{c.hidden_dim}}}) {
     buffer->resize(n * width);
@@ -190,7 +193,7 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   }
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
-      kernels::MatmulWorkspaceFloats(pool_.size(), std::max(c.dim, c.hidden_dim)));
+      kernels::MatmulWorkspaceFloats(pool_.size(), std::max({c.dim, c.q_dim(), c.hidden_dim})));
   const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
   b.attention_workspace.resize(std::max(
       kernels::AttentionWorkspaceFloats(shape, pool_.size(), max_context, options.kv_page_size),
@@ -285,7 +288,7 @@ void LlamaEngine::Layer(int layer, int n) {
   const int64_t width = plan.w_in.rows();
   AddBiasesAndNormHeads(layer, n);
   if (plan.writes_kv) {
-    float* k = b.qkv.data() + c.dim;
+    float* k = b.qkv.data() + c.q_dim();
     ForTokens(n, [&](int64_t begin, int64_t end, int) {
       for (int64_t t = begin; t < end; ++t) {
         kernels::ApplyRope(k + t * width, c.n_kv_heads, rope_, b.positions[t], c.rope_pairing);
@@ -336,8 +339,8 @@ void LlamaEngine::AddBiasesAndNormHeads(int layer, int n) {
       if (!norm) continue;
       kernels::RmsNorm(row, w.q_norm.as<float>(), c.n_heads, d, c.norm_eps, row);
       if (plan.writes_kv) {
-        kernels::RmsNorm(row + c.dim, w.k_norm.as<float>(), c.n_kv_heads, d, c.norm_eps,
-                         row + c.dim);
+        kernels::RmsNorm(row + c.q_dim(), w.k_norm.as<float>(), c.n_kv_heads, d, c.norm_eps,
+                         row + c.q_dim());
       }
     }
   });

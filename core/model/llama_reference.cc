@@ -18,8 +18,8 @@ LlamaReference::LlamaReference(const ModelWeights& weights)
   key_cache_.resize(cache);
   value_cache_.resize(cache);
   for (auto [buffer, width] :
-       {std::pair{&x_, c.dim}, std::pair{&xb_, c.dim}, std::pair{&q_, c.dim},
-        std::pair{&k_, c.kv_dim()}, std::pair{&v_, c.kv_dim()}, std::pair{&attn_, c.dim},
+       {std::pair{&x_, c.dim}, std::pair{&xb_, c.dim}, std::pair{&q_, c.q_dim()},
+        std::pair{&k_, c.kv_dim()}, std::pair{&v_, c.kv_dim()}, std::pair{&attn_, c.q_dim()},
         std::pair{&hb_, c.hidden_dim}, std::pair{&hb2_, c.hidden_dim}}) {
     buffer->resize(width);
   }
@@ -49,7 +49,7 @@ void LlamaReference::Layer(int layer) {
   kernels::MatmulReference(xb_.data(), 1, w.wv, v_.data());
   if (c.traits().qkv_bias) {
     for (auto [out, bias, width] :
-         {std::tuple{q_.data(), &w.bq, c.dim}, std::tuple{k_.data(), &w.bk, c.kv_dim()},
+         {std::tuple{q_.data(), &w.bq, c.q_dim()}, std::tuple{k_.data(), &w.bk, c.kv_dim()},
           std::tuple{v_.data(), &w.bv, c.kv_dim()}}) {
       for (int i = 0; i < width; ++i) out[i] += bias->as<float>()[i];
     }

@@ -9,6 +9,7 @@ constexpr int kMaxDim = 1 << 16;
 constexpr int kMaxLayers = 1024;
 constexpr int kMaxVocab = 1 << 22;
 constexpr int kMaxContext = 1 << 22;
+constexpr int kMaxHeadDim = 1024;
 
 absl::Status CheckRange(const char* name, int value, int max) {
   if (value <= 0 || value > max) {
@@ -45,9 +46,9 @@ absl::Status CheckRopeScaling(const kernels::RopeScaling& s) {
 }  // namespace
 
 int64_t ModelConfig::NumParameters() const {
-  int64_t d = dim, h = hidden_dim, kv = kv_dim();
-  int64_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * h;
-  if (traits().qkv_bias) per_layer += d + 2 * kv;
+  int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+  int64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + 3 * d * h;
+  if (traits().qkv_bias) per_layer += q + 2 * kv;
   if (traits().qk_norm) per_layer += 2 * head_dim();
   int64_t embeddings = static_cast<int64_t>(vocab_size) * d * (tied_embeddings ? 1 : 2);
   return embeddings + n_layers * per_layer + d;
@@ -62,9 +63,17 @@ absl::Status ModelConfig::Validate() const {
         std::tuple{"max_seq_len", max_seq_len, kMaxContext}}) {
     if (absl::Status s = CheckRange(name, value, max); !s.ok()) return s;
   }
-  if (dim % n_heads != 0) {
+  if (explicit_head_dim < 0 || explicit_head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: head dim ", explicit_head_dim,
+                                                   " is outside [1, ", kMaxHeadDim, "]"));
+  }
+  if (explicit_head_dim == 0 && dim % n_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: dim ", dim, " is not divisible by n_heads ", n_heads));
+  }
+  if (q_dim() > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: ", n_heads, " heads of ", head_dim(), " exceed ", kMaxDim));
   }
   if (n_heads % n_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("model config: n_heads ", n_heads,
@@ -108,9 +117,11 @@ std::string ModelConfig::Describe() const {
                            rope_scaling.low_freq_factor, ", high ", rope_scaling.high_freq_factor,
                            ", original ctx ", rope_scaling.original_max_positions, ")");
   }
+  const std::string head_width =
+      explicit_head_dim > 0 ? absl::StrCat(" of ", explicit_head_dim) : std::string();
   return absl::StrCat(traits().name, ": dim ", dim, ", hidden ", hidden_dim, ", ", n_layers,
-                      " layers, ", n_heads, " heads (", n_kv_heads, " kv), vocab ", vocab_size,
-                      ", ctx ", max_seq_len, ", rope ",
+                      " layers, ", n_heads, " heads", head_width, " (", n_kv_heads, " kv), vocab ",
+                      vocab_size, ", ctx ", max_seq_len, ", rope ",
                       rope_pairing == RopePairing::kAdjacent ? "adjacent" : "split-half", scaling);
 }
 

@@ -8,15 +8,22 @@ namespace pdserve {
 namespace {
 
 TEST(ModelConfigTest, NamedShapesAreValidAndMatchTheirNames) {
-  for (const char* name :
-       {"stories260K", "stories15M", "stories42M", "stories110M", "llama3.2-1B"}) {
+  for (const char* name : {"stories260K", "stories15M", "stories42M", "stories110M", "llama3.2-1B",
+                           "qwen2.5-0.5B", "qwen3-1.7B", "qwen3-0.6B"}) {
     auto config = ShapeByName(name);
     ASSERT_TRUE(config.ok()) << name;
     EXPECT_TRUE(config->Validate().ok()) << name;
   }
   EXPECT_NEAR(ShapeByName("stories15M")->NumParameters() / 1e6, 15.2, 0.1);  // 9.2M embedding
   EXPECT_NEAR(ShapeByName("stories110M")->NumParameters() / 1e6, 109.5, 0.1);
-  EXPECT_NEAR(ShapeByName("llama3.2-1B")->NumParameters() / 1e9, 1.236, 0.001);  // as published
+  EXPECT_NEAR(ShapeByName("llama3.2-1B")->NumParameters() / 1e9, 1.236, 0.001);   // as published
+  EXPECT_NEAR(ShapeByName("qwen2.5-0.5B")->NumParameters() / 1e9, 0.494, 0.001);  // as published
+  // Qwen3 0.6B: 0.44B without the embedding (as published), heads of 128 on a width of 1024.
+  const ModelConfig qwen3 = *ShapeByName("qwen3-0.6B");
+  EXPECT_NEAR((qwen3.NumParameters() - int64_t{qwen3.vocab_size} * qwen3.dim) / 1e9, 0.44, 0.005);
+  EXPECT_EQ(qwen3.head_dim(), 128);
+  EXPECT_EQ(qwen3.q_dim(), 2048);
+  EXPECT_EQ(qwen3.kv_dim(), 1024);
   EXPECT_EQ(ShapeByName("stories1B").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -37,6 +44,27 @@ TEST(ModelConfigTest, ValidateRejectsImpossibleShapes) {
                }).ok());  // head dim 1
   EXPECT_FALSE(with([](ModelConfig& c) { c.norm_eps = -1; }).ok());
   EXPECT_FALSE(with([](ModelConfig& c) { c.vocab_size = 1 << 30; }).ok());
+  // An explicit head dim frees dim from dividing by the heads, but must itself be even and sane.
+  EXPECT_TRUE(with([](ModelConfig& c) {
+                c.n_heads = 7;
+                c.n_kv_heads = 7;
+                c.explicit_head_dim = 32;
+              }).ok());
+  EXPECT_FALSE(with([](ModelConfig& c) { c.explicit_head_dim = 33; }).ok());
+  EXPECT_FALSE(with([](ModelConfig& c) { c.explicit_head_dim = 2048; }).ok());
+  EXPECT_FALSE(with([](ModelConfig& c) { c.explicit_head_dim = -8; }).ok());
+}
+
+TEST(ModelConfigTest, SetHeadDimIsExplicitOnlyWhereItDiffers) {
+  ModelConfig c = *ShapeByName("stories260K");  // dim 64, 8 heads
+  c.SetHeadDim(8);
+  EXPECT_EQ(c.explicit_head_dim, 0);
+  c.SetHeadDim(16);
+  EXPECT_EQ(c.explicit_head_dim, 16);
+  EXPECT_EQ(c.q_dim(), 128);
+  EXPECT_NE(c.Describe().find("8 heads of 16 (4 kv)"), std::string::npos) << c.Describe();
+  c.SetHeadDim(0);
+  EXPECT_EQ(c.head_dim(), 8);
 }
 
 TEST(ModelConfigTest, ValidateChecksRopeScalingAndDescribeShowsIt) {

@@ -20,7 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-ModelConfig SmallConfig(ModelFamily family) {
+// head_dim 0: dim / heads (8).
+ModelConfig SmallConfig(ModelFamily family, int head_dim = 0) {
   ModelConfig c;
   c.family = family;
   c.dim = 48;
@@ -32,6 +33,7 @@ ModelConfig SmallConfig(ModelFamily family) {
   c.max_seq_len = 64;
   c.tied_embeddings = family == ModelFamily::kQwen2;  // both kinds get covered
   c.rope_theta = family == ModelFamily::kLlama ? 10000.0f : 1000000.0f;
+  c.SetHeadDim(head_dim);
   return c;
 }
 
@@ -90,15 +92,32 @@ std::vector<float> EngineLogits(LlamaEngine& engine, std::span<const int32_t> to
   return out;
 }
 
-class FamilyTest : public ::testing::TestWithParam<ModelFamily> {};
+// A family, and heads whose width is not dim / heads (Qwen3-0.6B's 16 × 128 on 1024) when
+// head_dim ≠ 0: wider (6 × 16 on 48) and narrower (6 × 4).
+struct FamilyCase {
+  ModelFamily family;
+  int head_dim = 0;
+  ModelConfig config() const { return SmallConfig(family, head_dim); }
+};
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyTest,
-                         ::testing::Values(ModelFamily::kLlama, ModelFamily::kMistral,
-                                           ModelFamily::kQwen2, ModelFamily::kQwen3),
-                         [](const auto& info) { return std::string(Traits(info.param).name); });
+class FamilyTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  ModelFamily family() const { return GetParam().family; }
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, FamilyTest,
+    ::testing::Values(FamilyCase{ModelFamily::kLlama}, FamilyCase{ModelFamily::kMistral},
+                      FamilyCase{ModelFamily::kQwen2}, FamilyCase{ModelFamily::kQwen3},
+                      FamilyCase{ModelFamily::kQwen3, 16}, FamilyCase{ModelFamily::kLlama, 4}),
+    [](const auto& info) {
+      const std::string name = Traits(info.param.family).name;
+      const int d = info.param.head_dim;
+      return d == 0 ? name : name + "_heads_of_" + std::to_string(d);
+    });
 
 TEST_P(FamilyTest, EngineMatchesReferenceInBothPairings) {
-  const ModelWeights w = MakeRandomModel(SmallConfig(GetParam()), 21);
+  const ModelWeights w = MakeRandomModel(GetParam().config(), 21);
   ASSERT_TRUE(ValidateWeights(w).ok()) << ValidateWeights(w);
   const auto tokens = Tokens(40, w.config.vocab_size);
   const std::vector<float> expected = ReferenceLogits(w, tokens);
@@ -115,9 +134,10 @@ TEST_P(FamilyTest, EngineMatchesReferenceInBothPairings) {
 
 // GGUF (Mistral as llama.cpp's "llama") and safetensors keep the family and its tensors.
 TEST_P(FamilyTest, FilesKeepTheFamily) {
-  const ModelWeights w = MakeRandomModel(SmallConfig(GetParam()), 23);
-  const fs::path dir = fs::temp_directory_path() /
-                       ("pdserve_family_" + std::to_string(getpid()) + w.config.traits().name);
+  const ModelWeights w = MakeRandomModel(GetParam().config(), 23);
+  const fs::path dir =
+      fs::temp_directory_path() / ("pdserve_family_" + std::to_string(getpid()) +
+                                   w.config.traits().name + std::to_string(GetParam().head_dim));
   fs::create_directories(dir);
   const Vocabulary vocab = SyntheticVocabulary(w.config.vocab_size);
   const auto tokens = Tokens(20, w.config.vocab_size);
@@ -127,10 +147,11 @@ TEST_P(FamilyTest, FilesKeepTheFamily) {
     ASSERT_TRUE(WriteModel((dir / name).string(), w, vocab, {format}).ok()) << name;
     auto loaded = LoadModel((dir / name).string());
     ASSERT_TRUE(loaded.ok()) << name << ": " << loaded.status();
-    const ModelFamily want = format == ModelFormat::kGguf && GetParam() == ModelFamily::kMistral
+    const ModelFamily want = format == ModelFormat::kGguf && family() == ModelFamily::kMistral
                                  ? ModelFamily::kLlama
-                                 : GetParam();
+                                 : family();
     EXPECT_EQ(loaded->weights.config.family, want) << name;
+    EXPECT_EQ(loaded->weights.config.head_dim(), w.config.head_dim()) << name;
     EXPECT_EQ(loaded->weights.config.tied_embeddings, w.config.tied_embeddings) << name;
     EXPECT_LT(RelativeError(EngineLogits(*MakeEngine(loaded->weights, 1), tokens, 20), expected),
               1e-5)
@@ -142,7 +163,7 @@ TEST_P(FamilyTest, FilesKeepTheFamily) {
 // Full-rank ZACK bases that mix a head's dimensions (a signed permutation) fold the V bias with
 // wv and leave the model's output unchanged.
 TEST_P(FamilyTest, FullRankZackReproducesThePlainModel) {
-  const ModelWeights w = MakeRandomModel(SmallConfig(GetParam()), 25);
+  const ModelWeights w = MakeRandomModel(GetParam().config(), 25);
   const ModelConfig& c = w.config;
   const int d = c.head_dim();
   auto zack = std::make_shared<ZackBases>();

@@ -15,6 +15,7 @@ struct NamedShape {
   float llama3_rope_factor = 0;  // Llama 3.1 RoPE scaling (low 1, high 4, original 8192); 0: none
   ModelFamily family = ModelFamily::kLlama;
   float norm_eps = 1e-5f;
+  int head_dim = 0;  // 0: dim / n_heads
 };
 
 constexpr NamedShape kShapes[] = {
@@ -30,6 +31,9 @@ constexpr NamedShape kShapes[] = {
      1e-6f},
     {"qwen3-1.7B", 2048, 6144, 28, 16, 8, 151936, 4096, 1000000.0f, 0.0f, ModelFamily::kQwen3,
      1e-6f},
+    // Qwen3 0.6B: heads of 128 on a width of 1024 (16 × 128 ≠ 1024).
+    {"qwen3-0.6B", 1024, 3072, 28, 16, 8, 151936, 4096, 1000000.0f, 0.0f, ModelFamily::kQwen3,
+     1e-6f, 128},
 };
 
 // splitmix64: a small, well-mixed, seedable generator.
@@ -61,9 +65,9 @@ Tensor RandomTensor(Rng& rng, std::vector<int64_t> shape, float center, float sp
 // Biases of the size of the projections' outputs and head norms ≈ 1 but far enough from it that
 // a kernel skipping them would be caught.
 void AddFamilyTensors(Rng& rng, const ModelConfig& c, LayerWeights& layer) {
-  const int64_t d = c.dim, kv = c.kv_dim(), hd = c.head_dim();
+  const int64_t q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
   if (c.traits().qkv_bias) {
-    layer.bq = RandomTensor(rng, {d}, 0.0f, 0.5f);
+    layer.bq = RandomTensor(rng, {q}, 0.0f, 0.5f);
     layer.bk = RandomTensor(rng, {kv}, 0.0f, 0.5f);
     layer.bv = RandomTensor(rng, {kv}, 0.0f, 0.5f);
   }
@@ -91,6 +95,7 @@ absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
       c.rope_scaling.factor = s.llama3_rope_factor;  // the other parameters' defaults are 3.2's
       c.family = s.family;
       c.norm_eps = s.norm_eps;
+      c.explicit_head_dim = s.head_dim;
       return c;
     }
     absl::StrAppend(&known, known.empty() ? "" : ", ", s.name);
@@ -101,8 +106,9 @@ absl::StatusOr<ModelConfig> ShapeByName(const std::string& name) {
 
 ModelWeights MakeRandomModel(const ModelConfig& config, uint64_t seed) {
   Rng rng(seed);
-  const int64_t d = config.dim, kv = config.kv_dim(), h = config.hidden_dim;
+  const int64_t d = config.dim, q = config.q_dim(), kv = config.kv_dim(), h = config.hidden_dim;
   const float in_d = 1.0f / std::sqrt(static_cast<float>(d));
+  const float in_q = 1.0f / std::sqrt(static_cast<float>(q));
   const float in_h = 1.0f / std::sqrt(static_cast<float>(h));
   ModelWeights w;
   w.config = config;
@@ -110,10 +116,10 @@ ModelWeights MakeRandomModel(const ModelConfig& config, uint64_t seed) {
   for (int l = 0; l < config.n_layers; ++l) {
     LayerWeights layer;
     layer.attn_norm = RandomTensor(rng, {d}, 1.0f, 0.1f);
-    layer.wq = RandomTensor(rng, {d, d}, 0.0f, in_d);
+    layer.wq = RandomTensor(rng, {q, d}, 0.0f, in_d);
     layer.wk = RandomTensor(rng, {kv, d}, 0.0f, in_d);
     layer.wv = RandomTensor(rng, {kv, d}, 0.0f, in_d);
-    layer.wo = RandomTensor(rng, {d, d}, 0.0f, in_d);
+    layer.wo = RandomTensor(rng, {d, q}, 0.0f, in_q);
     layer.ffn_norm = RandomTensor(rng, {d}, 1.0f, 0.1f);
     layer.w1 = RandomTensor(rng, {h, d}, 0.0f, in_d);
     layer.w2 = RandomTensor(rng, {d, h}, 0.0f, in_h);

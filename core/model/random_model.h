@@ -15,9 +15,10 @@ namespace pdserve {
 // "stories260K", "stories15M", "stories42M", "stories110M" (vocab 32000 except 260K's 512),
 // "llama3.2-1B" (dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, rope base
 // 500000, context 4096), "qwen2.5-0.5B" (Qwen2: dim 896, 24 layers, 14 heads, 2 KV heads, FFN
-// 4864, vocab 151936, rope base 1e6, context 4096) and "qwen3-1.7B" (Qwen3: dim 2048, 28 layers,
-// 16 heads, 8 KV heads, FFN 6144, vocab 151936, rope base 1e6, context 4096); InvalidArgument
-// lists the known names otherwise.
+// 4864, vocab 151936, rope base 1e6, context 4096), "qwen3-1.7B" (Qwen3: dim 2048, 28 layers,
+// 16 heads, 8 KV heads, FFN 6144, vocab 151936, rope base 1e6, context 4096) and "qwen3-0.6B"
+// (Qwen3: dim 1024, 28 layers, 16 heads of 128, 8 KV heads, FFN 3072, as 1.7B otherwise);
+// InvalidArgument lists the known names otherwise.
 absl::StatusOr<ModelConfig> ShapeByName(const std::string& name);
 
 // f32 weights drawn uniformly from ±1/√fan_in (norms ≈ 1; the family's biases ±0.5, head norms

@@ -78,7 +78,7 @@ absl::Status ValidateSwiftKv(const ModelConfig& config, const SwiftKvWeights& sw
   PDSERVE_RETURN_IF_ERROR(CheckLayerAndGroup(n_layers, swiftkv.layer, swiftkv.group));
   if (swiftkv.layer < n_layers) PDSERVE_RETURN_IF_ERROR(CheckSwiftKvFamily(config));
   const int l = swiftkv.layer;
-  const int64_t d = config.dim, kv = config.kv_dim();
+  const int64_t d = config.dim, q = config.q_dim(), kv = config.kv_dim();
   PDSERVE_RETURN_IF_ERROR(
       CheckCount(swiftkv.wq, "wq", swiftkv.num_later_layers(n_layers), "one per layer ≥ layer"));
   PDSERVE_RETURN_IF_ERROR(
@@ -93,7 +93,7 @@ absl::Status ValidateSwiftKv(const ModelConfig& config, const SwiftKvWeights& sw
   }
   for (size_t i = 0; i < swiftkv.wq.size(); ++i) {
     PDSERVE_RETURN_IF_ERROR(CheckTensor(
-        swiftkv.wq[i], absl::StrCat("swiftkv.wq[", i, "] (layer ", l + i, ")"), {d, d}));
+        swiftkv.wq[i], absl::StrCat("swiftkv.wq[", i, "] (layer ", l + i, ")"), {q, d}));
   }
   for (size_t i = 0; i < swiftkv.wk.size(); ++i) {
     const std::string leader = absl::StrCat("] (layer ", l + i * swiftkv.group, ")");

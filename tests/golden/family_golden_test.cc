@@ -1,6 +1,7 @@
 // Every model family against an independent PyTorch forward pass written from the published
 // architectures (tests/golden/torch_forward.py): family_logits.json holds, per family, a small
-// random model's config (made by `pdserve make-model`, seed 7) and the float64 logits PyTorch
+// random model's config (made by `pdserve make-model`, seed 7; one with heads wider than dim /
+// heads, as Qwen3-0.6B's) and the float64 logits PyTorch
 // computed for a fixed token sequence. The same weights are rebuilt here with MakeRandomModel and
 // run through the engine as one prefill and as decode steps. Regenerate the file with
 // tests/golden/make_family_logits.sh.
@@ -30,16 +31,17 @@ nlohmann::json ReadLogitsFile() {
   return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
 
-// The config make-model builds from the same flags (tools/make_model_command.cc).
+// The config make-model builds from the same flags (tools/make_model_command.cc). The family
+// must be known.
 FamilyCase ParseCase(const nlohmann::json& file, const nlohmann::json& j) {
   FamilyCase c;
-  const FamilyTraits* traits = FamilyByName(j.at("family").get<std::string>());
-  if (traits != nullptr) c.config.family = traits->family;
+  c.config.family = FamilyByName(j.at("family").get<std::string>())->family;
   c.config.dim = j.at("dim");
   c.config.hidden_dim = j.at("hidden_dim");
   c.config.n_layers = j.at("layers");
   c.config.n_heads = j.at("heads");
   c.config.n_kv_heads = j.at("kv_heads");
+  c.config.SetHeadDim(j.at("head_dim"));
   c.config.vocab_size = j.at("vocab");
   c.config.max_seq_len = j.at("seq_len");
   c.config.rope_theta = j.at("rope_theta");
@@ -66,11 +68,11 @@ TEST_P(FamilyGoldenTest, EngineMatchesPyTorch) {
   ASSERT_TRUE(file.is_object()) << kLogitsFile << " is missing or not JSON";
   const nlohmann::json* found = nullptr;
   for (const auto& j : file.at("cases")) {
-    if (j.at("family") == GetParam()) found = &j;
+    if (j.at("name") == GetParam()) found = &j;
   }
   ASSERT_NE(found, nullptr) << "no case for " << GetParam() << " in " << kLogitsFile;
+  ASSERT_NE(FamilyByName(found->at("family").get<std::string>()), nullptr) << found->at("family");
   const FamilyCase c = ParseCase(file, *found);
-  ASSERT_EQ(c.config.traits().name, GetParam());
   ASSERT_TRUE(c.config.Validate().ok()) << c.config.Validate();
   ASSERT_EQ(c.logits.size(), c.ids.size());
   const ModelWeights w = MakeRandomModel(c.config, file.at("seed"));
@@ -102,7 +104,8 @@ TEST_P(FamilyGoldenTest, EngineMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGoldenTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3",
+                                           "qwen3_wide_heads"));
 
 }  // namespace
 }  // namespace pdserve
