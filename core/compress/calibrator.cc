@@ -278,7 +278,6 @@ absl::Status ValidateOptions(const ModelConfig& c, const CalibrateOptions& o, si
         "calibrate: --swiftkv-layer ", o.swiftkv_layer, " must be below the ", c.n_layers,
         " layers and --across-kv ", o.across_kv, " ≥ 1 must divide the layers after it"));
   }
-  if (o.swiftkv_layer >= 0) PDSERVE_RETURN_IF_ERROR(CheckSwiftKvFamily(c));
   if (!(o.ridge >= 0.0) || !(o.zack_rho >= 0.0) || o.zack_rho > 1.0 ||
       !(o.zack_kept_fraction >= 0.0) || o.zack_kept_fraction > 1.0) {
     return absl::InvalidArgumentError(

@@ -91,19 +91,65 @@ Tensor FoldV(const Tensor& wv, const ModelConfig& c, const ZackBases* zack, int 
   return MakeF32Tensor(std::move(out), {rows, dim});
 }
 
-// The biases [bq; bk; bv] added to the output of format.Stack({wq, wk, FoldV(wv)}): bv folded as
-// FoldV folds wv's rows. Empty without biases.
+void Append(std::vector<float>& out, const Tensor& vector) {
+  const Tensor f32 = ToF32(vector);
+  out.insert(out.end(), f32.as<float>(), f32.as<float>() + f32.rows());
+}
+
+// A V bias [kv_dim] folded as FoldV folds wv's rows (it is a one-column wv).
+Tensor FoldVBias(const Tensor& bv, const ModelConfig& c, const ZackBases* zack, int cache) {
+  Tensor column = bv;
+  column.shape = {c.kv_dim(), 1};
+  return FoldV(column, c, zack, cache);
+}
+
+// The biases [bq; bk; bv] added to the output of format.Stack({wq, wk, FoldV(wv)}), bv folded;
+// [bq] alone for a layer that projects only queries. Empty without biases.
 std::vector<float> StackBiases(const LayerWeights& w, const ModelConfig& c, const ZackBases* zack,
-                               int cache) {
+                               int cache, bool writes_kv) {
   if (!c.traits().qkv_bias) return {};
-  const Tensor bq = ToF32(w.bq), bk = ToF32(w.bk), bv = ToF32(w.bv);
-  std::vector<float> out(bq.as<float>(), bq.as<float>() + c.q_dim());
-  out.insert(out.end(), bk.as<float>(), bk.as<float>() + c.kv_dim());
-  Tensor v_column = bv;
-  v_column.shape = {c.kv_dim(), 1};  // a one-column wv: FoldV folds it the same way
-  const Tensor folded = ToF32(FoldV(v_column, c, zack, cache));
-  out.insert(out.end(), folded.as<float>(), folded.as<float>() + folded.rows());
+  std::vector<float> out;
+  Append(out, w.bq);
+  if (!writes_kv) return out;
+  Append(out, w.bk);
+  Append(out, FoldVBias(w.bv, c, zack, cache));
   return out;
+}
+
+// The mean of `field` ([n] vectors) over layers [first, first + count), f32.
+Tensor MeanOverLayers(const ModelWeights& w, Tensor LayerWeights::*field, int first, int count) {
+  const int64_t n = (w.layers[first].*field).rows();
+  std::vector<float> mean(n, 0.0f);
+  for (int j = first; j < first + count; ++j) {
+    const Tensor f32 = ToF32(w.layers[j].*field);
+    for (int64_t i = 0; i < n; ++i) mean[i] += f32.as<float>()[i] / static_cast<float>(count);
+  }
+  return MakeF32Tensor(std::move(mean), {n});
+}
+
+// SwiftKV's fused leader projection carries each AcrossKV group's biases and K head norms as it
+// carries its K/V matrices: the group's mean (a group of one keeps its layer's exactly). Biases
+// are [every leader's bk; every leader's bv folded], matching swiftkv_kv's rows.
+void PlanSwiftKvExtras(const ModelWeights& w, const SwiftKvWeights& sw, const ZackBases* zack,
+                       KvPlan& plan) {
+  const ModelConfig& c = w.config;
+  const int leaders = static_cast<int>(sw.wk.size());
+  auto leader_layer = [&](int i) { return sw.layer + i * sw.group; };
+  if (c.traits().qkv_bias) {
+    for (int i = 0; i < leaders; ++i) {
+      Append(plan.swiftkv_b, MeanOverLayers(w, &LayerWeights::bk, leader_layer(i), sw.group));
+    }
+    for (int i = 0; i < leaders; ++i) {
+      const Tensor bv = MeanOverLayers(w, &LayerWeights::bv, leader_layer(i), sw.group);
+      Append(plan.swiftkv_b, FoldVBias(bv, c, zack, sw.layer + i));
+    }
+  }
+  if (c.traits().qk_norm) {
+    for (int i = 0; i < leaders; ++i) {
+      Append(plan.swiftkv_k_norms,
+             MeanOverLayers(w, &LayerWeights::k_norm, leader_layer(i), sw.group));
+    }
+  }
 }
 
 // The o-projection wo [dim, n_heads·d] reading ZACK outputs: query head h's columns become
@@ -168,7 +214,6 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
   const int n_caches = sw ? sw->CacheLayer(L - 1) + 1 : L;
   const ZackBases* zack = compression.zack.get();
   if (zack != nullptr) PDSERVE_RETURN_IF_ERROR(ValidateZack(c, *zack, n_caches));
-  if (sw != nullptr) PDSERVE_RETURN_IF_ERROR(CheckSwiftKvFamily(c));
   for (int cache = 0; cache < n_caches; ++cache) {
     plan.caches.push_back(
         PlanCache(c, compression, page_size, cache, FirstReader(cache, l, group)));
@@ -180,10 +225,10 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
     layer.writes_kv = j < l;
     if (layer.writes_kv) {
       layer.w_in = format.Stack({w.wq, w.wk, FoldV(w.wv, c, zack, layer.cache)});
-      layer.b_in = StackBiases(w, c, zack, layer.cache);
     } else {
       layer.w_in = StackedWeights{{format.ApplyOwned(sw->wq[j - l])}};
     }
+    layer.b_in = StackBiases(w, c, zack, layer.cache, layer.writes_kv);
     layer.wo = format.ApplyOwned(FoldO(w.wo, c, zack, plan.caches[layer.cache], layer.cache));
     plan.layers.push_back(std::move(layer));
   }
@@ -199,6 +244,7 @@ absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompress
       v_offset += plan.caches[cache].v_width;
     }
     plan.swiftkv_kv = format.Stack(parts);
+    PlanSwiftKvExtras(weights, *sw, zack, plan);
   }
   return plan;
 }

@@ -5,7 +5,8 @@
 //    its leader's (SwiftKvWeights::CacheLayer). Each has a K and a V section layout: widths are
 //    the ZACK ranks (or head_dim), elements FP8 or f32. KCache caches keep V in the value tier.
 //  - Layers < l project [q; k; v] from their input, later layers only q (their K/V come from
-//    x = RMSNorm(h_l) through one fused projection of every leader's [k; v]).
+//    x = RMSNorm(h_l) through one fused projection of every leader's [k; v], which carries the
+//    family's K/V biases and K head norms as it carries the matrices: the group's mean).
 //  - ZACK (DESIGN §4): each V projection is folded with its cache's V/O basis (rows [r_v, d] per
 //    KV head), each o-projection with the basis of the cache it reads; K and q stay full width and
 //    are projected by the Q/K basis after RoPE (k_basis), which cannot be folded.
@@ -44,7 +45,7 @@ struct CachePlan {
 struct LayerPlan {
   int cache = 0;           // cache layer it reads (and writes when writes_kv)
   bool writes_kv = false;  // projects its own k/v (layers < l)
-  StackedWeights w_in;     // [dim (q) + (writes_kv ? kv_dim (k) + v_width (v) : 0), dim]
+  StackedWeights w_in;     // [q_dim (q) + (writes_kv ? kv_dim (k) + v_width (v) : 0), dim]
   // Added to w_in's output rows (the v part folded like w_in's); empty when the family has none.
   std::vector<float> b_in;
   Tensor wo;  // [dim, out_width]
@@ -58,6 +59,10 @@ struct KvPlan {
   // [n_leaders · kv_dim (every leader's k) + Σ leaders' v_width, dim]
   StackedWeights swiftkv_kv;
   std::vector<int> swiftkv_v_offsets;  // per leader, its v rows' first row minus n_leaders·kv_dim
+  // Families with biases / K head norms: added to swiftkv_kv's output rows ([n_leaders · kv_dim +
+  // Σ v_width], the v part folded) and applied to each leader's K heads ([n_leaders · head_dim]),
+  // each the mean over the leader's AcrossKV group; empty otherwise.
+  std::vector<float> swiftkv_b, swiftkv_k_norms;
 
   bool swiftkv() const {
     return !layers.empty() && swiftkv_layer < static_cast<int>(layers.size());
@@ -67,8 +72,7 @@ struct KvPlan {
 };
 
 // InvalidArgument when the compression does not fit the model (ZACK bases for another number of
-// cache layers or heads, ranks out of range; SwiftKV on a family with q/k/v biases or head
-// norms, which its weights do not carry) or the options are invalid.
+// cache layers or heads, ranks out of range) or the options are invalid.
 absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompression& compression,
                                    int page_size, const WeightFormat& format);
 

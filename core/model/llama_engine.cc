@@ -324,26 +324,33 @@ void LlamaEngine::Layer(int layer, int n) {
   });
 }
 
+void LlamaEngine::AddBiasAndNormHeads(float* rows, int64_t stride, int n,
+                                      std::span<const float> bias,
+                                      std::span<const HeadNorm> norms) {
+  if (bias.empty() && norms.empty()) return;
+  const ModelConfig& c = config();
+  ForTokens(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = rows + t * stride;
+      for (size_t i = 0; i < bias.size(); ++i) row[i] += bias[i];
+      for (const HeadNorm& norm : norms) {
+        kernels::RmsNorm(row + norm.offset, norm.weights, norm.heads, c.head_dim(), c.norm_eps,
+                         row + norm.offset);
+      }
+    }
+  });
+}
+
 void LlamaEngine::AddBiasesAndNormHeads(int layer, int n) {
   const ModelConfig& c = config();
   const LayerPlan& plan = plan_.layers[layer];
   const LayerWeights& w = weights_.layers[layer];
-  const bool norm = c.traits().qk_norm;
-  if (plan.b_in.empty() && !norm) return;
-  const int64_t width = plan.w_in.rows(), d = c.head_dim();
-  Buffers& b = *buffers_;
-  ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* row = b.qkv.data() + t * width;
-      for (size_t i = 0; i < plan.b_in.size(); ++i) row[i] += plan.b_in[i];
-      if (!norm) continue;
-      kernels::RmsNorm(row, w.q_norm.as<float>(), c.n_heads, d, c.norm_eps, row);
-      if (plan.writes_kv) {
-        kernels::RmsNorm(row + c.q_dim(), w.k_norm.as<float>(), c.n_kv_heads, d, c.norm_eps,
-                         row + c.q_dim());
-      }
-    }
-  });
+  std::vector<HeadNorm> norms;
+  if (c.traits().qk_norm) {
+    norms.push_back({0, c.n_heads, w.q_norm.as<float>()});
+    if (plan.writes_kv) norms.push_back({c.q_dim(), c.n_kv_heads, w.k_norm.as<float>()});
+  }
+  AddBiasAndNormHeads(buffers_->qkv.data(), plan.w_in.rows(), n, plan.b_in, norms);
 }
 
 void LlamaEngine::SwiftKvProjectAndStore(int n) {
@@ -357,6 +364,12 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
                   b.matmul_workspace);
   const int64_t width = plan_.swiftkv_kv.rows();
   const int leaders = static_cast<int>(plan_.swiftkv_v_offsets.size());
+  std::vector<HeadNorm> norms;
+  for (int i = 0; i < leaders && !plan_.swiftkv_k_norms.empty(); ++i) {
+    norms.push_back({int64_t{i} * c.kv_dim(), c.n_kv_heads,
+                     plan_.swiftkv_k_norms.data() + int64_t{i} * c.head_dim()});
+  }
+  AddBiasAndNormHeads(b.swiftkv.data(), width, n, plan_.swiftkv_b, norms);
   // One RoPE call per token over every leader's K heads: they sit side by side.
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {

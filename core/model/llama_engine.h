@@ -91,10 +91,21 @@ class LlamaEngine : public Engine {
   // FailedPrecondition for a chunk of several tokens when KCache V lives in a remote tier.
   absl::Status CheckTier(std::span<const ForwardChunk> chunks) const;
   void Layer(int layer, int n);
-  // The family's extras on the projected [q; k; v] rows, before RoPE: biases (plan.b_in), then
-  // RMSNorm over each q head and, when the layer writes its KV, each k head.
+  // RMSNorm weights ([head_dim]) for `heads` heads starting `offset` floats into a row.
+  struct HeadNorm {
+    int64_t offset;
+    int heads;
+    const float* weights;
+  };
+  // The family's extras on n projected rows of `stride` floats, before RoPE: `bias` added to each
+  // row's first bias.size() floats, then every head of `norms` RMS-normalized in place.
+  void AddBiasAndNormHeads(float* rows, int64_t stride, int n, std::span<const float> bias,
+                           std::span<const HeadNorm> norms);
+  // The layer's [q; k; v] rows: plan.b_in, then each q head's and (when the layer writes its KV)
+  // each k head's norm.
   void AddBiasesAndNormHeads(int layer, int n);
-  // SwiftKV: every leader's K/V from x = RMSNorm(h_l) for all n rows, stored in its cache.
+  // SwiftKV: every leader's K/V from x = RMSNorm(h_l) for all n rows (with the plan's biases and
+  // K head norms), stored in its cache.
   void SwiftKvProjectAndStore(int n);
   // Keeps only the rows that need logits (a segment's last, or all when all_logits), moved to the
   // front; returns their count. Idempotent.

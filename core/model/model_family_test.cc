@@ -11,6 +11,7 @@
 #include "core/model/model_loader.h"
 #include "core/model/model_writer.h"
 #include "core/model/random_model.h"
+#include "core/model/swiftkv_weights.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -74,14 +75,15 @@ std::unique_ptr<LlamaEngine> MakeEngine(const ModelWeights& w, int threads,
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
-// All-position logits: the first `prefill` tokens as one chunk, then one decode step per token.
+// All-position logits: the first `prefill` tokens as one chunk, then one decode step per token
+// (with all_logits false, the chunk's last position only, then the decode steps').
 std::vector<float> EngineLogits(LlamaEngine& engine, std::span<const int32_t> tokens,
-                                size_t prefill) {
+                                size_t prefill, bool all_logits = true) {
   const int seq = *engine.AddSequence();
   std::vector<float> out;
   for (size_t begin = 0; begin < tokens.size();) {
     const size_t n = begin == 0 ? prefill : 1;
-    ForwardChunk chunk{seq, tokens.subspan(begin, n), true};
+    ForwardChunk chunk{seq, tokens.subspan(begin, n), all_logits};
     auto logits = engine.Forward({&chunk, 1});
     EXPECT_TRUE(logits.ok()) << logits.status();
     if (!logits.ok()) break;
@@ -99,6 +101,10 @@ struct FamilyCase {
   int head_dim = 0;
   ModelConfig config() const { return SmallConfig(family, head_dim); }
 };
+
+void PrintTo(const FamilyCase& c, std::ostream* os) {
+  *os << Traits(c.family).name << ", head dim " << c.config().head_dim();
+}
 
 class FamilyTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
@@ -229,17 +235,50 @@ TEST(FamilyExtrasTest, ValidateWeightsNamesMissingAndForeignTensors) {
               HasSubstr("layers.2.bq is present but llama layers have none"));
 }
 
+// SwiftKV carries the extras: at l = L − 1 with groups of one the leader's K/V come from its own
+// input, as without SwiftKV, so the model is unchanged; deeper, the skip path (later layers on the
+// logit rows only) equals the dense SwiftKV pass, with and without AcrossKV.
+TEST_P(FamilyTest, SwiftKvCarriesTheFamilysBiasesAndNorms) {
+  const ModelWeights w = MakeRandomModel(GetParam().config(), 29);
+  const int layers = w.config.n_layers;
+  const auto tokens = Tokens(30, w.config.vocab_size);
+  auto with_swiftkv = [&](int layer, int group) {
+    ModelWeights out = w;
+    auto swiftkv = RewireSwiftKv(w, layer, group);
+    EXPECT_TRUE(swiftkv.ok()) << swiftkv.status();
+    out.swiftkv = *swiftkv;
+    return out;
+  };
+  const std::vector<float> plain = EngineLogits(*MakeEngine(w, 2), tokens, 20);
+  const std::vector<float> last =
+      EngineLogits(*MakeEngine(with_swiftkv(layers - 1, 1), 2), tokens, 20);
+  EXPECT_LT(RelativeError(last, plain), 1e-5);
+  const size_t vocab = w.config.vocab_size;
+  for (int group : {1, 2}) {
+    const ModelWeights sw = with_swiftkv(1, group);
+    // Skip path: the prompt's later layers run on its last row only.
+    const std::vector<float> skip = EngineLogits(*MakeEngine(sw, 2), tokens, 20, false);
+    const std::vector<float> dense = EngineLogits(*MakeEngine(sw, 2), tokens, 20);
+    const std::vector<float> dense_tail(dense.end() - static_cast<int64_t>(11 * vocab),
+                                        dense.end());
+    EXPECT_LT(RelativeError(skip, dense_tail), 1e-5) << "G=" << group;
+    EXPECT_GT(RelativeError(dense, plain), 1e-3) << "G=" << group;  // SwiftKV changed something
+  }
+}
+
 // What cannot hold the extras refuses them by name instead of dropping them.
-TEST(FamilyExtrasTest, SwiftKvAndLlama2cRefuseThem) {
+TEST(FamilyExtrasTest, Llama2cAndSwiftKvCheckpointsRefuseThem) {
   for (ModelFamily family : {ModelFamily::kQwen2, ModelFamily::kQwen3}) {
     ModelWeights w = MakeRandomModel(SmallConfig(family), 1);
     const std::string name = Traits(family).name;
-    EXPECT_THAT(RewireSwiftKv(w, 1, 1).status().message(),
-                HasSubstr("SwiftKV: " + name + " models have q/k/v biases or head norms"));
-    EXPECT_TRUE(RewireSwiftKv(w, w.config.n_layers, 1).ok());  // the identity stays allowed
     const std::string path = (fs::temp_directory_path() / "pdserve_family.bin").string();
     EXPECT_THAT(WriteModel(path, w, SyntheticVocabulary(300), {ModelFormat::kLlama2c}).message(),
                 HasSubstr("llama2.c checkpoints cannot store " + name));
+    EXPECT_FALSE(fs::exists(path));
+    w.swiftkv = *RewireSwiftKv(w, 1, 1);
+    EXPECT_THAT(
+        WriteModel(path, w, SyntheticVocabulary(300), {ModelFormat::kHuggingFace}).message(),
+        HasSubstr("SwiftKV checkpoints (llama_swiftkv) hold Llama models only, not " + name));
     EXPECT_FALSE(fs::exists(path));
   }
 }

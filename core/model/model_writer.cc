@@ -29,6 +29,11 @@ absl::Status WriteModel(const std::string& path, const ModelWeights& weights,
         "SwiftKV weights can only be written as a Hugging Face checkpoint (llama_swiftkv); GGUF "
         "and llama2.c have no place for them");
   }
+  if (swiftkv && weights.config.family != ModelFamily::kLlama) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SwiftKV checkpoints (llama_swiftkv) hold Llama models only, not ",
+        weights.config.traits().name, "; serve this model with --swiftkv-layer instead"));
+  }
   switch (options.format) {
     case ModelFormat::kGguf:
       return WriteGgufModel(path, weights, vocab, options.dtype);

@@ -65,18 +65,9 @@ Tensor MeanF32(const std::vector<const Tensor*>& parts) {
 
 }  // namespace
 
-absl::Status CheckSwiftKvFamily(const ModelConfig& c) {
-  if (!c.traits().qkv_bias && !c.traits().qk_norm) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("SwiftKV: ", c.traits().name,
-                   " models have q/k/v biases or head norms, which SwiftKV weights do not carry; "
-                   "run this model without SwiftKV"));
-}
-
 absl::Status ValidateSwiftKv(const ModelConfig& config, const SwiftKvWeights& swiftkv) {
   const int n_layers = config.n_layers;
   PDSERVE_RETURN_IF_ERROR(CheckLayerAndGroup(n_layers, swiftkv.layer, swiftkv.group));
-  if (swiftkv.layer < n_layers) PDSERVE_RETURN_IF_ERROR(CheckSwiftKvFamily(config));
   const int l = swiftkv.layer;
   const int64_t d = config.dim, q = config.q_dim(), kv = config.kv_dim();
   PDSERVE_RETURN_IF_ERROR(
@@ -109,7 +100,6 @@ absl::StatusOr<SwiftKvWeights> RewireSwiftKv(const ModelWeights& weights, int la
   const int n_layers = weights.config.n_layers;
   PDSERVE_RETURN_IF_ERROR(CheckLayerAndGroup(n_layers, layer, group));
   PDSERVE_RETURN_IF_ERROR(ValidateWeights(weights));  // the means below rely on the shapes
-  if (layer < n_layers) PDSERVE_RETURN_IF_ERROR(CheckSwiftKvFamily(weights.config));
   SwiftKvWeights out;
   out.layer = layer;
   out.group = layer == n_layers ? 1 : group;

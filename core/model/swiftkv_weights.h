@@ -32,11 +32,7 @@ struct SwiftKvWeights {
   int CacheLayer(int j) const { return j < layer ? j : layer + (j - layer) / group; }
 };
 
-// InvalidArgument unless c's family runs SwiftKV: its weights (one q, k, v matrix per layer and a
-// norm) carry no q/k/v biases or head norms, so Qwen2 and Qwen3 models cannot use it yet.
-absl::Status CheckSwiftKvFamily(const ModelConfig& c);
-
-// InvalidArgument (naming the field or tensor) unless 0 ≤ l ≤ L, l = L or CheckSwiftKvFamily, G ≥ 1
+// InvalidArgument (naming the field or tensor) unless 0 ≤ l ≤ L, G ≥ 1
 // divides L − l, wq holds L − l and wk/wv (L − l)/G matrices of their shapes, and, when l < L, norm
 // is [dim] f32. Matrices may be f32, f16 or bf16, not necessarily alike. At l = L norm is not read.
 absl::Status ValidateSwiftKv(const ModelConfig& config, const SwiftKvWeights& swiftkv);
@@ -44,8 +40,9 @@ absl::Status ValidateSwiftKv(const ModelConfig& config, const SwiftKvWeights& sw
 // Rewires a plain model the way SwiftKV training initializes it: norm = layer l's attention norm,
 // wq = the original query projections, each leader's wk/wv = the mean of its group's original
 // projections. wq (and wk/wv when G = 1) share the layers' tensors; G > 1 means are new f32
-// tensors. l = L gives the empty identity SwiftKV {layer L, group 1}. InvalidArgument for l or G
-// out of range, invalid weights, or (l < L) a family CheckSwiftKvFamily refuses.
+// tensors. l = L gives the empty identity SwiftKV {layer L, group 1}. A family's q biases and
+// head norms stay the layers'; the leaders' K/V biases and K norms are taken (as group means) by
+// BuildKvPlan. InvalidArgument for l or G out of range or invalid weights.
 absl::StatusOr<SwiftKvWeights> RewireSwiftKv(const ModelWeights& weights, int layer, int group);
 
 }  // namespace pdserve
