@@ -12,6 +12,7 @@
 #include "core/base/status_macros.h"
 #include "core/model/cuda_model.h"
 #include "core/model/kv_plan.h"
+#include "core/model/layer_graph.h"
 #include "core/model/sequence_table.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_status.h"
@@ -122,6 +123,7 @@ struct CudaEngine::State {
   int max_context = 0;
   int pages_per_sequence = 0;
   KvPlan plan;
+  std::vector<LayerStep> graph;  // every layer's steps (the family's LayerGraph)
   CudaModel model;
   cudaStream_t stream = nullptr;
   std::unique_ptr<cu::Gemm> gemm;
@@ -150,7 +152,9 @@ struct CudaEngine::State {
   absl::Status NotifyStored();
   absl::StatusOr<std::span<const float>> Run(std::span<const ForwardChunk> chunks);
   absl::StatusOr<int> Begin(std::span<const ForwardChunk> chunks);
+  // Runs the layer's graph over the n rows of b.x, one step at a time.
   absl::Status Layer(int layer, int n);
+  absl::Status Step(LayerStep step, int layer, int n);
   absl::Status SwiftKvProjectAndStore(int n);
   absl::Status Compact(int& n);
   void Store(std::span<const cu::KvStoreTarget> targets, const float* rows, int64_t stride, int n);
@@ -294,6 +298,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const ModelWeight
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   auto state = std::make_unique<State>();
   state->config = weights.config;
+  state->graph = LayerGraph(weights.config.traits());
   state->options = options;
   state->max_context = options.ResolvedMaxContext(weights.config);
   state->pages_per_sequence =
@@ -499,44 +504,74 @@ void CudaEngine::State::Store(std::span<const cu::KvStoreTarget> targets, const 
 }
 
 absl::Status CudaEngine::State::Layer(int layer, int n) {
+  for (LayerStep step : graph) PDSERVE_RETURN_IF_ERROR(Step(step, layer, n));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::State::Step(LayerStep step, int layer, int n) {
   const ModelConfig& c = config;
   const DeviceLayer& w = model.layers[layer];
   const LayerPlan& layer_plan = plan.layers[layer];
   const CachePlan& cache = plan.caches[layer_plan.cache];
   const int64_t width = layer_plan.w_in.rows();
-  cu::RmsNorm(b.x.data(), w.attn_norm.f32(), n, c.dim, c.norm_eps, b.xb.data(), stream);
-  PDSERVE_RETURN_IF_ERROR(Matmul(b.xb.data(), n, w.w_in, b.qkv.data()));
   float* q = b.qkv.data();
-  if (layer_plan.writes_kv) {
-    cu::ApplyRope(q + c.dim, n, width, c.n_kv_heads, b.positions.data(), model.rope, c.rope_pairing,
-                  stream);
-    const cu::KvStoreTarget target = StoreTarget(layer_plan.cache, c.dim, c.dim + c.kv_dim());
-    Store({&target, 1}, q, width, n);
-    PDSERVE_RETURN_IF_ERROR(ExportStored(layer_plan.cache));
+  switch (step) {
+    case LayerStep::kAttentionNorm:
+      cu::RmsNorm(b.x.data(), w.attn_norm.f32(), n, c.dim, c.norm_eps, b.xb.data(), stream);
+      return absl::OkStatus();
+    case LayerStep::kQkvProjection:
+      return Matmul(b.xb.data(), n, w.w_in, q);
+    case LayerStep::kQkvBias:
+    case LayerStep::kQkHeadNorm:  // CheckSupported refuses the families whose graphs have them
+      return absl::UnimplementedError(
+          absl::StrCat("cuda engine: layer step ", StepName(step), " runs on the CPU only"));
+    case LayerStep::kKeyRopeAndStore: {
+      if (!layer_plan.writes_kv) return absl::OkStatus();
+      cu::ApplyRope(q + c.dim, n, width, c.n_kv_heads, b.positions.data(), model.rope,
+                    c.rope_pairing, stream);
+      const cu::KvStoreTarget target = StoreTarget(layer_plan.cache, c.dim, c.dim + c.kv_dim());
+      Store({&target, 1}, q, width, n);
+      return ExportStored(layer_plan.cache);
+    }
+    case LayerStep::kQueryRope:
+      cu::ApplyRope(q, n, width, c.n_heads, b.positions.data(), model.rope, c.rope_pairing, stream);
+      if (cache.zack()) {
+        const DeviceCache& device = model.caches[layer_plan.cache];
+        const cu::QueryProjection projection{device.k_basis.data(),
+                                             device.k_basis_offsets.data(),
+                                             device.k_dims.data(),
+                                             device.q_offsets.data(),
+                                             c.n_heads,
+                                             c.n_kv_heads,
+                                             c.head_dim()};
+        cu::ProjectQueries(projection, q, width, n, b.q_packed.data(), cache.q_width, stream);
+      }
+      return absl::OkStatus();
+    case LayerStep::kAttention:
+      if (cache.zack()) {
+        Attend(layer, b.q_packed.data(), cache.q_width);
+      } else {
+        Attend(layer, q, width);
+      }
+      return absl::OkStatus();
+    case LayerStep::kOutputProjection:
+      return Matmul(b.attn.data(), n, w.wo, b.xb.data());
+    case LayerStep::kResidualFfnNorm:
+      cu::AddRmsNorm(b.x.data(), b.xb.data(), w.ffn_norm.f32(), n, c.dim, c.norm_eps, b.xn.data(),
+                     stream);
+      return absl::OkStatus();
+    case LayerStep::kGateUpProjection:
+      return Matmul(b.xn.data(), n, w.w13, b.gate_up.data());
+    case LayerStep::kSwiGlu:
+      cu::SwiGlu(b.gate_up.data(), n, c.hidden_dim, b.hb.data(), stream);
+      return absl::OkStatus();
+    case LayerStep::kDownProjection:
+      return Matmul(b.hb.data(), n, w.w2, b.xb.data());
+    case LayerStep::kResidual:
+      cu::AddInPlace(b.x.data(), b.xb.data(), int64_t{n} * c.dim, stream);
+      return absl::OkStatus();
   }
-  cu::ApplyRope(q, n, width, c.n_heads, b.positions.data(), model.rope, c.rope_pairing, stream);
-  if (cache.zack()) {
-    const DeviceCache& device = model.caches[layer_plan.cache];
-    const cu::QueryProjection projection{device.k_basis.data(),
-                                         device.k_basis_offsets.data(),
-                                         device.k_dims.data(),
-                                         device.q_offsets.data(),
-                                         c.n_heads,
-                                         c.n_kv_heads,
-                                         c.head_dim()};
-    cu::ProjectQueries(projection, q, width, n, b.q_packed.data(), cache.q_width, stream);
-    Attend(layer, b.q_packed.data(), cache.q_width);
-  } else {
-    Attend(layer, q, width);
-  }
-  PDSERVE_RETURN_IF_ERROR(Matmul(b.attn.data(), n, w.wo, b.xb.data()));
-  cu::AddRmsNorm(b.x.data(), b.xb.data(), w.ffn_norm.f32(), n, c.dim, c.norm_eps, b.xn.data(),
-                 stream);
-  PDSERVE_RETURN_IF_ERROR(Matmul(b.xn.data(), n, w.w13, b.gate_up.data()));
-  cu::SwiGlu(b.gate_up.data(), n, c.hidden_dim, b.hb.data(), stream);
-  PDSERVE_RETURN_IF_ERROR(Matmul(b.hb.data(), n, w.w2, b.xb.data()));
-  cu::AddInPlace(b.x.data(), b.xb.data(), int64_t{n} * c.dim, stream);
-  return absl::OkStatus();
+  return absl::InternalError("cuda engine: unknown layer step");
 }
 
 // Every SwiftKV cache layer's K/V from x = RMSNorm(h_l): one fused projection, one RoPE over all

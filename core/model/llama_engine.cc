@@ -160,6 +160,7 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
                          int max_context)
     : weights_(std::move(weights)),
       plan_(std::move(plan)),
+      graph_(LayerGraph(weights_.config.traits())),
       options_(options),
       max_context_(max_context),
       pool_(options.num_threads),
@@ -274,53 +275,94 @@ void LlamaEngine::ForTokens(int n, const ThreadPool::RangeFn& fn) {
 }
 
 void LlamaEngine::Layer(int layer, int n) {
+  if (observer_ != nullptr) observer_->LayerInput(layer, buffers_->x.data(), n);
+  for (LayerStep step : graph_) Step(step, layer, n);
+}
+
+void LlamaEngine::Step(LayerStep step, int layer, int n) {
   const ModelConfig& c = config();
   const LayerWeights& w = weights_.layers[layer];
   const LayerPlan& plan = plan_.layers[layer];
   Buffers& b = *buffers_;
   std::span<float> ws(b.matmul_workspace);
-  if (observer_ != nullptr) observer_->LayerInput(layer, b.x.data(), n);
-  ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    kernels::RmsNorm(b.x.data() + begin * c.dim, w.attn_norm.as<float>(), end - begin, c.dim,
-                     c.norm_eps, b.xb.data() + begin * c.dim);
-  });
-  kernels::Matmul(pool_, b.xb.data(), n, plan.w_in.parts, b.qkv.data(), ws);
-  const int64_t width = plan.w_in.rows();
-  AddBiasesAndNormHeads(layer, n);
-  if (plan.writes_kv) {
-    float* k = b.qkv.data() + c.q_dim();
-    ForTokens(n, [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) {
-        kernels::ApplyRope(k + t * width, c.n_kv_heads, rope_, b.positions[t], c.rope_pairing);
-      }
-    });
-    StoreKv(plan.cache, k, k + c.kv_dim(), width, n);
-    if (layer_observer_ != nullptr) layer_observer_->CacheLayerStored(plan.cache);
-  }
-  RotateQueries(layer, b.qkv.data(), width, n);
-  const CachePlan& cache = plan_.caches[plan.cache];
-  if (cache.zack()) {
-    Attend(layer, b.q_packed.data(), cache.q_width);
-  } else {
-    Attend(layer, b.qkv.data(), width);
-  }
-  kernels::Matmul(pool_, b.attn.data(), n, plan.wo, b.xb.data(), ws);
-  const int64_t hidden = c.hidden_dim;
-  ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * c.dim; i < end * c.dim; ++i) b.x[i] += b.xb[i];
-    kernels::RmsNorm(b.x.data() + begin * c.dim, w.ffn_norm.as<float>(), end - begin, c.dim,
-                     c.norm_eps, b.xb.data() + begin * c.dim);
-  });
-  kernels::Matmul(pool_, b.xb.data(), n, w13_[layer].parts, b.gate_up.data(), ws);
-  ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* gate = b.gate_up.data() + t * 2 * hidden;
-      kernels::SwiGlu(gate, gate + hidden, hidden, b.hb.data() + t * hidden);
+  const int64_t width = plan.w_in.rows(), dim = c.dim, hidden = c.hidden_dim;
+  switch (step) {
+    case LayerStep::kAttentionNorm:
+      RmsNormRows(b.x.data(), w.attn_norm, n, b.xb.data());
+      return;
+    case LayerStep::kQkvProjection:
+      kernels::Matmul(pool_, b.xb.data(), n, plan.w_in.parts, b.qkv.data(), ws);
+      return;
+    case LayerStep::kQkvBias:
+      AddBiasAndNormHeads(b.qkv.data(), width, n, plan.b_in, {});
+      return;
+    case LayerStep::kQkHeadNorm: {
+      std::vector<HeadNorm> norms = {{0, c.n_heads, w.q_norm.as<float>()}};
+      if (plan.writes_kv) norms.push_back({c.q_dim(), c.n_kv_heads, w.k_norm.as<float>()});
+      AddBiasAndNormHeads(b.qkv.data(), width, n, {}, norms);
+      return;
     }
-  });
-  kernels::Matmul(pool_, b.hb.data(), n, w.w2, b.xb.data(), ws);
+    case LayerStep::kKeyRopeAndStore: {
+      if (!plan.writes_kv) return;
+      float* k = b.qkv.data() + c.q_dim();
+      ForTokens(n, [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          kernels::ApplyRope(k + t * width, c.n_kv_heads, rope_, b.positions[t], c.rope_pairing);
+        }
+      });
+      StoreKv(plan.cache, k, k + c.kv_dim(), width, n);
+      if (layer_observer_ != nullptr) layer_observer_->CacheLayerStored(plan.cache);
+      return;
+    }
+    case LayerStep::kQueryRope:
+      RotateQueries(layer, b.qkv.data(), width, n);
+      return;
+    case LayerStep::kAttention: {
+      const CachePlan& cache = plan_.caches[plan.cache];
+      if (cache.zack()) {
+        Attend(layer, b.q_packed.data(), cache.q_width);
+      } else {
+        Attend(layer, b.qkv.data(), width);
+      }
+      return;
+    }
+    case LayerStep::kOutputProjection:
+      kernels::Matmul(pool_, b.attn.data(), n, plan.wo, b.xb.data(), ws);
+      return;
+    case LayerStep::kResidualFfnNorm:
+      ForTokens(n, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin * dim; i < end * dim; ++i) b.x[i] += b.xb[i];
+        kernels::RmsNorm(b.x.data() + begin * dim, w.ffn_norm.as<float>(), end - begin, c.dim,
+                         c.norm_eps, b.xb.data() + begin * dim);
+      });
+      return;
+    case LayerStep::kGateUpProjection:
+      kernels::Matmul(pool_, b.xb.data(), n, w13_[layer].parts, b.gate_up.data(), ws);
+      return;
+    case LayerStep::kSwiGlu:
+      ForTokens(n, [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          const float* gate = b.gate_up.data() + t * 2 * hidden;
+          kernels::SwiGlu(gate, gate + hidden, hidden, b.hb.data() + t * hidden);
+        }
+      });
+      return;
+    case LayerStep::kDownProjection:
+      kernels::Matmul(pool_, b.hb.data(), n, w.w2, b.xb.data(), ws);
+      return;
+    case LayerStep::kResidual:
+      ForTokens(n, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin * dim; i < end * dim; ++i) b.x[i] += b.xb[i];
+      });
+      return;
+  }
+}
+
+void LlamaEngine::RmsNormRows(const float* x, const Tensor& weight, int n, float* out) {
+  const ModelConfig& c = config();
   ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * c.dim; i < end * c.dim; ++i) b.x[i] += b.xb[i];
+    kernels::RmsNorm(x + begin * c.dim, weight.as<float>(), end - begin, c.dim, c.norm_eps,
+                     out + begin * c.dim);
   });
 }
 
@@ -341,25 +383,10 @@ void LlamaEngine::AddBiasAndNormHeads(float* rows, int64_t stride, int n,
   });
 }
 
-void LlamaEngine::AddBiasesAndNormHeads(int layer, int n) {
-  const ModelConfig& c = config();
-  const LayerPlan& plan = plan_.layers[layer];
-  const LayerWeights& w = weights_.layers[layer];
-  std::vector<HeadNorm> norms;
-  if (c.traits().qk_norm) {
-    norms.push_back({0, c.n_heads, w.q_norm.as<float>()});
-    if (plan.writes_kv) norms.push_back({c.q_dim(), c.n_kv_heads, w.k_norm.as<float>()});
-  }
-  AddBiasAndNormHeads(buffers_->qkv.data(), plan.w_in.rows(), n, plan.b_in, norms);
-}
-
 void LlamaEngine::SwiftKvProjectAndStore(int n) {
   const ModelConfig& c = config();
   Buffers& b = *buffers_;
-  ForTokens(n, [&](int64_t begin, int64_t end, int) {
-    kernels::RmsNorm(b.x.data() + begin * c.dim, plan_.swiftkv_norm.as<float>(), end - begin, c.dim,
-                     c.norm_eps, b.xb.data() + begin * c.dim);
-  });
+  RmsNormRows(b.x.data(), plan_.swiftkv_norm, n, b.xb.data());
   kernels::Matmul(pool_, b.xb.data(), n, plan_.swiftkv_kv.parts, b.swiftkv.data(),
                   b.matmul_workspace);
   const int64_t width = plan_.swiftkv_kv.rows();

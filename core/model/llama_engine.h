@@ -33,6 +33,7 @@
 #include "core/model/engine.h"
 #include "core/model/kv_compression.h"
 #include "core/model/kv_plan.h"
+#include "core/model/layer_graph.h"
 #include "core/model/model_weights.h"
 #include "core/model/sequence_table.h"
 #include "kernels/kv_view.h"
@@ -90,7 +91,11 @@ class LlamaEngine : public Engine {
 
   // FailedPrecondition for a chunk of several tokens when KCache V lives in a remote tier.
   absl::Status CheckTier(std::span<const ForwardChunk> chunks) const;
+  // Runs the layer's graph (graph_) over the n rows of buffers_->x.
   void Layer(int layer, int n);
+  void Step(LayerStep step, int layer, int n);
+  // out = RmsNorm(x) · weight ([dim] f32), n rows of dim.
+  void RmsNormRows(const float* x, const Tensor& weight, int n, float* out);
   // RMSNorm weights ([head_dim]) for `heads` heads starting `offset` floats into a row.
   struct HeadNorm {
     int64_t offset;
@@ -101,9 +106,6 @@ class LlamaEngine : public Engine {
   // row's first bias.size() floats, then every head of `norms` RMS-normalized in place.
   void AddBiasAndNormHeads(float* rows, int64_t stride, int n, std::span<const float> bias,
                            std::span<const HeadNorm> norms);
-  // The layer's [q; k; v] rows: plan.b_in, then each q head's and (when the layer writes its KV)
-  // each k head's norm.
-  void AddBiasesAndNormHeads(int layer, int n);
   // SwiftKV: every leader's K/V from x = RMSNorm(h_l) for all n rows (with the plan's biases and
   // K head norms), stored in its cache.
   void SwiftKvProjectAndStore(int n);
@@ -121,6 +123,7 @@ class LlamaEngine : public Engine {
 
   ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
   KvPlan plan_;
+  std::vector<LayerStep> graph_;     // every layer's steps (the family's LayerGraph)
   std::vector<StackedWeights> w13_;  // per layer [2·hidden, dim] = [w1; w3]
   EngineOptions options_;
   int max_context_;

@@ -1,5 +1,5 @@
 // LlamaReference: the readable fp32 forward pass that specifies what LlamaEngine computes, for
-// every family (model_family.h: q/k/v biases, q/k head norms before RoPE). One
+// every family: each layer walks the family's LayerGraph (layer_graph.h). One
 // sequence, one token at a time, a contiguous KV cache, the reference kernels only (plain loops,
 // as llama2.c's run.c). Used by tests, never by the serving path. Not thread-safe.
 #ifndef PDSERVE_CORE_MODEL_LLAMA_REFERENCE_H_
@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "core/model/layer_graph.h"
 #include "core/model/model_weights.h"
 
 namespace pdserve {
@@ -24,6 +25,7 @@ class LlamaReference {
 
  private:
   void Layer(int layer);
+  void Step(LayerStep step, int layer);
 
   ModelWeights weights_;
   int position_ = 0;
