@@ -9,8 +9,8 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
-#include "core/model/llama_engine.h"
-#include "core/model/model_loader.h"
+#include "core/engine/llama_engine.h"
+#include "core/formats/model_loader.h"
 
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, tokenizer);

@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 #include "core/chat/chat_template.h"
-#include "core/model/model_loader.h"
+#include "core/formats/model_loader.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"

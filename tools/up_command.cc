@@ -15,7 +15,7 @@
 #include "client/pdserve_client.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
-#include "core/model/model_loader.h"
+#include "core/formats/model_loader.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/process_group.h"

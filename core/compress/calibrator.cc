@@ -9,7 +9,7 @@
 #include "core/calib/linalg.h"
 #include "core/calib/rank_selection.h"
 #include "core/compress/profile.h"
-#include "core/model/llama_engine.h"
+#include "core/engine/llama_engine.h"
 #include "kernels/matmul.h"
 #include "kernels/rms_norm.h"
 

@@ -6,7 +6,7 @@
 #ifndef PDSERVE_CORE_COMPRESS_FLOPS_H_
 #define PDSERVE_CORE_COMPRESS_FLOPS_H_
 
-#include "core/model/kv_plan.h"
+#include "core/engine/kv_plan.h"
 #include "core/model/model_config.h"
 
 namespace pdserve {

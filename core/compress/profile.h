@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/calib/calibration.h"
-#include "core/model/kv_compression.h"
+#include "core/engine/kv_compression.h"
 #include "core/model/model_weights.h"
 
 namespace pdserve {

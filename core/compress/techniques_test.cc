@@ -14,7 +14,7 @@
 #include "core/calib/linalg.h"
 #include "core/compress/calibrator.h"
 #include "core/compress/profile.h"
-#include "core/model/llama_engine.h"
+#include "core/engine/llama_engine.h"
 #include "core/model/random_model.h"
 #include "gtest/gtest.h"
 #include "kernels/basis_projection.h"

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/formats/model_writer.h"
 #include "core/model/model_weights.h"
-#include "core/model/model_writer.h"
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

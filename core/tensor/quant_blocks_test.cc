@@ -1,6 +1,6 @@
 // ggml block formats: hand-built blocks with values worked out from the format's definition, for
 // every type; extreme scales, all-zero blocks and the extreme codes. (Bit-for-bit agreement with
-// ggml's own dequantization on real files is checked in core/model/quantized_gguf_test.cc.)
+// ggml's own dequantization on real files is checked in core/formats/quantized_gguf_test.cc.)
 #include "core/tensor/quant_blocks.h"
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // Quantization into ggml's block formats: round trips stay within each format's resolution on
 // seeded rows, and adversarial rows (all zeros, constants, one outlier, f16's extremes, tiny
 // values) come back finite and as close as the format allows. (Bit-for-bit agreement with
-// llama-quantize is checked in core/model/quantized_gguf_test.cc.)
+// llama-quantize is checked in core/formats/quantized_gguf_test.cc.)
 #include "core/tensor/quantize.h"
 
 #include <cmath>

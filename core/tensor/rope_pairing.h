@@ -1,5 +1,5 @@
 // RopePairing: which dimensions of a head vector RoPE rotates together. A layout property of q/k
-// tensors, shared by model loaders (core/model) and kernels. Stored in files: DO NOT RENUMBER.
+// tensors, shared by model loaders (core/formats) and kernels. Stored in files: DO NOT RENUMBER.
 #ifndef PDSERVE_CORE_TENSOR_ROPE_PAIRING_H_
 #define PDSERVE_CORE_TENSOR_ROPE_PAIRING_H_
 

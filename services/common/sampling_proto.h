@@ -4,7 +4,7 @@
 #ifndef PDSERVE_SERVICES_COMMON_SAMPLING_PROTO_H_
 #define PDSERVE_SERVICES_COMMON_SAMPLING_PROTO_H_
 
-#include "core/model/sampler.h"
+#include "core/engine/sampler.h"
 #include "pdserve/v1/common.pb.h"
 
 namespace pdserve {

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/engine/engine.h"
+#include "core/engine/sampler.h"
 #include "core/metrics/metrics_registry.h"
-#include "core/model/engine.h"
-#include "core/model/sampler.h"
 #include "pdserve/v1/common.pb.h"
 #include "services/common/kvstore_connection.h"
 #include "services/decode/decode_metrics.h"

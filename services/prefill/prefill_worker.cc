@@ -10,8 +10,8 @@
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/engine/kv_transfer.h"
 #include "core/kv/kv_page.h"
-#include "core/model/kv_transfer.h"
 #include "services/common/grpc_status.h"
 
 namespace pdserve {

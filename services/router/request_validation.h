@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/model/sampler.h"
+#include "core/engine/sampler.h"
 #include "core/tokenizer/tokenizer.h"
 #include "pdserve/v1/router.pb.h"
 

@@ -2,7 +2,7 @@
 """Makes tests/data/quant_vectors.gguf: for each ggml block format, the first rows of one tensor
 of a llama-quantize'd model ("<type>.blocks", in that format) and ggml's dequantization of the same
 rows ("<type>.ggml", F32, from `llama-quantize --allow-requantize Q.gguf DEQ.gguf F32`); and the
-unquantized rows themselves ("source.f32"). The test core/model/quantized_gguf_test.cc requires
+unquantized rows themselves ("source.f32"). The test core/formats/quantized_gguf_test.cc requires
 pdserve's dequantization to equal ggml's, and its quantization llama-quantize's, bit for bit.
 
 Usage: make_quant_vectors.py OUT.gguf TENSOR ROWS32 ROWSK source=F32.gguf TYPE=Q.gguf:DEQ.gguf ...

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "core/model/llama_engine.h"
+#include "core/engine/llama_engine.h"
 #include "core/model/model_family.h"
 #include "core/model/random_model.h"
 #include "gtest/gtest.h"

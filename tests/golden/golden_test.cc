@@ -4,10 +4,10 @@
 #include <cmath>
 #include <filesystem>
 
-#include "core/model/generator.h"
-#include "core/model/llama_engine.h"
-#include "core/model/model_loader.h"
-#include "core/model/model_writer.h"
+#include "core/engine/generator.h"
+#include "core/engine/llama_engine.h"
+#include "core/formats/model_loader.h"
+#include "core/formats/model_writer.h"
 #include "core/tokenizer/text_stream.h"
 #include "gtest/gtest.h"
 #include "tests/golden/reference_file.h"

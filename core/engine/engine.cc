@@ -1,0 +1,46 @@
+#include "core/engine/engine.h"
+
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve {
+
+const char* DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
+
+absl::StatusOr<Device> ParseDevice(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "cpu") return Device::kCpu;
+  if (lower == "cuda") return Device::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "device \"", absl::string_view(name.data(), name.size()), "\" is not one of: cpu, cuda"));
+}
+
+absl::Status EngineOptions::Validate() const {
+  if (num_threads < 0 || num_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("threads ", num_threads, " not in [0, 1024]"));
+  }
+  if (max_batch_tokens < 1 || max_sequences < 1 || kv_page_size < 1 || max_context < 0 ||
+      kv_pages < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine options: max_batch_tokens ", max_batch_tokens, ", max_sequences ", max_sequences,
+        ", kv_page_size ", kv_page_size, " must be positive; max_context ", max_context,
+        " and kv_pages ", kv_pages, " non-negative"));
+  }
+  return compression.Validate();
+}
+
+absl::StatusOr<int> EngineOptions::ResolvedKvPages(int context) const {
+  const int64_t pages_per_sequence = (int64_t{context} + kv_page_size - 1) / kv_page_size;
+  const int64_t pages = kv_pages > 0 ? kv_pages : max_sequences * pages_per_sequence;
+  if (pages > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: ", pages, " KV pages is too many"));
+  }
+  return static_cast<int>(pages);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,96 @@
+#include "core/engine/kv_transfer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+
+namespace pdserve {
+namespace {
+
+// Tokens of a sequence of `length` tokens held by page page_index (≤ 0: none).
+int TokensInPage(int length, int page_size, int page_index) {
+  return std::min(page_size, length - page_index * page_size);
+}
+
+}  // namespace
+
+int NumKvPages(int num_tokens, int page_size) {
+  if (num_tokens <= 0) return 0;
+  return static_cast<int>((int64_t{num_tokens} + page_size - 1) / page_size);
+}
+
+absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
+                                               int page_index, uint64_t request_id,
+                                               uint64_t calibration_hash) {
+  PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots slots,
+                           engine.SequencePage(sequence, cache_layer, page_index));
+  const int page_size = engine.options().kv_page_size;
+  const int num_tokens = TokensInPage(engine.SequenceLength(sequence), page_size, page_index);
+  if (num_tokens < 1) {
+    return absl::OutOfRangeError(absl::StrCat("kv transfer: page ", page_index, " of sequence ",
+                                              sequence, " holds no tokens"));
+  }
+  KvPageHeader header;
+  header.calibration_hash = calibration_hash;
+  header.request_id = request_id;
+  header.cache_layer = cache_layer;
+  header.page_index = page_index;
+  header.num_tokens = num_tokens;
+  header.layout = engine.plan().caches[cache_layer].layout;
+  return EncodeKvPage(header, {slots.k, static_cast<size_t>(header.layout.k.bytes())},
+                      {slots.v, static_cast<size_t>(header.layout.v.bytes())});
+}
+
+absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v) {
+  const KvPageHeader& h = page.header;
+  const int length = engine.SequenceLength(sequence);
+  if (length < 0) {
+    return absl::NotFoundError(absl::StrCat("kv transfer: no live sequence ", sequence));
+  }
+  const std::string context =
+      absl::StrCat("kv transfer: page ", h.page_index, " of cache layer ", h.cache_layer,
+                   " (request ", h.request_id, ") into sequence ", sequence, ": ");
+  const std::vector<CachePlan>& caches = engine.plan().caches;
+  if (h.cache_layer < 0 || h.cache_layer >= static_cast<int>(caches.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, "the engine has cache layers [0, ", caches.size(), ")"));
+  }
+  const KvLayerLayout& layout = caches[h.cache_layer].layout;
+  if (!(h.layout == layout)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, "the page's layout (K ", KvElementName(h.layout.k.element()), " ",
+        h.layout.k.n_heads(), " heads, ", h.layout.k.bytes(), " bytes; V ",
+        KvElementName(h.layout.v.element()), " ", h.layout.v.bytes(), " bytes; page size ",
+        h.layout.k.page_size(), ") differs from the engine's (K ",
+        KvElementName(layout.k.element()), " ", layout.k.n_heads(), " heads, ", layout.k.bytes(),
+        " bytes; V ", KvElementName(layout.v.element()), " ", layout.v.bytes(),
+        " bytes; page size ", layout.k.page_size(), ")"));
+  }
+  const int page_size = layout.k.page_size();
+  const int pages = NumKvPages(length, page_size);
+  if (h.page_index < 0 || h.page_index >= pages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, "the sequence of ", length, " tokens has pages [0, ", pages, ")"));
+  }
+  const int expected = TokensInPage(length, page_size, h.page_index);
+  if (h.num_tokens != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, "the page holds ", h.num_tokens, " tokens; the sequence's page holds ", expected));
+  }
+  if (static_cast<int64_t>(page.k.size()) != layout.k.bytes() ||
+      (write_v && static_cast<int64_t>(page.v.size()) != layout.v.bytes())) {
+    return absl::InvalidArgumentError(absl::StrCat(context, "sections of ", page.k.size(), " and ",
+                                                   page.v.size(), " bytes; the layout needs ",
+                                                   layout.k.bytes(), " and ", layout.v.bytes()));
+  }
+  PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots slots,
+                           engine.SequencePage(sequence, h.cache_layer, h.page_index));
+  std::memcpy(slots.k, page.k.data(), page.k.size());
+  if (write_v) std::memcpy(slots.v, page.v.data(), page.v.size());
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,45 @@
+// KV transfer: a sequence's KV cache moved between engines as encoded KV pages
+// (core/kv/kv_page.h), so that a prefill worker computes a prompt and a decode worker continues
+// it. The exporter encodes every page of every cache layer of a sequence (page i holds tokens
+// [i·P, (i+1)·P), P = the engine's kv_page_size); the importer starts a sequence of the same
+// length (Engine::AddSequenceWithTokens) and copies each decoded page into it. Both engines
+// must run the same weights and compression (checked per page through its layout; the
+// calibration hash is the caller's to check). Functions take the engine by reference and are as
+// thread-safe as the engine: not at all, and only on the thread that drives it.
+#ifndef PDSERVE_CORE_ENGINE_KV_TRANSFER_H_
+#define PDSERVE_CORE_ENGINE_KV_TRANSFER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/engine/engine.h"
+#include "core/kv/kv_page.h"
+
+namespace pdserve {
+
+// Pages holding num_tokens tokens: ⌈num_tokens / page_size⌉ (0 for num_tokens ≤ 0).
+int NumKvPages(int num_tokens, int page_size);
+
+// Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
+// for that cache layer and num_tokens = the sequence's tokens in that page. Reads what
+// Engine::SequencePage holds: on an engine with a host mirror (the GPU engine), only pages of a
+// Forward run with a CacheLayerObserver, once it was told of the layer, are current. NotFound for
+// an unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
+absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
+                                               int page_index, uint64_t request_id,
+                                               uint64_t calibration_hash);
+
+// Copies a decoded page into the sequence's page header.page_index of header.cache_layer: K, and
+// V when write_v (a decode worker whose value tier already holds a KCache layer's V skips it;
+// page.v may then be empty, as DecodeKvPageHead leaves it).
+// Slots beyond num_tokens are copied too (zeros in a decoded page). NotFound for an unknown
+// sequence; InvalidArgument naming the mismatch when the cache layer is not the engine's, the
+// layout differs from the engine's plan for it, the page index is beyond the sequence's pages or
+// num_tokens differs from the sequence's tokens in that page, or the section sizes are wrong.
+absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_ENGINE_KV_TRANSFER_H_
