@@ -15,6 +15,7 @@
 #include "core/compress/calibrator.h"
 #include "core/compress/profile.h"
 #include "core/engine/llama_engine.h"
+#include "core/engine/logits_testing.h"
 #include "core/model/random_model.h"
 #include "gtest/gtest.h"
 #include "kernels/basis_projection.h"
@@ -115,16 +116,6 @@ std::vector<float> RunPrompt(LlamaEngine& engine, const std::vector<int32_t>& pr
   return out;
 }
 
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
-    scale = std::max(scale, std::abs(double{b[i]}));
-  }
-  return diff / scale;
-}
-
 TEST(TechniquesTest, IdentitySettingsReproduceThePlainEngine) {
   const std::vector<float> plain = RunPrompt(*Engine({}), Tokens(40), 10);
   CompressionProfile swiftkv_identity;
@@ -142,7 +133,7 @@ TEST(TechniquesTest, IdentitySettingsReproduceThePlainEngine) {
   options.zack_rho = 0.0;
   absl::StatusOr<Calibration> zack = Calibrate(Model(), sequences, options, "test");
   ASSERT_TRUE(zack.ok()) << zack.status();
-  EXPECT_LT(RelativeError(RunPrompt(*Engine(zack_full, &*zack), Tokens(40), 10), plain), 1e-5);
+  EXPECT_LT(MaxRelativeError(RunPrompt(*Engine(zack_full, &*zack), Tokens(40), 10), plain), 1e-5);
 }
 
 TEST(TechniquesTest, SwiftKvSkipPathEqualsDenseSwiftKvPass) {
@@ -156,9 +147,9 @@ TEST(TechniquesTest, SwiftKvSkipPathEqualsDenseSwiftKvPass) {
     const size_t vocab = Config().vocab_size;
     // The dense pass's last prompt row and its decode rows are the skip path's rows.
     std::vector<float> dense_tail(dense.end() - static_cast<int64_t>(5 * vocab), dense.end());
-    EXPECT_LT(RelativeError(skip, dense_tail), 1e-5) << "G=" << group;
+    EXPECT_LT(MaxRelativeError(skip, dense_tail), 1e-5) << "G=" << group;
     // SwiftKV really changes the model here (else the test would prove nothing).
-    EXPECT_GT(RelativeError(skip, RunPrompt(*Engine({}), prompt, 4)), 1e-3);
+    EXPECT_GT(MaxRelativeError(skip, RunPrompt(*Engine({}), prompt, 4)), 1e-3);
   }
 }
 
@@ -182,7 +173,7 @@ TEST(TechniquesTest, ChunkedPrefillEqualsOneShot) {
   for (int chunk : {16, 5}) {
     const std::vector<float> chunked =
         RunPrompt(*Engine(Everything(), &calibration), Tokens(48), 6, false, chunk);
-    EXPECT_LT(RelativeError(chunked, one_shot), 1e-5) << "chunks of " << chunk;
+    EXPECT_LT(MaxRelativeError(chunked, one_shot), 1e-5) << "chunks of " << chunk;
   }
 }
 
@@ -198,7 +189,7 @@ TEST(TechniquesTest, PrefillOfNPlusMEqualsPrefillNThenDecodeM) {
   const size_t vocab = Config().vocab_size;
   // Rows 29 .. 37 of the long prefill predict what the prompt's last token and each decode step do.
   std::vector<float> tail(long_prefill.begin() + 29 * vocab, long_prefill.end());
-  EXPECT_LT(RelativeError(stepwise, tail), 1e-5);
+  EXPECT_LT(MaxRelativeError(stepwise, tail), 1e-5);
 }
 
 // SwiftKV leaves a prompt's last token alone in the later layers: it still attends densely, and
@@ -211,8 +202,8 @@ TEST(TechniquesTest, PromptsAttendDenselyUnderKCache) {
   const std::vector<float> dense = RunPrompt(*Engine(swiftkv), Tokens(40), 0);
   EXPECT_EQ(RunPrompt(*Engine(with_kcache), Tokens(40), 0), dense);
   // ... while its decode steps do select (else this test would prove nothing).
-  EXPECT_GT(RelativeError(RunPrompt(*Engine(with_kcache), Tokens(40), 3),
-                          RunPrompt(*Engine(swiftkv), Tokens(40), 3)),
+  EXPECT_GT(MaxRelativeError(RunPrompt(*Engine(with_kcache), Tokens(40), 3),
+                             RunPrompt(*Engine(swiftkv), Tokens(40), 3)),
             1e-4);
 }
 
@@ -276,8 +267,8 @@ TEST(TechniquesTest, FusedSwiftKvProjectionEqualsPerLeaderProjections) {
     for (int t = 0; t < n; ++t) {
       kernels::ApplyRope(k.data() + t * c.kv_dim(), c.n_kv_heads, rope, t, c.rope_pairing);
     }
-    EXPECT_LT(RelativeError(capture.keys[2 + leader], k), 1e-5) << "leader " << leader;
-    EXPECT_LT(RelativeError(capture.values[2 + leader], v), 1e-5) << "leader " << leader;
+    EXPECT_LT(MaxRelativeError(capture.keys[2 + leader], k), 1e-5) << "leader " << leader;
+    EXPECT_LT(MaxRelativeError(capture.values[2 + leader], v), 1e-5) << "leader " << leader;
   }
 }
 

@@ -15,6 +15,7 @@
 #include "core/compress/profile.h"
 #include "core/engine/kv_transfer.h"
 #include "core/engine/llama_engine.h"
+#include "core/engine/logits_testing.h"
 #include "core/engine/sampler.h"
 #include "core/formats/model_loader.h"
 #include "core/kv/kv_page.h"
@@ -121,17 +122,6 @@ std::vector<float> RunPrompt(Engine& engine, const std::vector<int32_t>& prompt,
   return out;
 }
 
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
-    scale = std::max(scale, std::abs(double{b[i]}));
-  }
-  EXPECT_GT(scale, 1e-6) << "all-zero logits";
-  return diff / scale;
-}
-
 TEST(CudaEngineTest, Stories260KGreedyOutputEqualsTheCpuEngine) {
   PDSERVE_REQUIRE_GPU();
   absl::StatusOr<LoadedModel> model = LoadModel(SharedDir() + "/models/stories260K/stories260K.bin",
@@ -205,7 +195,7 @@ TEST(CudaEngineTest, EveryTechniqueMatchesTheCpuEngine) {
     std::unique_ptr<Engine> gpu =
         Make(prepared->weights, Options(Device::kCuda, prepared->compression));
     ASSERT_NE(gpu, nullptr);
-    EXPECT_LE(RelativeError(RunPrompt(*gpu, prompt, 20, 48), RunPrompt(*cpu, prompt, 20, 48)),
+    EXPECT_LE(MaxRelativeError(RunPrompt(*gpu, prompt, 20, 48), RunPrompt(*cpu, prompt, 20, 48)),
               c.tolerance);
   }
 }
@@ -235,8 +225,8 @@ TEST(CudaEngineTest, MixedBatchEqualsSequencesRunAlone) {
   ASSERT_TRUE(together.ok()) << together.status();
   const size_t vocab = Config().vocab_size;
   ASSERT_EQ(together->size(), 2 * vocab);
-  EXPECT_LE(RelativeError({together->begin(), together->begin() + vocab}, alone_a), 1e-5);
-  EXPECT_LE(RelativeError({together->begin() + vocab, together->end()}, alone_b), 1e-5);
+  EXPECT_LE(MaxRelativeError({together->begin(), together->begin() + vocab}, alone_a), 1e-5);
+  EXPECT_LE(MaxRelativeError({together->begin() + vocab, together->end()}, alone_b), 1e-5);
 }
 
 TEST(CudaEngineTest, Bf16WeightsMatchTheCpuEngineInBf16) {
@@ -246,7 +236,7 @@ TEST(CudaEngineTest, Bf16WeightsMatchTheCpuEngineInBf16) {
   const std::vector<int32_t> prompt = Tokens(100, 4);
   std::unique_ptr<Engine> cpu = Make(Model(), cpu_options), gpu = Make(Model(), gpu_options);
   ASSERT_NE(gpu, nullptr);
-  EXPECT_LE(RelativeError(RunPrompt(*gpu, prompt, 10, 100), RunPrompt(*cpu, prompt, 10, 100)),
+  EXPECT_LE(MaxRelativeError(RunPrompt(*gpu, prompt, 10, 100), RunPrompt(*cpu, prompt, 10, 100)),
             2e-2);
 }
 
@@ -388,8 +378,8 @@ TEST(CudaEngineTest, KvPagesMoveBetweenTheGpuAndTheCpuEngine) {
   const Transfer gpu_to_cpu = PrefillHereDecodeThere(*gpu, *cpu, prompt);
   const Transfer cpu_to_gpu = PrefillHereDecodeThere(*cpu_peer, *gpu, prompt);
   EXPECT_EQ(gpu_to_cpu.layers, reference.layers);
-  EXPECT_LE(RelativeError(gpu_to_cpu.decode, reference.decode), 2e-2);
-  EXPECT_LE(RelativeError(cpu_to_gpu.decode, reference.decode), 2e-2);
+  EXPECT_LE(MaxRelativeError(gpu_to_cpu.decode, reference.decode), 2e-2);
+  EXPECT_LE(MaxRelativeError(cpu_to_gpu.decode, reference.decode), 2e-2);
 }
 
 TEST(CudaEngineTest, PagesStayOnTheDeviceWithoutHostKvPages) {

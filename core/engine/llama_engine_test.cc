@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/engine/llama_reference.h"
+#include "core/engine/logits_testing.h"
 #include "core/formats/model_loader.h"
 #include "core/formats/model_writer.h"
 #include "core/model/random_model.h"
@@ -43,16 +44,6 @@ std::vector<int32_t> Tokens(int n, int vocab, int salt = 0) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = 3 + (i * 37 + salt * 101) % (vocab - 3);
   return t;
-}
-
-// Largest |a − b| relative to max |b|.
-double RelativeError(std::span<const float> a, std::span<const float> b) {
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
-    scale = std::max(scale, std::abs(double{b[i]}));
-  }
-  return diff / scale;
 }
 
 std::unique_ptr<LlamaEngine> MakeEngine(const ModelWeights& w, int threads, DType dtype,
@@ -94,7 +85,7 @@ TEST(LlamaEngineTest, MatchesReferenceOnStories260K) {
   std::vector<float> expected = ReferenceLogits(w, tokens);
   for (int threads : {1, 2, 3}) {
     auto engine = MakeEngine(w, threads, DType::kF32);
-    EXPECT_LT(RelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << threads;
+    EXPECT_LT(MaxRelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << threads;
   }
 }
 
@@ -114,17 +105,17 @@ TEST(LlamaEngineTest, ScaledRopeMatchesReference) {
   std::vector<float> expected = ReferenceLogits(scaled, tokens);
   for (int threads : {1, 2}) {
     auto engine = MakeEngine(scaled, threads, DType::kF32);
-    EXPECT_LT(RelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << threads;
+    EXPECT_LT(MaxRelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << threads;
   }
   // The same weights in split-half pairing (as Hugging Face stores them) rotate alike.
   ModelWeights split = WithRopePairing(scaled, RopePairing::kSplitHalf);
-  EXPECT_LT(RelativeError(PrefillLogits(*MakeEngine(split, 2, DType::kF32), tokens), expected),
+  EXPECT_LT(MaxRelativeError(PrefillLogits(*MakeEngine(split, 2, DType::kF32), tokens), expected),
             1e-5);
   // And the scaling matters: without it the later positions' logits differ.
   ModelWeights plain = scaled;
   plain.config.rope_scaling = {};
   std::vector<float> unscaled = ReferenceLogits(plain, tokens);
-  EXPECT_GT(RelativeError(unscaled, expected), 1e-3);
+  EXPECT_GT(MaxRelativeError(unscaled, expected), 1e-3);
 }
 
 // Hugging Face config.json holds the scaling as the rule, GGUF as llama.cpp's per-pair divisors;
@@ -151,7 +142,7 @@ TEST(LlamaEngineTest, ScaledRopeIsWrittenAsHuggingFaceAndGguf) {
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_TRUE(loaded->weights.config.rope_scaling.enabled()) << name;
     EXPECT_LT(
-        RelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens), want),
+        MaxRelativeError(PrefillLogits(*MakeEngine(loaded->weights, 2, DType::kF32), tokens), want),
         1e-5)
         << name;
   }
@@ -164,10 +155,11 @@ TEST(LlamaEngineTest, SixteenBitWeightsMatchReferenceOnTheSameRoundedWeights) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     std::vector<float> expected = ReferenceLogits(ConvertWeights(w, dtype), tokens);
     auto engine = MakeEngine(w, 2, dtype);
-    EXPECT_LT(RelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << DTypeName(dtype);
+    EXPECT_LT(MaxRelativeError(PrefillLogits(*engine, tokens), expected), 1e-5) << DTypeName(dtype);
     // And close to the f32 model within the dtype's rounding.
     double tolerance = dtype == DType::kF16 ? 1e-2 : 5e-2;
-    EXPECT_LT(RelativeError(PrefillLogits(*engine, tokens), ReferenceLogits(w, tokens)), tolerance);
+    EXPECT_LT(MaxRelativeError(PrefillLogits(*engine, tokens), ReferenceLogits(w, tokens)),
+              tolerance);
   }
 }
 
@@ -189,7 +181,7 @@ TEST(LlamaEngineTest, PrefillThenDecodeEqualsOneShotPrefill) {
     begin += n;
   }
   ASSERT_EQ(stepwise.size(), one_shot.size());
-  EXPECT_LT(RelativeError(stepwise, one_shot), 1e-5);
+  EXPECT_LT(MaxRelativeError(stepwise, one_shot), 1e-5);
   EXPECT_EQ(engine->SequenceLength(seq), 30);
   EXPECT_EQ(stepwise.size(), 30u * vocab);
 }
@@ -204,8 +196,8 @@ TEST(LlamaEngineTest, BatchedSequencesEqualSeparateRuns) {
   auto logits = engine->Forward(chunks);
   ASSERT_TRUE(logits.ok());
   const size_t split = alone_a.size();
-  EXPECT_LT(RelativeError(logits->subspan(0, split), alone_a), 1e-5);
-  EXPECT_LT(RelativeError(logits->subspan(split), alone_b), 1e-5);
+  EXPECT_LT(MaxRelativeError(logits->subspan(0, split), alone_a), 1e-5);
+  EXPECT_LT(MaxRelativeError(logits->subspan(split), alone_b), 1e-5);
   // A decode step for both at once (GEMV batch of 2) equals one at a time.
   int32_t next_a = 7, next_b = 8;
   ForwardChunk decode[] = {{sa, {&next_a, 1}}, {sb, {&next_b, 1}}};
@@ -217,12 +209,12 @@ TEST(LlamaEngineTest, BatchedSequencesEqualSeparateRuns) {
   b_plus.push_back(next_b);
   const int vocab = w.config.vocab_size;
   std::vector<float> ref_a = PrefillLogits(*engine, a_plus), ref_b = PrefillLogits(*engine, b_plus);
-  EXPECT_LT(RelativeError(std::span(both).subspan(0, vocab),
-                          std::span(ref_a).subspan(ref_a.size() - vocab)),
+  EXPECT_LT(MaxRelativeError(std::span(both).subspan(0, vocab),
+                             std::span(ref_a).subspan(ref_a.size() - vocab)),
             1e-5);
-  EXPECT_LT(
-      RelativeError(std::span(both).subspan(vocab), std::span(ref_b).subspan(ref_b.size() - vocab)),
-      1e-5);
+  EXPECT_LT(MaxRelativeError(std::span(both).subspan(vocab),
+                             std::span(ref_b).subspan(ref_b.size() - vocab)),
+            1e-5);
 }
 
 TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
@@ -246,7 +238,7 @@ TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
     if (name == "hf") {
       // Split-half RoPE on permuted rows: the same math, summed in another order.
       EXPECT_EQ(loaded->weights.config.rope_pairing, RopePairing::kSplitHalf);
-      EXPECT_LT(RelativeError(got, expected), 1e-5);
+      EXPECT_LT(MaxRelativeError(got, expected), 1e-5);
     } else {
       EXPECT_EQ(got, expected) << name;
     }

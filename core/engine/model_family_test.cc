@@ -8,6 +8,7 @@
 
 #include "core/engine/llama_engine.h"
 #include "core/engine/llama_reference.h"
+#include "core/engine/logits_testing.h"
 #include "core/formats/model_loader.h"
 #include "core/formats/model_writer.h"
 #include "core/model/random_model.h"
@@ -42,15 +43,6 @@ std::vector<int32_t> Tokens(int n, int vocab) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = 3 + (i * 37 + 11) % (vocab - 3);
   return t;
-}
-
-double RelativeError(std::span<const float> a, std::span<const float> b) {
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
-    scale = std::max(scale, std::abs(double{b[i]}));
-  }
-  return diff / scale;
 }
 
 std::vector<float> ReferenceLogits(const ModelWeights& w, std::span<const int32_t> tokens) {
@@ -130,12 +122,12 @@ TEST_P(FamilyTest, EngineMatchesReferenceInBothPairings) {
   for (int threads : {1, 2}) {
     auto engine = MakeEngine(w, threads);
     ASSERT_NE(engine, nullptr);
-    EXPECT_LT(RelativeError(EngineLogits(*engine, tokens, 30), expected), 1e-5) << threads;
+    EXPECT_LT(MaxRelativeError(EngineLogits(*engine, tokens, 30), expected), 1e-5) << threads;
   }
   // Split-half rows (Hugging Face's) with their biases and head norms permuted alike.
   const ModelWeights split = WithRopePairing(w, RopePairing::kSplitHalf);
-  EXPECT_LT(RelativeError(ReferenceLogits(split, tokens), expected), 1e-5);
-  EXPECT_LT(RelativeError(EngineLogits(*MakeEngine(split, 2), tokens, 40), expected), 1e-5);
+  EXPECT_LT(MaxRelativeError(ReferenceLogits(split, tokens), expected), 1e-5);
+  EXPECT_LT(MaxRelativeError(EngineLogits(*MakeEngine(split, 2), tokens, 40), expected), 1e-5);
 }
 
 // GGUF (Mistral as llama.cpp's "llama") and safetensors keep the family and its tensors.
@@ -159,7 +151,7 @@ TEST_P(FamilyTest, FilesKeepTheFamily) {
     EXPECT_EQ(loaded->weights.config.family, want) << name;
     EXPECT_EQ(loaded->weights.config.head_dim(), w.config.head_dim()) << name;
     EXPECT_EQ(loaded->weights.config.tied_embeddings, w.config.tied_embeddings) << name;
-    EXPECT_LT(RelativeError(EngineLogits(*MakeEngine(loaded->weights, 1), tokens, 20), expected),
+    EXPECT_LT(MaxRelativeError(EngineLogits(*MakeEngine(loaded->weights, 1), tokens, 20), expected),
               1e-5)
         << name;
   }
@@ -194,7 +186,7 @@ TEST_P(FamilyTest, FullRankZackReproducesThePlainModel) {
   compression.zack = zack;
   auto engine = MakeEngine(w, 1, compression);
   ASSERT_NE(engine, nullptr);
-  EXPECT_LT(RelativeError(EngineLogits(*engine, tokens, 16), expected), 1e-5);
+  EXPECT_LT(MaxRelativeError(EngineLogits(*engine, tokens, 16), expected), 1e-5);
 }
 
 // A model of the family differs from the Llama model with the same other weights: the extras are
@@ -208,8 +200,8 @@ TEST(FamilyExtrasTest, BiasesAndHeadNormsChangeTheOutputAndZeroBiasesDoNot) {
     for (LayerWeights& layer : llama.layers)
       layer.bq = layer.bk = layer.bv = layer.q_norm = layer.k_norm = Tensor{};
     const std::vector<float> plain = ReferenceLogits(llama, tokens);
-    EXPECT_GT(RelativeError(ReferenceLogits(w, tokens), plain), 1e-2) << Traits(family).name;
-    EXPECT_GT(RelativeError(EngineLogits(*MakeEngine(w, 1), tokens, 16), plain), 1e-2);
+    EXPECT_GT(MaxRelativeError(ReferenceLogits(w, tokens), plain), 1e-2) << Traits(family).name;
+    EXPECT_GT(MaxRelativeError(EngineLogits(*MakeEngine(w, 1), tokens, 16), plain), 1e-2);
     if (family != ModelFamily::kQwen2) continue;
     ModelWeights zero = w;
     for (LayerWeights& layer : zero.layers) {
@@ -217,8 +209,8 @@ TEST(FamilyExtrasTest, BiasesAndHeadNormsChangeTheOutputAndZeroBiasesDoNot) {
         *b = MakeF32Tensor(std::vector<float>(b->rows(), 0.0f), b->shape);
       }
     }
-    EXPECT_LT(RelativeError(ReferenceLogits(zero, tokens), plain), 1e-6);
-    EXPECT_LT(RelativeError(EngineLogits(*MakeEngine(zero, 1), tokens, 16), plain), 1e-5);
+    EXPECT_LT(MaxRelativeError(ReferenceLogits(zero, tokens), plain), 1e-6);
+    EXPECT_LT(MaxRelativeError(EngineLogits(*MakeEngine(zero, 1), tokens, 16), plain), 1e-5);
   }
 }
 
@@ -252,7 +244,7 @@ TEST_P(FamilyTest, SwiftKvCarriesTheFamilysBiasesAndNorms) {
   const std::vector<float> plain = EngineLogits(*MakeEngine(w, 2), tokens, 20);
   const std::vector<float> last =
       EngineLogits(*MakeEngine(with_swiftkv(layers - 1, 1), 2), tokens, 20);
-  EXPECT_LT(RelativeError(last, plain), 1e-5);
+  EXPECT_LT(MaxRelativeError(last, plain), 1e-5);
   const size_t vocab = w.config.vocab_size;
   for (int group : {1, 2}) {
     const ModelWeights sw = with_swiftkv(1, group);
@@ -261,8 +253,8 @@ TEST_P(FamilyTest, SwiftKvCarriesTheFamilysBiasesAndNorms) {
     const std::vector<float> dense = EngineLogits(*MakeEngine(sw, 2), tokens, 20);
     const std::vector<float> dense_tail(dense.end() - static_cast<int64_t>(11 * vocab),
                                         dense.end());
-    EXPECT_LT(RelativeError(skip, dense_tail), 1e-5) << "G=" << group;
-    EXPECT_GT(RelativeError(dense, plain), 1e-3) << "G=" << group;  // SwiftKV changed something
+    EXPECT_LT(MaxRelativeError(skip, dense_tail), 1e-5) << "G=" << group;
+    EXPECT_GT(MaxRelativeError(dense, plain), 1e-3) << "G=" << group;  // SwiftKV changed something
   }
 }
 
