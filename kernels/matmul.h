@@ -6,9 +6,11 @@
 // vectorized GEMV kernels that stream each weight row once for up to kGemvMaxBatch rows of x
 // (AVX-512 when present, else AVX2); for quantized W each x row is first quantized to int8 blocks
 // and the rows are integer dot products, as ggml computes them (kernels/cpu/quant_dot.h). Many rows
-// (prefill) run OpenBLAS SGEMM per thread, converting 16-bit or quantized weights block by block
-// into the workspace first. The reference is the specification: plain loops over the weights as
-// floats (quantized ones dequantized), sequential fp32 sums.
+// (prefill) run our own GEMM: each thread packs a chunk of 128 weight rows (widened or dequantized
+// to fp32) into k-major panels, then register-blocked micro-kernels (kernels/cpu/gemm_kernels.h;
+// AVX-512 12 × 32 or AVX2 6 × 16, chosen by cpuid) sweep the activation rows over each K block.
+// The reference is the specification: plain loops over the weights as floats (quantized ones
+// dequantized), sequential fp32 sums.
 #ifndef PDSERVE_KERNELS_MATMUL_H_
 #define PDSERVE_KERNELS_MATMUL_H_
 

@@ -1,6 +1,7 @@
-// Matmul: the fast path (GEMV kernels for n < 8, SGEMM for n ≥ 8) against MatmulReference on the
-// same seeded inputs, for every weight dtype, awkward shapes and several pool sizes; the AVX2 and
-// AVX-512 GEMV row kernels directly, with strides and partial row ranges.
+// Matmul: the fast path (GEMV kernels for n < 8, the packed GEMM for n ≥ 8) against
+// MatmulReference on the same seeded inputs, for every weight dtype, awkward shapes and several
+// pool sizes; the AVX2 and AVX-512 GEMV row kernels and GEMM micro-kernels directly, with strides,
+// partial row ranges and partial tiles.
 #include "kernels/matmul.h"
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "core/base/thread_pool.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/gemv_kernels.h"
 #include "kernels/cpu_features.h"
 
@@ -128,11 +130,12 @@ std::vector<MatmulCase> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest, testing::ValuesIn(AllCases()), CaseName);
 
-// Larger projections (stories15M shapes) on the SGEMM path, several widen blocks per thread.
+// Larger projections (stories15M shapes) on the GEMM path: several chunks per thread, K blocks
+// after the first (700 columns: two full and a partial one), chunks narrower than a panel.
 TEST(MatmulLargeTest, PrefillProjectionShapes) {
   ThreadPool pool(3);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (Shape shape : {Shape{768, 288}, Shape{288, 768}, Shape{1000, 288}}) {
+    for (Shape shape : {Shape{768, 288}, Shape{288, 768}, Shape{1000, 288}, Shape{100, 700}}) {
       SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " rows ", shape.rows, " cols ", shape.cols));
       const int64_t n = 19;
       Tensor w = ConvertTensor(
@@ -211,6 +214,54 @@ TEST(GemvKernelTest, Avx2) {
 TEST(GemvKernelTest, Avx512) {
   if (!GetCpuFeatures().avx512) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
   CheckGemvKernel(&avx512::GemvRows);
+}
+
+// The GEMM micro-kernels called directly: every tile height up to kGemmMr, full and partial
+// panel widths, padded x and y rows, overwriting and accumulating; y past nr stays untouched.
+void CheckGemmTile(void (*tile)(const GemmTileArgs&), int max_mr, int panel_width) {
+  uint32_t seed = 300;
+  for (int64_t kc : {1, 7, 64, 257}) {
+    for (int mr = 1; mr <= max_mr; ++mr) {
+      for (int nr : {1, panel_width / 2 + 1, panel_width}) {
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE(absl::StrCat("kc ", kc, " mr ", mr, " nr ", nr, " accumulate ", accumulate));
+          const int64_t ldx = kc + 3, ldy = panel_width + 5;
+          std::vector<float> x = RandomVector(mr * ldx, seed++);
+          std::vector<float> panel = RandomVector(kc * panel_width, seed++);
+          std::vector<float> y = RandomVector(mr * ldy, seed++);
+          for (int i = 0; i < mr; ++i) {
+            for (int64_t j = nr; j < ldy; ++j) y[i * ldy + j] = kGuard;
+          }
+          const std::vector<float> before = y;
+          tile({x.data(), ldx, mr, panel.data(), kc, y.data(), ldy, nr, accumulate});
+          for (int i = 0; i < mr; ++i) {
+            for (int j = 0; j < ldy; ++j) {
+              if (j >= nr) {
+                ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past nr at " << i << ", " << j;
+                continue;
+              }
+              double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
+              for (int64_t k = 0; k < kc; ++k) {
+                want += double{x[i * ldx + k]} * panel[k * panel_width + j];
+                scale += std::abs(double{x[i * ldx + k]} * panel[k * panel_width + j]);
+              }
+              ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmKernelTest, Avx2) {
+  if (!CpuIsSupported()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  CheckGemmTile(&avx2::GemmTile, avx2::kGemmMr, avx2::kGemmNr);
+}
+
+TEST(GemmKernelTest, Avx512) {
+  if (!GetCpuFeatures().avx512) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
+  CheckGemmTile(&avx512::GemmTile, avx512::kGemmMr, avx512::kGemmNr);
 }
 
 TEST(GemvKernelTest, WidenRowMatchesElementAsFloat) {

@@ -4,7 +4,7 @@
 #include <array>
 #include <vector>
 
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/gemv_kernels.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu_features.h"
@@ -14,11 +14,17 @@ namespace {
 
 static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
 
-// Activation rows from which SGEMM beats repeated GEMV passes over the weights.
+// Activation rows from which the GEMM beats repeated GEMV passes over the weights.
 constexpr int64_t kGemmMinRows = 8;
-// Weight rows per SGEMM call (and widened to fp32 at a time for 16-bit weights); threads take
-// such chunks in turn, which balances uneven threads.
+// Weight rows per GEMM chunk, packed (widened to fp32) at a time; threads take such chunks in
+// turn, which balances uneven threads. A multiple of every micro-kernel's panel width.
 constexpr int64_t kGemmChunkRows = 128;
+// Columns per K block: a block of a chunk's panels (128 × 256 floats, 128 KiB) stays in L2 while
+// the rows of x stream past it.
+constexpr int64_t kGemmKc = 1024;
+static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kGemmNr == 0,
+              "a chunk's panels fill MatmulWorkspaceFloats' kGemmChunkRows rows exactly");
+constexpr int64_t kGemmMaxNr = std::max(avx2::kGemmNr, avx512::kGemmNr);
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
 
@@ -98,48 +104,87 @@ bool AllQuantized(std::span<const Tensor> parts) {
                      [](const Tensor& t) { return IsQuantized(t.dtype); });
 }
 
-// y[:, rows] = x · W[rows]ᵀ for `rows` consecutive fp32 weight rows starting at `w`.
-void SgemmRows(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y,
-               int64_t ldy) {
-  Sgemm({.m = n,
-         .n = rows,
-         .k = cols,
-         .a = x,
-         .lda = cols,
-         .b = w,
-         .ldb = cols,
-         .b_transposed = true,
-         .c = y,
-         .ldc = ldy});
+// The prefill GEMM's micro-kernel for the active instruction set (gemm_kernels.h).
+struct GemmKernel {
+  int mr, nr;
+  void (*tile)(const GemmTileArgs&);
+};
+
+GemmKernel ActiveGemmKernel() {
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    return {avx512::kGemmMr, avx512::kGemmNr, &avx512::GemmTile};
+  }
+  return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmTile};
 }
 
-// Rows [begin, end) of y; at most kGemmChunkRows rows.
-void GemmChunk(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy, int64_t begin,
-               int64_t end, float* widened) {
+// Weight row r as floats: W's own row when f32, else widened or dequantized into `tmp` (cols).
+const float* RowFloats(const Tensor& w, int64_t r, float* tmp) {
   const int64_t cols = w.cols();
-  if (w.dtype == DType::kF32) {
-    SgemmRows(x, n, w.as<float>() + begin * cols, end - begin, cols, y + begin, ldy);
-    return;
-  }
+  if (w.dtype == DType::kF32) return w.as<float>() + r * cols;
   const auto* bytes = static_cast<const uint8_t*>(w.data);
-  for (int64_t r = begin; r < end; ++r) {
-    if (IsQuantized(w.dtype)) {
-      float* dst = widened + (r - begin) * cols;
-      if (!avx2::DequantizeRow(w.dtype, bytes + r * RowBytes(w.dtype, cols), cols, dst)) {
-        RowAsFloat(w, r, dst);
+  if (IsQuantized(w.dtype)) {
+    if (!avx2::DequantizeRow(w.dtype, bytes + r * RowBytes(w.dtype, cols), cols, tmp)) {
+      RowAsFloat(w, r, tmp);
+    }
+  } else {
+    avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols, tmp);
+  }
+  return tmp;
+}
+
+// Packs weight rows [begin, end) into the micro-kernel's panels of nr rows: K block b (columns
+// [b·kGemmKc, ...), kc wide) holds the chunk's ceil((end − begin) / nr) panels of kc × nr floats
+// back to back, starting at float b·kGemmKc·panels·nr; rows past `end` are zeros. `tmp` holds nr
+// rows of cols floats (16-bit and quantized rows are widened there, a panel at a time).
+void PackChunk(const Tensor& w, int64_t begin, int64_t end, int nr, float* packed, float* tmp) {
+  const int64_t cols = w.cols(), rows = end - begin, panels = (rows + nr - 1) / nr;
+  const float* src[kGemmMaxNr];
+  for (int64_t p = 0; p < panels; ++p) {
+    const int live = static_cast<int>(std::min<int64_t>(nr, rows - p * nr));
+    for (int j = 0; j < live; ++j) src[j] = RowFloats(w, begin + p * nr + j, tmp + j * cols);
+    for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, cols - k0);
+      float* panel = packed + k0 * panels * nr + p * kc * nr;
+      for (int64_t k = 0; k < kc; ++k, panel += nr) {  // sequential stores, rows read in turn
+        for (int j = 0; j < live; ++j) panel[j] = src[j][k0 + k];
+        for (int j = live; j < nr; ++j) panel[j] = 0.0f;
       }
-    } else {
-      avx2::WidenRow(bytes + r * cols * DTypeSize(w.dtype), w.dtype, cols,
-                     widened + (r - begin) * cols);
     }
   }
-  SgemmRows(x, n, widened, end - begin, cols, y + begin, ldy);
+}
+
+// Rows [begin, end) of y (at most kGemmChunkRows): the chunk's weights packed once into
+// `workspace`, then per K block every (kGemmMr rows of x) × (panel) tile, K blocks after the
+// first adding to y.
+void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor& w, float* y,
+               int64_t ldy, int64_t begin, int64_t end, float* workspace) {
+  const int64_t cols = w.cols(), rows = end - begin, panels = (rows + kernel.nr - 1) / kernel.nr;
+  float* packed = workspace;  // then the widened rows of one panel
+  PackChunk(w, begin, end, kernel.nr, packed, packed + panels * kernel.nr * cols);
+  for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+    const int64_t kc = std::min(kGemmKc, cols - k0);
+    const float* block = packed + k0 * panels * kernel.nr;
+    for (int64_t i0 = 0; i0 < n; i0 += kernel.mr) {
+      for (int64_t p = 0; p < panels; ++p) {
+        kernel.tile({.x = x + i0 * cols + k0,
+                     .ldx = cols,
+                     .mr = static_cast<int>(std::min<int64_t>(kernel.mr, n - i0)),
+                     .panel = block + p * kc * kernel.nr,
+                     .kc = kc,
+                     .y = y + i0 * ldy + begin + p * kernel.nr,
+                     .ldy = ldy,
+                     .nr = static_cast<int>(std::min<int64_t>(kernel.nr, rows - p * kernel.nr)),
+                     .accumulate = k0 > 0});
+      }
+    }
+  }
 }
 
 }  // namespace
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
-  return static_cast<size_t>(num_threads) * kGemmChunkRows * max_cols;
+  // Per thread: a chunk's panels, then one panel's rows widened.
+  return static_cast<size_t>(num_threads) * (kGemmChunkRows + kGemmMaxNr) * max_cols;
 }
 
 namespace {
@@ -158,9 +203,10 @@ void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, fl
     });
     return;
   }
-  const size_t per_thread = kGemmChunkRows * w.cols();
+  const size_t per_thread = (kGemmChunkRows + kGemmMaxNr) * w.cols();
+  const GemmKernel kernel = ActiveGemmKernel();
   pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
-    GemmChunk(x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);
+    GemmChunk(kernel, x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);
   });
 }
 
