@@ -454,6 +454,7 @@ void RouterService::PollOnce() {
   const absl::Duration timeout =
       std::clamp(options_.heartbeat_interval * 2, absl::Milliseconds(200), absl::Seconds(2));
   auto poll = [&](WorkerRole role, const std::string& address) {
+    const absl::Time sent_at = registry_.Now();  // a failure seen after this one wins
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     v1::QueueStatus queue;
@@ -462,7 +463,7 @@ void RouterService::PollOnce() {
             ? v1::Prefill::NewStub(Channel(address))->GetQueue(&context, {}, &queue)
             : v1::Decode::NewStub(Channel(address))->GetQueue(&context, {}, &queue);
     if (status.ok()) {
-      registry_.Heartbeat(address, LoadFromProto(queue));
+      registry_.Heartbeat(address, LoadFromProto(queue), sent_at);
     } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       registry_.MarkFailed(address);  // back on its next successful poll
     }

@@ -57,7 +57,8 @@ void WorkerRegistry::Register(WorkerRole role, const std::string& address, const
   w.failed = false;
 }
 
-bool WorkerRegistry::Heartbeat(const std::string& address, const WorkerLoad& load) {
+bool WorkerRegistry::Heartbeat(const std::string& address, const WorkerLoad& load,
+                               absl::Time sent_at) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it == workers_.end()) return false;
@@ -67,14 +68,16 @@ bool WorkerRegistry::Heartbeat(const std::string& address, const WorkerLoad& loa
   w.since_report_requests = 0;
   w.since_report_tokens = 0;
   w.last_heard = Now();
-  w.failed = false;
+  if (sent_at >= w.failed_at) w.failed = false;
   return true;
 }
 
 void WorkerRegistry::MarkFailed(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(address);
-  if (it != workers_.end()) it->second.failed = true;
+  if (it == workers_.end()) return;
+  it->second.failed = true;
+  it->second.failed_at = Now();
 }
 
 bool WorkerRegistry::HealthyLocked(const Worker& worker, absl::Time now) const {

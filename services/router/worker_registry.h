@@ -75,8 +75,12 @@ class WorkerRegistry {
   // RegisterWorker: adds or replaces the worker at `address`; it is healthy.
   void Register(WorkerRole role, const std::string& address, const WorkerLoad& load,
                 uint64_t calibration_hash, const std::string& kvstore_grpc_address);
-  // A heartbeat or a successful poll. False when the address is unknown (register again).
-  bool Heartbeat(const std::string& address, const WorkerLoad& load);
+  // A heartbeat or a successful poll. False when the address is unknown (register again). A report
+  // the worker sent before the last MarkFailed (`sent_at`, on this registry's clock: a poll
+  // answered just before the worker died, processed after the failure) updates the load but leaves
+  // the worker failed.
+  bool Heartbeat(const std::string& address, const WorkerLoad& load,
+                 absl::Time sent_at = absl::InfiniteFuture());
   // A call to the worker failed as if it were dead: unhealthy until its next heartbeat.
   void MarkFailed(const std::string& address);
 
@@ -91,6 +95,7 @@ class WorkerRegistry {
   std::vector<WorkerSnapshot> List() const;
   std::vector<std::string> StaticAddresses(WorkerRole role) const;
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
+  absl::Time Now() const { return options_.now(); }
 
  private:
   struct Worker {
@@ -106,6 +111,7 @@ class WorkerRegistry {
     int64_t since_report_tokens = 0;
     absl::Time last_heard;
     bool failed = false;
+    absl::Time failed_at = absl::InfinitePast();
   };
   // The entry of `address` (made, and put in scheduling order, when new) with its role and KV
   // store set.
@@ -114,8 +120,6 @@ class WorkerRegistry {
   bool HealthyLocked(const Worker& worker, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerSnapshot SnapshotLocked(const std::string& address, const Worker& worker,
                                 absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Time Now() const { return options_.now(); }
-
   const Options options_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);

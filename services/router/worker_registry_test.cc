@@ -75,6 +75,19 @@ TEST_F(WorkerRegistryTest, MarkFailedUntilNextHeartbeat) {
   EXPECT_TRUE(registry_.StaticAddresses(WorkerRole::kDecode).empty());
 }
 
+// A poll answered before the worker died but processed after its failure must not revive it.
+TEST_F(WorkerRegistryTest, AReportSentBeforeTheFailureLeavesItFailed) {
+  registry_.AddStatic(WorkerRole::kDecode, "d1:1", "kv:1");
+  const absl::Time poll_sent = now_;
+  now_ += absl::Milliseconds(5);
+  registry_.MarkFailed("d1:1");
+  EXPECT_TRUE(registry_.Heartbeat("d1:1", Load(2, 20), poll_sent));
+  EXPECT_FALSE(Healthy("d1:1"));
+  EXPECT_EQ(registry_.List()[0].reported.queued_requests, 2);  // the load still counts
+  EXPECT_TRUE(registry_.Heartbeat("d1:1", Load(0, 0), now_));  // sent after the failure
+  EXPECT_TRUE(Healthy("d1:1"));
+}
+
 TEST_F(WorkerRegistryTest, StaticWorkerGoesUnhealthyWithoutPolls) {
   registry_.AddStatic(WorkerRole::kDecode, "d1:1", "kv:1");
   now_ += absl::Seconds(4);
