@@ -18,19 +18,25 @@ __mmask16 Mask(int lanes) {
 template <int MR>
 void Tile(const GemmTileArgs& a) {
   __m512 acc[MR][2];
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  // Locals, not a's fields, so that the loop keeps everything in registers.
   const float* p = a.panel;
   const float* x = a.x;
-  for (int64_t k = 0; k < a.kc; ++k, p += kGemmNr) {
+  const int64_t kc = a.kc, ldx = a.ldx;
+  for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
     const __m512 b0 = _mm512_loadu_ps(p);
     const __m512 b1 = _mm512_loadu_ps(p + 16);
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const __m512 xi = _mm512_set1_ps(x[i * a.ldx + k]);
+      const __m512 xi = _mm512_set1_ps(x[i * ldx]);
       acc[i][0] = _mm512_fmadd_ps(xi, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(xi, b1, acc[i][1]);
     }
   }
   const __mmask16 m0 = Mask(a.nr), m1 = Mask(a.nr - 16);
+  // Unrolled like the loops above: a loop over acc[i] here would keep acc in memory throughout.
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     float* y = a.y + i * a.ldy;
     if (a.accumulate) {
