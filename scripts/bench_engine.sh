@@ -7,6 +7,8 @@
 # llama.cpp release of ../shared/peers (build-llama-server.sh; built once, 10–16 minutes).
 # Usage: scripts/bench_engine.sh [build/release/tools/pdserve]
 #   SHAPES="stories15M stories110M" TYPES="f32 f16 bf16 q8_0 q4_0 q4_k_m" THREADS="1 2" REPS=3
+#   PEER_BIN=DIR: another llama.cpp build's bin folder (e.g. one configured with GGML_NATIVE=OFF
+#   where the -march=native build dies with SIGILL, as on a VM that advertises AMX it lacks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PDSERVE=${1:-build/release/tools/pdserve}
@@ -16,7 +18,7 @@ SHAPES=${SHAPES:-stories15M stories110M}
 TYPES=${TYPES:-f32 f16 bf16 q8_0 q4_0 q4_k_m}
 THREADS=${THREADS:-1 2}
 shared=${PDSERVE_SHARED_DIR:-../shared}
-peer=$("$shared/peers/build-llama-server.sh" | tail -1)
+peer=${PEER_BIN:-$("$shared/peers/build-llama-server.sh" | tail -1)}
 mkdir -p "$DIR"
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
