@@ -16,6 +16,7 @@
 #include "core/tensor/quant_blocks.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 
 namespace pdserve::kernels {
@@ -126,35 +127,43 @@ TEST(QuantDotTest, ActivationQuantizationErrorIsAboutHalfAStep) {
 // The scalar dot equals Σ dequant(w)·dequant(a) up to fp32 rounding, and every SIMD kernel equals
 // the scalar one up to summation order.
 TEST(QuantDotTest, ScalarAndSimdDotsMatchDequantizedProducts) {
-  const int64_t cols = 1024;
   for (DType dtype : kQuantTypes) {
-    for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
-      const QuantMatrix w = MakeMatrix(dtype, 8, cols, 11, pattern);
-      const std::vector<float> x = RandomVector(cols, 13);
-      std::vector<uint8_t> act(QuantizedActivationBytes(dtype, cols));
-      QuantizeActivations(dtype, x.data(), cols, act.data());
-      const std::vector<double> a = DequantizedActivations(dtype, act.data(), cols);
-      std::vector<float> row(cols);
-      const QuantDotFn scalar = ScalarQuantDot(dtype), simd = avx2::QuantDot(dtype);
-      ASSERT_NE(scalar, nullptr);
-      for (int64_t r = 0; r < 8; ++r) {
-        RowAsFloat(w.tensor, r, row.data());
-        double want = 0.0, magnitude = 0.0;
-        for (int64_t c = 0; c < cols; ++c) {
-          want += row[c] * a[c];
-          magnitude += std::fabs(row[c] * a[c]);
-        }
-        const void* w_row = w.bytes.data() + r * RowBytes(dtype, cols);
-        const float got = scalar(w_row, act.data(), cols);
-        const double tolerance = 1e-5 * magnitude + 1e-30;
-        ASSERT_NEAR(got, want, tolerance)
-            << DTypeName(dtype) << " pattern " << static_cast<int>(pattern) << " row " << r;
-        if (pattern == Pattern::kZero) {
-          EXPECT_EQ(got, 0.0f);
-        }
-        if (simd != nullptr) {
-          ASSERT_NEAR(simd(w_row, act.data(), cols), got, tolerance)
-              << DTypeName(dtype) << " avx2, pattern " << static_cast<int>(pattern) << " row " << r;
+    // An odd number of 32-element blocks too, for the kernels that take two blocks a step.
+    for (int64_t cols :
+         {int64_t{1024}, BlockElements(dtype) == 32 ? int64_t{1056} : int64_t{1024}}) {
+      for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
+        const QuantMatrix w = MakeMatrix(dtype, 8, cols, 11, pattern);
+        const std::vector<float> x = RandomVector(cols, 13);
+        std::vector<uint8_t> act(QuantizedActivationBytes(dtype, cols));
+        QuantizeActivations(dtype, x.data(), cols, act.data());
+        const std::vector<double> a = DequantizedActivations(dtype, act.data(), cols);
+        std::vector<float> row(cols);
+        const QuantDotFn scalar = ScalarQuantDot(dtype);
+        ASSERT_NE(scalar, nullptr);
+        std::vector<std::pair<const char*, QuantDotFn>> simd_kernels = {
+            {"avx2", avx2::QuantDot(dtype)}};
+        if (GetCpuFeatures().avx512) simd_kernels.push_back({"avx512", avx512::QuantDot(dtype)});
+        for (int64_t r = 0; r < 8; ++r) {
+          RowAsFloat(w.tensor, r, row.data());
+          double want = 0.0, magnitude = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            want += row[c] * a[c];
+            magnitude += std::fabs(row[c] * a[c]);
+          }
+          const void* w_row = w.bytes.data() + r * RowBytes(dtype, cols);
+          const float got = scalar(w_row, act.data(), cols);
+          const double tolerance = 1e-5 * magnitude + 1e-30;
+          ASSERT_NEAR(got, want, tolerance)
+              << DTypeName(dtype) << " pattern " << static_cast<int>(pattern) << " row " << r;
+          if (pattern == Pattern::kZero) {
+            EXPECT_EQ(got, 0.0f);
+          }
+          for (auto [level, simd] : simd_kernels) {
+            if (simd == nullptr) continue;
+            ASSERT_NEAR(simd(w_row, act.data(), cols), got, tolerance)
+                << DTypeName(dtype) << " " << level << ", pattern " << static_cast<int>(pattern)
+                << " row " << r << " cols " << cols;
+          }
         }
       }
     }

@@ -6,6 +6,7 @@
 
 #include "core/tensor/float16.h"
 #include "core/tensor/quant_blocks.h"
+#include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -216,6 +217,9 @@ QuantDotFn ScalarQuantDot(DType dtype) {
 }
 
 QuantDotFn BestQuantDot(DType dtype) {
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    if (QuantDotFn wide = avx512::QuantDot(dtype); wide != nullptr) return wide;
+  }
   QuantDotFn fast = avx2::QuantDot(dtype);
   return fast != nullptr ? fast : ScalarQuantDot(dtype);
 }

@@ -52,6 +52,12 @@ QuantDotFn QuantDot(DType dtype);
 bool DequantizeRow(DType dtype, const void* src, int64_t n, float* dst);
 }  // namespace avx2
 
+namespace avx512 {
+// The AVX-512BW kernel for `dtype` (Q8_0, Q4_0), or nullptr (quant_dot_avx512.cc). Only for CPUs
+// with AVX-512.
+QuantDotFn QuantDot(DType dtype);
+}  // namespace avx512
+
 // The fastest kernel the CPU and PDSERVE_SIMD allow for `dtype` (never nullptr for quantized).
 QuantDotFn BestQuantDot(DType dtype);
 
