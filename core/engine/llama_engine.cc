@@ -297,9 +297,10 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
       AddBiasAndNormHeads(b.qkv.data(), width, n, plan.b_in, {});
       return;
     case LayerStep::kQkHeadNorm: {
-      std::vector<HeadNorm> norms = {{0, c.n_heads, w.q_norm.as<float>()}};
-      if (plan.writes_kv) norms.push_back({c.q_dim(), c.n_kv_heads, w.k_norm.as<float>()});
-      AddBiasAndNormHeads(b.qkv.data(), width, n, {}, norms);
+      const HeadNorm norms[] = {{0, c.n_heads, w.q_norm.as<float>()},
+                                {c.q_dim(), c.n_kv_heads, w.k_norm.as<float>()}};
+      AddBiasAndNormHeads(b.qkv.data(), width, n, {},
+                          std::span(norms).first(plan.writes_kv ? 2 : 1));
       return;
     }
     case LayerStep::kKeyRopeAndStore: {

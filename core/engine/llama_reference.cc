@@ -12,7 +12,7 @@
 namespace pdserve {
 
 LlamaReference::LlamaReference(const ModelWeights& weights)
-    : weights_(ConvertWeights(weights, DType::kF32)) {
+    : weights_(ConvertWeights(weights, DType::kF32)), graph_(LayerGraph(weights_.config.traits())) {
   const ModelConfig& c = weights_.config;
   const size_t cache = size_t{1} * c.n_layers * c.kv_dim() * c.max_seq_len;
   key_cache_.resize(cache);
@@ -40,7 +40,7 @@ std::vector<float> LlamaReference::Forward(int token) {
 }
 
 void LlamaReference::Layer(int layer) {
-  for (LayerStep step : LayerGraph(weights_.config.traits())) Step(step, layer);
+  for (LayerStep step : graph_) Step(step, layer);
 }
 
 void LlamaReference::Step(LayerStep step, int layer) {

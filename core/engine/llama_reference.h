@@ -28,6 +28,7 @@ class LlamaReference {
   void Step(LayerStep step, int layer);
 
   ModelWeights weights_;
+  std::vector<LayerStep> graph_;  // every layer's steps (the family's LayerGraph)
   int position_ = 0;
   std::vector<float> key_cache_, value_cache_;  // [layers, kv_heads, max_seq_len, head_dim]
   std::vector<float> x_, xb_, q_, k_, v_, attn_, hb_, hb2_;
