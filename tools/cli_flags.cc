@@ -1,6 +1,5 @@
 #include "tools/cli_flags.h"
 
-#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -32,7 +31,7 @@ ABSL_FLAG(int, gen_tokens, 128, "Benchmark generated tokens");
 ABSL_FLAG(int, repetitions, 5, "Benchmark repetitions after one warm-up");
 ABSL_FLAG(std::string, shape, "",
           "Named model shape (stories260K, stories15M, stories42M, stories110M, llama3.2-1B, "
-          "qwen2.5-0.5B, qwen3-1.7B)");
+          "qwen2.5-0.5B, qwen3-0.6B, qwen3-1.7B)");
 ABSL_FLAG(std::string, family, "",
           "make-model: architecture family (llama, mistral, qwen2, qwen3); empty = the shape's "
           "(llama without --shape)");
