@@ -1,5 +1,6 @@
 #include "tools/cli_flags.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -104,21 +105,55 @@ bool IsBoolFlag(std::string_view name) {
 
 }  // namespace
 
-void NormalizeFlagNames(int argc, char** argv) {
+absl::StatusOr<std::vector<std::string>> ExpandFlagFiles(std::vector<std::string> args) {
+  constexpr int kMaxDepth = 8;
+  for (int depth = 0;; ++depth) {
+    std::vector<std::string> out;
+    bool expanded = false;
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string path;
+      if (args[i] == "--flagfile" || args[i] == "--flag-file") {
+        if (i + 1 == args.size()) return absl::InvalidArgumentError("--flagfile needs a file");
+        path = args[++i];
+      } else if (args[i].rfind("--flagfile=", 0) == 0 || args[i].rfind("--flag-file=", 0) == 0) {
+        path = args[i].substr(args[i].find('=') + 1);
+      } else {
+        out.push_back(std::move(args[i]));
+        continue;
+      }
+      if (depth == kMaxDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--flagfile ", path, ": flag files nest more than ", kMaxDepth, " deep"));
+      }
+      PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "--flagfile"));
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);) {
+        const size_t begin = line.find_first_not_of(" \t\r");
+        if (begin == std::string::npos || line[begin] == '#') continue;
+        out.push_back(line.substr(begin, line.find_last_not_of(" \t\r") + 1 - begin));
+      }
+      expanded = true;
+    }
+    args = std::move(out);
+    if (!expanded) return args;
+  }
+}
+
+void NormalizeFlagNames(std::vector<std::string>& args) {
   // Every `--flag` without `=` that is not a bool consumes the next argument, which is left
   // untouched (a prompt may well start with "--").
   bool next_is_value = false;
-  for (int i = 1; i < argc; ++i) {
-    char* arg = argv[i];
-    if (next_is_value || arg[0] != '-' || arg[1] != '-' || arg[2] == '\0') {
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (next_is_value || arg.size() < 3 || arg[0] != '-' || arg[1] != '-') {
       next_is_value = false;
       continue;
     }
-    char* c = arg + 2;
-    for (; *c != '\0' && *c != '='; ++c) {
-      if (*c == '-') *c = '_';
+    const size_t end = std::min(arg.find('='), arg.size());
+    for (size_t c = 2; c < end; ++c) {
+      if (arg[c] == '-') arg[c] = '_';
     }
-    next_is_value = *c != '=' && !IsBoolFlag(std::string_view(arg + 2, c - (arg + 2)));
+    next_is_value = end == arg.size() && !IsBoolFlag(std::string_view(arg).substr(2, end - 2));
   }
 }
 

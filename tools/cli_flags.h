@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
@@ -59,9 +60,16 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 // The whole of the file `path` given by `flag`; NotFound naming both when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag = "--text");
 
+// Replaces each "--flagfile=F" or "--flagfile F" in `args` by the flags in F, one per line (blank
+// lines and lines starting with '#' skipped; a file may name further flag files, 8 deep at most),
+// so that flag files take the dashed spellings too. Relative paths inside are the caller's, not
+// the file's. NotFound naming the file when it cannot be read; InvalidArgument for a missing name
+// or files nested too deep.
+absl::StatusOr<std::vector<std::string>> ExpandFlagFiles(std::vector<std::string> args);
+
 // Rewrites "--max-tokens=3" as "--max_tokens=3" (flag names only) so that the documented dashed
-// spellings work with Abseil flags.
-void NormalizeFlagNames(int argc, char** argv);
+// spellings work with Abseil flags. args[0] is the program.
+void NormalizeFlagNames(std::vector<std::string>& args);
 
 }  // namespace pdserve::cli
 

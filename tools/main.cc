@@ -68,8 +68,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::SetProgramUsageMessage(kUsage);
-  pdserve::cli::NormalizeFlagNames(argc, argv);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<std::vector<std::string>> expanded =
+      pdserve::cli::ExpandFlagFiles(std::vector<std::string>(argv, argv + argc));
+  if (!expanded.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(expanded.status().message()).c_str());
+    return 1;
+  }
+  pdserve::cli::NormalizeFlagNames(*expanded);
+  std::vector<char*> expanded_argv;  // points into *expanded, which outlives the parsed flags
+  for (std::string& arg : *expanded) expanded_argv.push_back(arg.data());
+  std::vector<char*> args =
+      absl::ParseCommandLine(static_cast<int>(expanded_argv.size()), expanded_argv.data());
   if (absl::Status s = pdserve::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;

@@ -165,6 +165,16 @@ without=$("$PDSERVE" tokenize --model "$MODEL" --prompt hi --no-bos --log-level 
   fail "tokenize --no-bos --log-level warn"
 [ "$with" = "1 $without" ] || fail "--no-bos: '$without' is not '$with' without BOS"
 
+# --- flag files take the dashed spellings, comments and nesting; a missing one is named --------
+printf '# greedy, two tokens\n--max-tokens=2\n\n--flagfile=%s\n' "$WORK/inner.flags" >"$WORK/outer.flags"
+printf -- '--no-bos\n--log-level\nwarn\n' >"$WORK/inner.flags"
+from_file=$("$PDSERVE" tokenize --model "$MODEL" --prompt hi --flagfile "$WORK/outer.flags") ||
+  fail "tokenize --flagfile"
+[ "$from_file" = "$without" ] || fail "--flagfile: '$from_file' is not '$without'"
+rc=0
+"$PDSERVE" tokenize --model "$MODEL" --prompt hi --flagfile "$WORK/none.flags" 2>"$WORK/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "none.flags" "$WORK/err" || fail "a missing --flagfile: rc=$rc, $(cat "$WORK/err")"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
   exit 1
