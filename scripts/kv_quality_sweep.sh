@@ -1,48 +1,92 @@
 #!/usr/bin/env bash
-# The KV technique quality table on stories260K (docs/measurements.md#kv-techniques): makes a
-# calibration corpus sampled from the model itself (no text shared with the evaluation file),
-# calibrates, and runs `pdserve eval --compare-to-baseline` over the settings, printing a markdown
-# table. Usage: scripts/kv_quality_sweep.sh [build/release/tools/pdserve] [WORK_DIR]
+# The KV technique quality tables (docs/measurements.md#kv-techniques): calibrates, then runs
+# `pdserve eval --compare-to-baseline` over each technique alone and in combinations, printing a
+# markdown table (and, with CSV=FILE, the same rows as CSV for plots).
+#   scripts/kv_quality_sweep.sh [stories260K|pd10m] [PDSERVE] [WORK_DIR]
+# stories260K: ctx 256 on ../shared/data/stories260K-eval.txt, calibrated on stories sampled from
+#   the model itself (no text shared with the evaluation file).
+# pd10m (the trained model, models/pd10m): CTX (default 512) on the first TEXT_KIB (64) KiB of the
+#   corpus' test split, calibrated on its validation split; SwiftKV at l = L/2 and L/4, G = 1 and 2,
+#   naive, closed-form recovery and distilled (the distilled checkpoints under DISTILLED, default
+#   build/train, made by train/distill_all.sh; rows without one are skipped).
+# With CSV=FILE the rows also go to FILE; with CSV and PNG=FILE, a plot of the Pareto front.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PDSERVE=${1:-build/release/tools/pdserve}
-DIR=${2:-/tmp/pdserve-kv-sweep}
+SET=${1:-stories260K}
+PDSERVE=${2:-build/release/tools/pdserve}
+DIR=${3:-/tmp/pdserve-kv-sweep-$SET}
 SHARED=${PDSERVE_SHARED_DIR:-../shared}
-MODEL=$SHARED/models/stories260K/stories260K.bin
-TOK=$SHARED/models/stories260K/tok512.bin
-TEXT=$SHARED/data/stories260K-eval.txt
 mkdir -p "$DIR"
-[ -s "$DIR/corpus.txt" ] || scripts/make_calibration_corpus.sh "$PDSERVE" "$MODEL" "$TOK" "$DIR/corpus.txt" 200
+case $SET in
+  stories260K)
+    MODEL=$SHARED/models/stories260K/stories260K.bin
+    MODEL_FLAGS=(--tokenizer "$SHARED/models/stories260K/tok512.bin")
+    TEXT=$SHARED/data/stories260K-eval.txt
+    CTX=256
+    [ -s "$DIR/corpus.txt" ] || scripts/make_calibration_corpus.sh "$PDSERVE" "$MODEL" \
+      "${MODEL_FLAGS[1]}" "$DIR/corpus.txt" 200
+    LAYERS=(4 3 2) GROUPED=3 ;;
+  pd10m)
+    MODEL=models/pd10m/model.gguf
+    MODEL_FLAGS=()
+    CORPUS=${CORPUS:-build/train/corpus}
+    CTX=${CTX:-512}
+    TEXT=$DIR/test.txt
+    head -c $((${TEXT_KIB:-64} * 1024)) "$CORPUS/test.txt" >"$TEXT"
+    head -c $((${CAL_KIB:-256} * 1024)) "$CORPUS/valid.txt" >"$DIR/corpus.txt"
+    LAYERS=(4 2) GROUPED="4 2" ;;
+  *) echo "kv_quality_sweep.sh: unknown model set '$SET' (stories260K or pd10m)" >&2; exit 2 ;;
+esac
+DISTILLED=${DISTILLED:-build/train}
 
 calibrate() {  # NAME FLAGS...
   local name=$1; shift
-  [ -s "$DIR/$name.cal" ] || "$PDSERVE" calibrate --model "$MODEL" --tokenizer "$TOK" \
-    --text "$DIR/corpus.txt" --ctx 256 --zack --out "$DIR/$name.cal" --log-level warn "$@" >/dev/null
+  [ -s "$DIR/$name.cal" ] || "$PDSERVE" calibrate --model "$MODEL" "${MODEL_FLAGS[@]}" \
+    --text "$DIR/corpus.txt" --ctx "$CTX" --out "$DIR/$name.cal" --log-level warn "$@" >/dev/null
 }
-calibrate zack
-for l in 4 3 2; do calibrate "l$l" --swiftkv-layer "$l"; done
-calibrate l3g2 --swiftkv-layer 3 --across-kv 2
+calibrate zack --zack
+if [ "$SET" = pd10m ]; then
+  calibrate zack-half --zack --zack-kept-fraction 0.5
+  calibrate zack-3of8 --zack --zack-kept-fraction 0.375
+fi
+for l in "${LAYERS[@]}"; do calibrate "l$l" --swiftkv-layer "$l"; done
+for l in $GROUPED; do calibrate "l${l}g2" --swiftkv-layer "$l" --across-kv 2; done
 
-echo "| setting | top-1 agreement | KL | perplexity | KV bytes/token (fp16 = 640) | ratio to fp16 | prefill FLOPs ratio | V bytes fetched per decode step |"
+echo "| setting | top-1 agreement | KL | perplexity | KV bytes/token | ratio to fp16 | prefill FLOPs ratio | V bytes fetched per decode step |"
 echo "|---|---|---|---|---|---|---|---|"
-run() {  # FLAGS...
-  "$PDSERVE" eval --model "$MODEL" --tokenizer "$TOK" --text "$TEXT" --ctx 256 \
+[ -n "${CSV:-}" ] && echo "setting,top1,kl,perplexity,kv_bytes_per_token,ratio_to_fp16,prefill_flops_ratio,v_bytes_fetched" >"$CSV"
+run_model() {  # LABEL MODEL FLAGS...
+  local label=$1 model=$2; shift 2
+  "$PDSERVE" eval --model "$model" "${MODEL_FLAGS[@]}" --text "$TEXT" --ctx "$CTX" \
     --compare-to-baseline --log-level warn "$@" | tail -1 | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
-print('| %s | %.4f | %.4f | %.4f | %.0f | %.3f | %.3f | %.0f |' % (d['profile'], d['top1_agreement'],
-      d['kl_mean'], d['perplexity'], d['kv_bytes_per_token'],
-      d['kv_bytes_per_token'] / d['kv_bytes_per_token_baseline_fp16'], d['prefill_flops_ratio'],
-      d['kv_fetched_bytes_per_decode_step']))"
+label = sys.argv[1] or d['profile']
+row = (label, d['top1_agreement'], d['kl_mean'], d['perplexity'], d['kv_bytes_per_token'],
+       d['kv_bytes_per_token'] / d['kv_bytes_per_token_baseline_fp16'], d['prefill_flops_ratio'],
+       d['kv_fetched_bytes_per_decode_step'])
+print('| %s | %.4f | %.4f | %.4f | %.0f | %.3f | %.3f | %.0f |' % row)
+if sys.argv[2]:
+    with open(sys.argv[2], 'a') as f:
+        f.write('\"%s\",%.6f,%.6f,%.6f,%.1f,%.6f,%.6f,%.1f\n' % row)" "$label" "${CSV:-}"
 }
+run() { run_model "" "$MODEL" "$@"; }
+swiftkv_rows() {  # L G
+  local l=$1 g=$2 cal=$DIR/l$1.cal
+  [ "$g" = 2 ] && cal=$DIR/l${1}g2.cal
+  run --swiftkv-layer "$l" --across-kv "$g"
+  run_model "SwiftKV l=$l G=$g, closed-form recovery" "$MODEL" --swiftkv-layer "$l" \
+    --across-kv "$g" --swiftkv-recovery --calibration "$cal"
+  local distilled=$DISTILLED/distill-l$l-g$g/hf
+  [ -d "$distilled" ] && run_model "SwiftKV l=$l G=$g, distilled" "$distilled"
+  return 0
+}
+
 run
-for l in 4 3 2; do
-  run --swiftkv-layer "$l"
-  run --swiftkv-layer "$l" --swiftkv-recovery --calibration "$DIR/l$l.cal"
-done
-run --swiftkv-layer 3 --across-kv 2
-run --swiftkv-layer 3 --across-kv 2 --swiftkv-recovery --calibration "$DIR/l3g2.cal"
+for l in "${LAYERS[@]}"; do swiftkv_rows "$l" 1; done
+for l in $GROUPED; do swiftkv_rows "$l" 2; done
 for rho in 0 0.02 0.05 0.1 0.2; do run --zack --zack-rho "$rho" --calibration "$DIR/zack.cal"; done
+[ "$SET" = pd10m ] && run_model "ZACK, half the dimensions" "$MODEL" --zack --calibration "$DIR/zack-half.cal"
 run --fp8 per-token
 run --fp8 per-page
 for n in 64 32 16 8; do run --kcache-topn "$n"; done
@@ -52,3 +96,53 @@ run --zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-token
 run --zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-page
 run --zack --zack-rho 0.05 --calibration "$DIR/zack.cal" --fp8 per-page
 run --swiftkv-layer 4 --fp8 per-token --kcache-topn 32
+if [ "$SET" = pd10m ]; then
+  run_model "ZACK half + FP8 per-token" "$MODEL" --zack --calibration "$DIR/zack-half.cal" \
+    --fp8 per-token
+  run_model "ZACK half + FP8 per-page" "$MODEL" --zack --calibration "$DIR/zack-half.cal" \
+    --fp8 per-page
+  run_model "ZACK 3/8 of the dimensions + FP8 per-page" "$MODEL" --zack \
+    --calibration "$DIR/zack-3of8.cal" --fp8 per-page
+  # ZACK on a distilled checkpoint: G = 1 only, since a calibration file cannot yet describe the
+  # cache of an AcrossKV checkpoint (its ZACK bases are checked against L cache layers).
+  for cut in 4 2; do
+    distilled=$DISTILLED/distill-l$cut-g1/hf
+    [ -d "$distilled" ] || continue
+    [ -s "$DIR/distilled-l$cut.cal" ] || "$PDSERVE" calibrate --model "$distilled" \
+      --text "$DIR/corpus.txt" --ctx "$CTX" --zack --zack-kept-fraction 0.5 \
+      --out "$DIR/distilled-l$cut.cal" --log-level warn >/dev/null
+    run_model "SwiftKV l=$cut distilled + ZACK half + FP8 per-token" "$distilled" \
+      --zack --calibration "$DIR/distilled-l$cut.cal" --fp8 per-token
+    run_model "SwiftKV l=$cut distilled + ZACK half + FP8 per-token + KCache 32" "$distilled" \
+      --zack --calibration "$DIR/distilled-l$cut.cal" --fp8 per-token --kcache-topn 32
+  done
+fi
+
+# With CSV and PNG: top-1 agreement against KV bytes (relative to fp16), the Pareto front joined.
+if [ -n "${CSV:-}" ] && [ -n "${PNG:-}" ]; then
+  python3 - "$CSV" >"$DIR/front.tsv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+points = sorted((float(r["ratio_to_fp16"]), float(r["top1"]), r["setting"]) for r in rows)
+best = -1.0
+for ratio, top1, name in points:  # the front: no cheaper point agrees more
+    if top1 > best:
+        best = top1
+        print(ratio, top1, '"%s"' % name.replace('"', "'"), sep="\t")
+PY
+  python3 -c "
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    print(r['ratio_to_fp16'], r['top1'], sep='\t')" "$CSV" >"$DIR/all.tsv"
+  gnuplot <<GP
+set terminal pngcairo size 900,560
+set output "$PNG"
+set xlabel "KV bytes per token, relative to the plain fp16 cache"
+set ylabel "top-1 agreement with the plain model"
+set grid
+set key bottom right
+plot "$DIR/all.tsv" using 1:2 with points pointtype 7 pointsize 0.8 title "every setting", \
+     "$DIR/front.tsv" using 1:2 with linespoints linewidth 2 pointtype 7 title "Pareto front", \
+     "$DIR/front.tsv" using 1:2:3 with labels left offset 0.6,0.4 font ",7" notitle
+GP
+fi

@@ -6,6 +6,8 @@ shares no code with pdserve; tests/golden/make_family_logits.sh uses it to recor
 family_golden_test compares the engine against, and scripts/family_parity.sh its perplexity.
 
   torch_forward.py logits DIR --ids 1,2,3          -> JSON: {"logits": [[...], ...]} per position
+  torch_forward.py greedy DIR --ids 1,2,3 --tokens N -> JSON: {"ids": [...]}, the N tokens that
+      greedy decoding appends (argmax of each step's logits; the full sequence is recomputed)
   torch_forward.py perplexity DIR --ids-file F --ctx N [--bos ID]
       -> JSON: {"perplexity": P, "scored": K}, with llama-perplexity's protocol: floor(n / ctx)
          chunks, each chunk's first token replaced by BOS (when given), tokens ctx/2+1 .. ctx-1 of
@@ -130,11 +132,21 @@ def perplexity(model, ids, ctx, bos):
     return math.exp(nll / scored), scored
 
 
+def greedy(model, ids, count):
+    ids = list(ids)
+    out = []
+    for _ in range(count):
+        out.append(int(model.logits(ids)[-1].argmax()))
+        ids.append(out[-1])
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["logits", "perplexity"])
+    parser.add_argument("mode", choices=["logits", "greedy", "perplexity"])
     parser.add_argument("model")
-    parser.add_argument("--ids", help="comma-separated token ids (logits)")
+    parser.add_argument("--ids", help="comma-separated token ids (logits, greedy)")
+    parser.add_argument("--tokens", type=int, default=16, help="tokens to generate (greedy)")
     parser.add_argument("--ids-file", help="whitespace-separated token ids (perplexity)")
     parser.add_argument("--ctx", type=int, default=256)
     parser.add_argument("--bos", type=int)
@@ -145,6 +157,9 @@ def main():
         if args.mode == "logits":
             ids = [int(t) for t in args.ids.split(",")]
             print(json.dumps({"logits": model.logits(ids).tolist()}))
+        elif args.mode == "greedy":
+            ids = [int(t) for t in args.ids.split(",")]
+            print(json.dumps({"ids": greedy(model, ids, args.tokens)}))
         else:
             with open(args.ids_file) as f:
                 ids = [int(t) for t in f.read().split()]
