@@ -83,6 +83,21 @@ int CacheLayers(const CalibrationModel& m, const std::optional<SwiftKvRecovery>&
   return swiftkv->layer + (m.n_layers - swiftkv->layer) / swiftkv->group;
 }
 
+// Whether a calibration without a SwiftKV recovery may hold ZACK bases for `count` cache layers:
+// the plain model's L, or a SwiftKV checkpoint's l + (L − l)/G (0 < l < L, G dividing L − l) when
+// the bases were calibrated on one. Which one the served model has is PrepareModel's check.
+bool IsCacheLayerCount(const CalibrationModel& m, uint64_t count) {
+  if (count == static_cast<uint64_t>(m.n_layers)) return true;
+  for (int l = 1; l < m.n_layers; ++l) {
+    for (int g = 1; g <= m.n_layers - l; ++g) {
+      if ((m.n_layers - l) % g == 0 && static_cast<uint64_t>(l + (m.n_layers - l) / g) == count) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 int64_t KvDim(const CalibrationModel& m) { return int64_t{m.n_kv_heads} * m.head_dim; }
 
 absl::Status CheckCount(size_t actual, uint64_t expected, const std::string& field) {
@@ -90,6 +105,17 @@ absl::Status CheckCount(size_t actual, uint64_t expected, const std::string& fie
     return Invalid(absl::StrCat(field, " has ", actual, " elements, expected ", expected));
   }
   return absl::OkStatus();
+}
+
+// The cache layer count of ZACK bases: exactly CacheLayers with a recovery, else any count
+// IsCacheLayerCount accepts.
+absl::Status CheckCacheLayerCount(const CalibrationModel& m,
+                                  const std::optional<SwiftKvRecovery>& swiftkv, uint64_t count) {
+  const std::string field = "zack.heads (cache layers)";
+  if (swiftkv) return CheckCount(count, CacheLayers(m, swiftkv), field);
+  if (IsCacheLayerCount(m, count)) return absl::OkStatus();
+  return Invalid(absl::StrCat(field, " has ", count, " elements, expected ", m.n_layers,
+                              " or a SwiftKV checkpoint's l + (L - l)/G"));
 }
 
 template <typename T>
@@ -148,11 +174,12 @@ absl::Status CheckBasis(int d, int rank, const std::vector<float>& basis,
   return absl::OkStatus();
 }
 
-absl::Status CheckZack(const CalibrationModel& m, const ZackBases& z, int cache_layers) {
+absl::Status CheckZack(const CalibrationModel& m, const ZackBases& z,
+                       const std::optional<SwiftKvRecovery>& swiftkv) {
   if (!std::isfinite(z.removal_rate) || z.removal_rate < 0.0 || z.removal_rate > 1.0) {
     return Invalid(absl::StrCat("zack.removal_rate = ", z.removal_rate, " not in [0, 1]"));
   }
-  PDSERVE_RETURN_IF_ERROR(CheckCount(z.heads.size(), cache_layers, "zack.heads (cache layers)"));
+  PDSERVE_RETURN_IF_ERROR(CheckCacheLayerCount(m, swiftkv, z.heads.size()));
   for (size_t c = 0; c < z.heads.size(); ++c) {
     const std::string layer = absl::StrCat("zack.heads[", c, "]");
     PDSERVE_RETURN_IF_ERROR(CheckCount(z.heads[c].size(), m.n_kv_heads, layer));
@@ -176,7 +203,7 @@ absl::Status Validate(const Calibration& c) {
   }
   if (c.tokens < 0) return Invalid(absl::StrCat("tokens = ", c.tokens, " < 0"));
   if (c.swiftkv) PDSERVE_RETURN_IF_ERROR(CheckSwiftKv(c.model, *c.swiftkv));
-  if (c.zack) PDSERVE_RETURN_IF_ERROR(CheckZack(c.model, *c.zack, CacheLayers(c.model, c.swiftkv)));
+  if (c.zack) PDSERVE_RETURN_IF_ERROR(CheckZack(c.model, *c.zack, c.swiftkv));
   return absl::OkStatus();
 }
 
@@ -321,11 +348,15 @@ absl::Status ReadZackHead(ByteReader& r, int d, const std::string& field, ZackHe
   return ReadArray(r, d, field + "vo_eigenvalues", h.vo_eigenvalues);
 }
 
-absl::Status ReadZack(ByteReader& r, const CalibrationModel& m, int cache_layers, ZackBases& z) {
+absl::Status ReadZack(ByteReader& r, const CalibrationModel& m,
+                      const std::optional<SwiftKvRecovery>& swiftkv, ZackBases& z) {
   PDSERVE_ASSIGN_OR_RETURN(z.removal_rate, r.Read<double>("zack.removal_rate"));
-  PDSERVE_RETURN_IF_ERROR(ReadCount<uint32_t>(r, cache_layers, "zack.heads (cache layers)"));
+  PDSERVE_ASSIGN_OR_RETURN(const uint32_t cache_layers,
+                           r.Read<uint32_t>("zack.heads (cache layers) count"));
+  absl::Status count = CheckCacheLayerCount(m, swiftkv, cache_layers);
+  if (!count.ok()) return r.Error(count.message());
   z.heads.resize(cache_layers);
-  for (int c = 0; c < cache_layers; ++c) {
+  for (uint32_t c = 0; c < cache_layers; ++c) {
     const std::string layer = absl::StrCat("zack.heads[", c, "]");
     PDSERVE_RETURN_IF_ERROR(ReadCount<uint32_t>(r, m.n_kv_heads, layer));
     z.heads[c].resize(m.n_kv_heads);
@@ -359,8 +390,7 @@ absl::Status ReadBody(ByteReader& r, Calibration& c) {
   if (has_swiftkv) PDSERVE_RETURN_IF_ERROR(ReadSwiftKv(r, c.model, c.swiftkv.emplace()));
   PDSERVE_ASSIGN_OR_RETURN(const bool has_zack, ReadFlag(r, "zack flag"));
   if (has_zack) {
-    PDSERVE_RETURN_IF_ERROR(
-        ReadZack(r, c.model, CacheLayers(c.model, c.swiftkv), c.zack.emplace()));
+    PDSERVE_RETURN_IF_ERROR(ReadZack(r, c.model, c.swiftkv, c.zack.emplace()));
   }
   if (r.remaining() != 0) {
     return r.Error(absl::StrCat(r.remaining(), " trailing bytes after the last field"));

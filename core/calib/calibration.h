@@ -89,10 +89,11 @@ struct Calibration {
 // Checks internal consistency against `calibration.model`: the model shape within the limits
 // above with n_kv_heads dividing n_heads; corpus ≤ kMaxCalibrationCorpusBytes; tokens ≥ 0;
 // SwiftKV 0 ≤ l < L, G ≥ 1 dividing L − l, (L − l)/G leaders each with [kv_dim, dim] wk and wv,
-// norm [dim], λ ≥ 0, MSEs ≥ 0; ZACK ρ ∈ [0, 1], l + (L − l)/G cache layers with SwiftKV (else L)
-// of n_kv_heads heads, ranks in [1, head_dim], [head_dim, head_dim] bases, head_dim eigenvalues in
-// descending order; every number finite. Orthonormality of the bases is not checked.
-// InvalidArgument naming the first problem's field.
+// norm [dim], λ ≥ 0, MSEs ≥ 0; ZACK ρ ∈ [0, 1], l + (L − l)/G cache layers with SwiftKV (else L,
+// or a SwiftKV checkpoint's l + (L − l)/G when calibrated on one; PrepareModel checks which the
+// served model has) of n_kv_heads heads, ranks in [1, head_dim], [head_dim, head_dim] bases,
+// head_dim eigenvalues in descending order; every number finite. Orthonormality of the bases is not
+// checked. InvalidArgument naming the first problem's field.
 absl::Status ValidateCalibration(const Calibration& calibration);
 
 // The serialized bytes (header + body). Total: it writes whatever the structs hold, but only a

@@ -123,6 +123,16 @@ TEST(CalibrationTest, RoundTripsWithAndWithoutEachBlock) {
   }
 }
 
+TEST(CalibrationTest, ZackBasesOfASwiftKvCheckpointRoundTrip) {
+  // Calibrated on a checkpoint with l = 2, G = 2 (L = 4): 3 cache layers and no recovery.
+  Calibration c = Small(false, true);
+  c.zack->heads.resize(3);
+  ASSERT_TRUE(ValidateCalibration(c).ok()) << ValidateCalibration(c);
+  absl::StatusOr<Calibration> parsed = ParseCalibration(SerializeCalibration(c));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, c);
+}
+
 TEST(CalibrationTest, HeaderLayout) {
   const Calibration c = Small(true, true);
   const std::string bytes = SerializeCalibration(c);
@@ -333,7 +343,12 @@ TEST(CalibrationTest, ValidateCatchesEachInconsistency) {
       // With SwiftKV (l = 2, G = 2) the cache has 3 layers, without it 4.
       {"zack.heads (cache layers) has 4",
        [](Calibration& c) { c.zack->heads.push_back(c.zack->heads[0]); }},
-      {"zack.heads (cache layers) has 3", [](Calibration& c) { c.swiftkv.reset(); }},
+      // Without a recovery: L, or a SwiftKV checkpoint's l + (L − l)/G (2 or 3 for L = 4).
+      {"zack.heads (cache layers) has 1 elements, expected 4 or a SwiftKV checkpoint's",
+       [](Calibration& c) {
+         c.swiftkv.reset();
+         c.zack->heads.resize(1);
+       }},
       {"zack.heads[1] has 1", [](Calibration& c) { c.zack->heads[1].pop_back(); }},
       {"zack.heads[2][1].qk_rank = 0", [](Calibration& c) { c.zack->heads[2][1].qk_rank = 0; }},
       {"zack.heads[0][0].vo_rank = 5", [](Calibration& c) { c.zack->heads[0][0].vo_rank = 5; }},

@@ -67,14 +67,14 @@ TEST(ProfileTest, RecoveryAndZackNeedTheirCalibration) {
   EXPECT_THAT(Error(w, zack, &other), HasSubstr("ZACK"));
 }
 
-TEST(ProfileTest, ZackBasesServeOnlyTheModelTheyWereMadeFor) {
-  const ModelWeights w = Model();
-  const int d = 8;
+// Identity ZACK bases (full rank) for `cache_layers` cache layers of Model().
+Calibration IdentityZack(const ModelWeights& w, int cache_layers) {
+  const int d = w.config.head_dim();
   Calibration c;
   c.model = CalibrationModelOf(w.config);
   c.zack.emplace();
-  for (int layer = 0; layer < 4; ++layer) {
-    c.zack->heads.emplace_back(2);
+  for (int layer = 0; layer < cache_layers; ++layer) {
+    c.zack->heads.emplace_back(w.config.n_kv_heads);
     for (ZackHeadBasis& head : c.zack->heads.back()) {
       head.qk_rank = head.vo_rank = d;
       head.qk_basis.assign(d * d, 0.0f);
@@ -84,6 +84,12 @@ TEST(ProfileTest, ZackBasesServeOnlyTheModelTheyWereMadeFor) {
       head.vo_eigenvalues.assign(d, 1.0);
     }
   }
+  return c;
+}
+
+TEST(ProfileTest, ZackBasesServeOnlyTheModelTheyWereMadeFor) {
+  const ModelWeights w = Model();
+  Calibration c = IdentityZack(w, 4);
   CompressionProfile zack;
   zack.zack = true;
   EXPECT_EQ(Error(w, zack, &c), "");
@@ -99,6 +105,22 @@ TEST(ProfileTest, ZackBasesServeOnlyTheModelTheyWereMadeFor) {
   EXPECT_THAT(Error(w, zack, &c), HasSubstr("l=1 G=1"));
   rewired.swiftkv_recovery = true;
   EXPECT_EQ(Error(w, rewired, &c), "");
+}
+
+TEST(ProfileTest, ZackBasesOfAnAcrossKvCheckpointServeOnlyThatCheckpoint) {
+  ModelWeights checkpoint = Model();
+  absl::StatusOr<SwiftKvWeights> trained = RewireSwiftKv(checkpoint, 2, 2);  // 3 cache layers
+  ASSERT_TRUE(trained.ok());
+  checkpoint.swiftkv = *trained;
+  Calibration c = IdentityZack(Model(), 3);
+  ASSERT_TRUE(ValidateCalibration(c).ok()) << ValidateCalibration(c);
+  CompressionProfile zack;
+  zack.zack = true;
+  EXPECT_EQ(Error(checkpoint, zack, &c), "");
+  EXPECT_THAT(Error(Model(), zack, &c), HasSubstr("cover 3 cache layers and this model has 4"));
+  const Calibration plain = IdentityZack(Model(), 4);
+  EXPECT_THAT(Error(checkpoint, zack, &plain),
+              HasSubstr("cover 4 cache layers and this model has 3"));
 }
 
 TEST(ProfileTest, RejectsACalibrationOfAnotherShape) {
