@@ -42,6 +42,14 @@ def batch(stream, batch_size, seq_len, seed, step):
     return torch.stack([stream[s:s + seq_len + 1] for s in starts.tolist()])
 
 
+def spread(stream, seq_len, count):
+    """`count` non-overlapping [1, seq_len + 1] windows spaced evenly over the whole stream (every
+    source of a split, which is in source order, not only the first)."""
+    stride = (len(stream) - seq_len - 1) // max(1, count - 1) if count > 1 else 0
+    for i in range(count):
+        yield stream[i * stride: i * stride + seq_len + 1].unsqueeze(0)
+
+
 def chunks(stream, seq_len, limit=None):
     """Consecutive non-overlapping [1, seq_len + 1] windows (the evaluation protocol)."""
     count = (len(stream) - 1) // seq_len

@@ -48,7 +48,7 @@ def both(net, swiftkv, tokens, autocast):
 @torch.no_grad()
 def validation_kl(net, swiftkv, stream, args):
     total = 0.0
-    windows = list(data.chunks(stream, net.config.seq_len, args.eval_windows))
+    windows = list(data.spread(stream, net.config.seq_len, args.eval_windows))
     for chunk in windows:
         teacher, student = both(net, swiftkv, chunk[:, :-1], lambda: torch.autocast("cpu",
                                                                                     enabled=False))
@@ -70,8 +70,8 @@ def parse_args():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--eval-windows", type=int, default=8)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--eval-windows", type=int, default=12)
     parser.add_argument("--checkpoint-every", type=int, default=50)
     return parser.parse_args()
 

@@ -3,7 +3,7 @@
 # each exported as a llama_swiftkv Hugging Face directory in f16 (the GGUF's weights) under
 # WORK/distill-l<l>-g<G>/hf, which scripts/kv_quality_sweep.sh pd10m compares with naive rewiring
 # and the closed-form recovery. Resumable like build_model.sh.
-#   train/distill_all.sh ["l G" ...]   (env WORK=build/train, STEPS=300)
+#   train/distill_all.sh ["l G" ...]   (env WORK=build/train, STEPS=250)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-build/train}
@@ -14,7 +14,7 @@ for setting in "$@"; do
   out=$WORK/distill-l$l-g$g
   $PY train/distill.py --teacher "$WORK/run/checkpoint.pt" --corpus "$WORK/corpus" \
     --tokenizer "$WORK/tokenizer.model" --out "$out" --layer "$l" --group "$g" \
-    --steps "${STEPS:-300}"
+    --steps "${STEPS:-250}"
   $PY train/export.py --checkpoint "$out/checkpoint.pt" --tokenizer "$WORK/tokenizer.model" \
     --out "$out/hf" --dtype f16
 done
