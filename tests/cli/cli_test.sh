@@ -175,6 +175,22 @@ rc=0
 "$PDSERVE" tokenize --model "$MODEL" --prompt hi --flagfile "$WORK/none.flags" 2>"$WORK/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -q "none.flags" "$WORK/err" || fail "a missing --flagfile: rc=$rc, $(cat "$WORK/err")"
 
+# --- the trained model's default profile, from its flag file (paths relative to the repo root) --
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+head -c 3000 "$REPO/models/pd10m/README.md" >"$WORK/pd10m.txt"
+if (cd "$REPO" && "$PDSERVE" eval --model models/pd10m/model.gguf --text "$WORK/pd10m.txt" \
+      --ctx 64 --compare-to-baseline --flagfile models/pd10m/default.flags --log-level warn \
+      >"$WORK/pd10m.json"); then
+  tail -1 "$WORK/pd10m.json" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["profile"] == "zack (file ranks), fp8 per-page", d["profile"]
+assert d["kv_bytes_per_token"] / d["kv_bytes_per_token_baseline_fp16"] < 0.26, d
+assert d["top1_agreement"] > 0.8, d' || fail "pd10m default.flags: $(tail -1 "$WORK/pd10m.json")"
+else
+  fail "pdserve eval --flagfile models/pd10m/default.flags"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
   exit 1
