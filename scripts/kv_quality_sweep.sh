@@ -9,7 +9,8 @@
 #   test split in 4 KiB slices spread over all of it (every source), calibrated on CAL_KIB (192) of
 #   the validation split alike; SwiftKV at l = L/2 and L/4, G = 1 and 2,
 #   naive, closed-form recovery and distilled (the distilled checkpoints under DISTILLED, default
-#   build/train, made by train/distill_all.sh; rows without one are skipped).
+#   build/train, made by train/distill_all.sh; rows without one are skipped; ROWS=distilled runs
+#   only those rows, appending to CSV, once distillation has finished).
 # With CSV=FILE the rows also go to FILE; with CSV and PNG=FILE, a plot of the Pareto front.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +69,9 @@ for l in $GROUPED; do calibrate "l${l}g2" --swiftkv-layer "$l" --across-kv 2; do
 
 echo "| setting | top-1 agreement | KL | perplexity | KV bytes/token | ratio to fp16 | prefill FLOPs ratio | V bytes fetched per decode step |"
 echo "|---|---|---|---|---|---|---|---|"
-[ -n "${CSV:-}" ] && echo "setting,top1,kl,perplexity,kv_bytes_per_token,ratio_to_fp16,prefill_flops_ratio,v_bytes_fetched" >"$CSV"
+# ROWS=distilled: only the rows of distilled checkpoints (appended to CSV), after distill_all.sh.
+all_rows() { [ "${ROWS:-all}" = all ]; }
+[ -n "${CSV:-}" ] && all_rows && echo "setting,top1,kl,perplexity,kv_bytes_per_token,ratio_to_fp16,prefill_flops_ratio,v_bytes_fetched" >"$CSV"
 run_model() {  # LABEL MODEL FLAGS...
   local label=$1 model=$2; shift 2
   "$PDSERVE" eval --model "$model" "${MODEL_FLAGS[@]}" --text "$TEXT" --ctx "$CTX" \
@@ -88,43 +91,50 @@ run() { run_model "" "$MODEL" "$@"; }
 swiftkv_rows() {  # L G
   local l=$1 g=$2 cal=$DIR/l$1.cal
   [ "$g" = 2 ] && cal=$DIR/l${1}g2.cal
-  run --swiftkv-layer "$l" --across-kv "$g"
-  run_model "SwiftKV l=$l G=$g, closed-form recovery" "$MODEL" --swiftkv-layer "$l" \
-    --across-kv "$g" --swiftkv-recovery --calibration "$cal"
+  if all_rows; then
+    run --swiftkv-layer "$l" --across-kv "$g"
+    run_model "SwiftKV l=$l G=$g, closed-form recovery" "$MODEL" --swiftkv-layer "$l" \
+      --across-kv "$g" --swiftkv-recovery --calibration "$cal"
+  fi
   local distilled=$DISTILLED/distill-l$l-g$g/hf
   [ -d "$distilled" ] && run_model "SwiftKV l=$l G=$g, distilled" "$distilled"
   return 0
 }
 
-run
+all_rows && run
 for l in "${LAYERS[@]}"; do swiftkv_rows "$l" 1; done
 for l in $GROUPED; do swiftkv_rows "$l" 2; done
-# stories260K alone: rows that the trained model's table leaves out to stay within an hour.
-full() { [ "$SET" = stories260K ]; }
-for rho in 0 0.02 0.05 0.1 0.2; do
-  [ "$rho" = 0 ] && ! full && continue
-  run --zack --zack-rho "$rho" --calibration "$DIR/zack.cal"
-done
-full || run_model "ZACK, half the dimensions" "$MODEL" --zack --calibration "$DIR/zack-half.cal"
-run --fp8 per-token
-run --fp8 per-page
-for n in 64 32 16 8; do
-  [ "$n" = 8 ] && ! full && continue
-  run --kcache-topn "$n"
-done
-full && run --kcache-topn 8 --kcache-renormalize
-run --fp8 per-token --kcache-topn 32
-full && run --zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-token
-run --zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-page
-run --zack --zack-rho 0.05 --calibration "$DIR/zack.cal" --fp8 per-page
-run --swiftkv-layer 4 --fp8 per-token --kcache-topn 32
-if [ "$SET" = pd10m ]; then
-  run_model "ZACK half + FP8 per-token" "$MODEL" --zack --calibration "$DIR/zack-half.cal" \
-    --fp8 per-token
-  run_model "ZACK half + FP8 per-page" "$MODEL" --zack --calibration "$DIR/zack-half.cal" \
-    --fp8 per-page
-  run_model "ZACK 3/8 of the dimensions + FP8 per-page" "$MODEL" --zack \
-    --calibration "$DIR/zack-3of8.cal" --fp8 per-page
+technique_rows() {
+  # stories260K alone: rows that the trained model's table leaves out to stay within an hour.
+  full() { [ "$SET" = stories260K ]; }
+  for rho in 0 0.02 0.05 0.1 0.2; do
+    [ "$rho" = 0 ] && ! full && continue
+    run --zack --zack-rho "$rho" --calibration "$DIR/zack.cal"
+  done
+  full || run_model "ZACK, half the dimensions" "$MODEL" --zack --calibration "$DIR/zack-half.cal"
+  run --fp8 per-token
+  run --fp8 per-page
+  for n in 64 32 16 8; do
+    [ "$n" = 8 ] && ! full && continue
+    run --kcache-topn "$n"
+  done
+  full && run --kcache-topn 8 --kcache-renormalize
+  run --fp8 per-token --kcache-topn 32
+  full && run --zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-token
+  run --zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-page
+  run --zack --zack-rho 0.05 --calibration "$DIR/zack.cal" --fp8 per-page
+  run --swiftkv-layer 4 --fp8 per-token --kcache-topn 32
+  if [ "$SET" = pd10m ]; then
+    run_model "ZACK half + FP8 per-token" "$MODEL" --zack --calibration "$DIR/zack-half.cal" \
+      --fp8 per-token
+    run_model "ZACK half + FP8 per-page" "$MODEL" --zack --calibration "$DIR/zack-half.cal" \
+      --fp8 per-page
+    run_model "ZACK 3/8 of the dimensions + FP8 per-page" "$MODEL" --zack \
+      --calibration "$DIR/zack-3of8.cal" --fp8 per-page
+  fi
+}
+
+distilled_zack_rows() {
   # ZACK on the distilled checkpoints, calibrated on each (its cache, not the plain model's).
   for setting in "4 1" "4 2" "2 2"; do
     read -r cut g <<<"$setting"
@@ -140,7 +150,10 @@ if [ "$SET" = pd10m ]; then
     run_model "SwiftKV l=$cut G=$g distilled + ZACK half + FP8 per-page + KCache 32" \
       "$distilled" --zack --calibration "$cal" --fp8 per-page --kcache-topn 32
   done
-fi
+}
+
+all_rows && technique_rows
+[ "$SET" = pd10m ] && distilled_zack_rows
 
 # With CSV and PNG: top-1 agreement against KV bytes (relative to fp16), the Pareto front joined.
 if [ -n "${CSV:-}" ] && [ -n "${PNG:-}" ]; then
