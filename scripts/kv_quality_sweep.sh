@@ -160,9 +160,10 @@ if [ -n "${CSV:-}" ] && [ -n "${PNG:-}" ]; then
   python3 - "$CSV" >"$DIR/front.tsv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-points = sorted((float(r["ratio_to_fp16"]), float(r["top1"]), r["setting"]) for r in rows)
+points = sorted((float(r["ratio_to_fp16"]), -float(r["top1"]), r["setting"]) for r in rows)
 best = -1.0
-for ratio, top1, name in points:  # the front: no cheaper point agrees more
+for ratio, negative_top1, name in points:  # the front: no cheaper point agrees more
+    top1 = -negative_top1
     if top1 > best:
         best = top1
         print(ratio, top1, '"%s"' % name.replace('"', "'"), sep="\t")
