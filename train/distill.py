@@ -13,6 +13,7 @@ teacher and the student from h_l. OUT/log.jsonl holds the training KL and the va
 student against the teacher (step 0: the naive rewiring).
 """
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 
 import data
 import model as llama
+import train
 
 
 def kl(student_logits, teacher_logits):
@@ -50,8 +52,7 @@ def validation_kl(net, swiftkv, stream, args):
     total = 0.0
     windows = list(data.spread(stream, net.config.seq_len, args.eval_windows))
     for chunk in windows:
-        teacher, student = both(net, swiftkv, chunk[:, :-1], lambda: torch.autocast("cpu",
-                                                                                    enabled=False))
+        teacher, student = both(net, swiftkv, chunk[:, :-1], contextlib.nullcontext)
         total += kl(student, teacher).item()
     return total / len(windows)
 
@@ -141,8 +142,7 @@ def main():
                        "seconds": time.time() - started,
                        "swiftkv": {"l": args.layer, "g": args.group,
                                    "state": swiftkv.state_dict()}}
-            torch.save(payload, checkpoint_path + ".tmp")
-            os.replace(checkpoint_path + ".tmp", checkpoint_path)
+            train.save(checkpoint_path, payload)
     log.close()
 
 

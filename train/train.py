@@ -55,6 +55,7 @@ def validation_loss(net, stream, seq_len, windows, device):
 
 
 def save(path, payload):
+    """torch.save, replacing `path` atomically (an interrupted save leaves the old checkpoint)."""
     torch.save(payload, path + ".tmp")
     os.replace(path + ".tmp", path)
 

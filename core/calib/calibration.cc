@@ -85,7 +85,7 @@ int CacheLayers(const CalibrationModel& m, const std::optional<SwiftKvRecovery>&
 
 // Whether a calibration without a SwiftKV recovery may hold ZACK bases for `count` cache layers:
 // the plain model's L, or a SwiftKV checkpoint's l + (L − l)/G (0 < l < L, G dividing L − l) when
-// the bases were calibrated on one. Which one the served model has is PrepareModel's check.
+// the bases were calibrated on one. Which one the served model has is BuildKvPlan's check.
 bool IsCacheLayerCount(const CalibrationModel& m, uint64_t count) {
   if (count == static_cast<uint64_t>(m.n_layers)) return true;
   for (int l = 1; l < m.n_layers; ++l) {

@@ -90,7 +90,7 @@ struct Calibration {
 // above with n_kv_heads dividing n_heads; corpus ≤ kMaxCalibrationCorpusBytes; tokens ≥ 0;
 // SwiftKV 0 ≤ l < L, G ≥ 1 dividing L − l, (L − l)/G leaders each with [kv_dim, dim] wk and wv,
 // norm [dim], λ ≥ 0, MSEs ≥ 0; ZACK ρ ∈ [0, 1], l + (L − l)/G cache layers with SwiftKV (else L,
-// or a SwiftKV checkpoint's l + (L − l)/G when calibrated on one; PrepareModel checks which the
+// or a SwiftKV checkpoint's l + (L − l)/G when calibrated on one; BuildKvPlan checks which the
 // served model has) of n_kv_heads heads, ranks in [1, head_dim], [head_dim, head_dim] bases,
 // head_dim eigenvalues in descending order; every number finite. Orthonormality of the bases is not
 // checked. InvalidArgument naming the first problem's field.

@@ -80,9 +80,8 @@ absl::StatusOr<std::shared_ptr<const ZackBases>> ResolveZack(const CompressionPr
 }
 
 // ZACK bases describe the cache of one model: the calibration's recovered SwiftKV model when the
-// file has a recovery, else the model as loaded (plain, or a SwiftKV checkpoint as trained), whose
-// cache layer count they must have. (A G = 1 checkpoint and the plain model have the same count:
-// bases of one pass for the other.)
+// file has a recovery, else the model as loaded (plain, or a SwiftKV checkpoint as trained). Their
+// cache layer count is checked against the served model's by BuildKvPlan.
 absl::Status CheckZackMatchesSwiftKv(const ModelWeights& weights, const CompressionProfile& profile,
                                      const Calibration& calibration) {
   const bool checkpoint =
@@ -90,16 +89,6 @@ absl::Status CheckZackMatchesSwiftKv(const ModelWeights& weights, const Compress
   const bool rewired =
       profile.swiftkv_layer >= 0 && !checkpoint && profile.swiftkv_layer < weights.config.n_layers;
   if (!calibration.swiftkv.has_value()) {
-    const int n = weights.config.n_layers;
-    const int cache_layers =
-        checkpoint ? weights.swiftkv->layer + (n - weights.swiftkv->layer) / weights.swiftkv->group
-                   : n;
-    if (!rewired && calibration.zack->heads.size() != static_cast<size_t>(cache_layers)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ZACK: the calibration's bases cover ", calibration.zack->heads.size(),
-          " cache layers and this model has ", cache_layers,
-          "; calibrate on the model served (a SwiftKV checkpoint with AcrossKV has fewer)"));
-    }
     if (!rewired) return absl::OkStatus();
     return absl::InvalidArgumentError(
         "ZACK: the calibration's bases are for the model without SwiftKV rewiring; calibrate with "

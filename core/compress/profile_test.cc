@@ -2,6 +2,7 @@
 // for profiles that do not fit the model or the calibration.
 #include "core/compress/profile.h"
 
+#include "core/engine/kv_plan.h"
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -107,6 +108,16 @@ TEST(ProfileTest, ZackBasesServeOnlyTheModelTheyWereMadeFor) {
   EXPECT_EQ(Error(w, rewired, &c), "");
 }
 
+// The KV plan's error for `w` served with `profile` and `c`, "" when it builds.
+std::string PlanError(const ModelWeights& w, const CompressionProfile& profile,
+                      const Calibration& c) {
+  absl::StatusOr<PreparedModel> prepared = PrepareModel(w, profile, &c);
+  if (!prepared.ok()) return std::string(prepared.status().message());
+  absl::StatusOr<KvPlan> plan =
+      BuildKvPlan(prepared->weights, prepared->compression, /*page_size=*/16, WeightFormat{});
+  return plan.ok() ? "" : std::string(plan.status().message());
+}
+
 TEST(ProfileTest, ZackBasesOfAnAcrossKvCheckpointServeOnlyThatCheckpoint) {
   ModelWeights checkpoint = Model();
   absl::StatusOr<SwiftKvWeights> trained = RewireSwiftKv(checkpoint, 2, 2);  // 3 cache layers
@@ -116,11 +127,11 @@ TEST(ProfileTest, ZackBasesOfAnAcrossKvCheckpointServeOnlyThatCheckpoint) {
   ASSERT_TRUE(ValidateCalibration(c).ok()) << ValidateCalibration(c);
   CompressionProfile zack;
   zack.zack = true;
-  EXPECT_EQ(Error(checkpoint, zack, &c), "");
-  EXPECT_THAT(Error(Model(), zack, &c), HasSubstr("cover 3 cache layers and this model has 4"));
+  EXPECT_EQ(PlanError(checkpoint, zack, c), "");
+  EXPECT_THAT(PlanError(Model(), zack, c), HasSubstr("bases for 3 cache layers; the model has 4"));
   const Calibration plain = IdentityZack(Model(), 4);
-  EXPECT_THAT(Error(checkpoint, zack, &plain),
-              HasSubstr("cover 4 cache layers and this model has 3"));
+  EXPECT_THAT(PlanError(checkpoint, zack, plain),
+              HasSubstr("bases for 4 cache layers; the model has 3"));
 }
 
 TEST(ProfileTest, RejectsACalibrationOfAnotherShape) {
