@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "core/compress/calibrator.h"
@@ -57,15 +58,17 @@ std::vector<int32_t> Tokens(int n, int salt = 0) {
 }
 
 // SwiftKV recovery at l = 2 (group `group`) and ZACK bases, ρ = 0, made once per group.
-const Calibration& TestCalibration(int group) {
-  static std::map<int, Calibration>* cache = new std::map<int, Calibration>;
-  auto [it, inserted] = cache->try_emplace(group);
+// Calibration for `profile`'s cache layout (its SwiftKV layer and AcrossKV group), with ZACK bases.
+const Calibration& TestCalibration(const CompressionProfile& profile) {
+  static std::map<std::pair<int, int>, Calibration>* cache =
+      new std::map<std::pair<int, int>, Calibration>;
+  auto [it, inserted] = cache->try_emplace({profile.swiftkv_layer, profile.across_kv});
   if (inserted) {
     std::vector<std::vector<int32_t>> sequences;
     for (int s = 0; s < 4; ++s) sequences.push_back(Tokens(128, s + 10));
     CalibrateOptions options;
-    options.swiftkv_layer = 2;
-    options.across_kv = group;
+    options.swiftkv_layer = profile.swiftkv_layer;
+    options.across_kv = profile.across_kv;
     options.zack = true;
     options.num_threads = 1;
     absl::StatusOr<Calibration> calibration = Calibrate(Model(), sequences, options, "test");
@@ -147,46 +150,58 @@ TEST(CudaEngineTest, Stories260KGreedyOutputEqualsTheCpuEngine) {
 struct TechniqueCase {
   const char* name;
   CompressionProfile profile;
-  int calibration_group;  // 0 = none
+  bool calibrated;  // served with TestCalibration(profile)
   double tolerance;
 };
 
 std::vector<TechniqueCase> Techniques() {
   std::vector<TechniqueCase> cases;
-  cases.push_back({"plain", {}, 0, 1e-4});
+  cases.push_back({"plain", {}, false, 1e-4});
   CompressionProfile swiftkv;
   swiftkv.swiftkv_layer = 2;
   swiftkv.swiftkv_recovery = true;
-  cases.push_back({"swiftkv", swiftkv, 1, 1e-4});
+  cases.push_back({"swiftkv", swiftkv, true, 1e-4});
   CompressionProfile across = swiftkv;
   across.across_kv = 2;
-  cases.push_back({"swiftkv+acrosskv", across, 2, 1e-4});
+  cases.push_back({"swiftkv+acrosskv", across, true, 1e-4});
   CompressionProfile zack;
   zack.zack = true;
   zack.zack_rho = 0.05;
-  cases.push_back({"zack", zack, 1, 1e-4});
+  cases.push_back({"zack", zack, true, 1e-4});
   CompressionProfile fp8;
   fp8.fp8 = KvScaleMode::kPerTokenHead;
-  cases.push_back({"fp8", fp8, 0, 2e-2});
+  cases.push_back({"fp8", fp8, false, 2e-2});
   CompressionProfile kcache;
   kcache.kcache = {.top_n = 8, .full_layers = 1, .sink = 2, .recent = 4};
-  cases.push_back({"kcache", kcache, 0, 1e-3});
+  cases.push_back({"kcache", kcache, false, 1e-3});
   CompressionProfile all = across;
   all.zack = true;
   all.zack_rho = 0.05;
   all.fp8 = KvScaleMode::kPerTokenHead;
   all.kcache = {.top_n = 8, .full_layers = 1, .sink = 2, .recent = 4};
-  cases.push_back({"all", all, 2, 2e-2});
+  cases.push_back({"all", all, true, 2e-2});
   return cases;
+}
+
+absl::StatusOr<PreparedModel> Prepare(const TechniqueCase& c) {
+  return PrepareModel(Model(), c.profile, c.calibrated ? &TestCalibration(c.profile) : nullptr);
+}
+
+// Runs without a GPU too, so that a case the model refuses fails on every machine, not only on
+// the rare one with a device.
+TEST(CudaEngineTest, EveryTechniqueCaseIsServable) {
+  for (const TechniqueCase& c : Techniques()) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<PreparedModel> prepared = Prepare(c);
+    EXPECT_TRUE(prepared.ok()) << prepared.status();
+  }
 }
 
 TEST(CudaEngineTest, EveryTechniqueMatchesTheCpuEngine) {
   PDSERVE_REQUIRE_GPU();
   for (const TechniqueCase& c : Techniques()) {
     SCOPED_TRACE(c.name);
-    const Calibration* calibration =
-        c.calibration_group > 0 ? &TestCalibration(c.calibration_group) : nullptr;
-    absl::StatusOr<PreparedModel> prepared = PrepareModel(Model(), c.profile, calibration);
+    absl::StatusOr<PreparedModel> prepared = Prepare(c);
     ASSERT_TRUE(prepared.ok()) << prepared.status();
     // Chunks of 48 cross page boundaries (pages of 16 hold 3 per chunk), 20 decode steps.
     const std::vector<int32_t> prompt = Tokens(150, 3);
@@ -254,10 +269,7 @@ TEST(CudaEngineTest, BadInputIsRefusedAndChangesNothing) {
 }
 
 // Every technique at once (SwiftKV + AcrossKV + ZACK + FP8 + KCache): every page layout there is.
-absl::StatusOr<PreparedModel> AllTechniques() {
-  const TechniqueCase all = Techniques().back();
-  return PrepareModel(Model(), all.profile, &TestCalibration(all.calibration_group));
-}
+absl::StatusOr<PreparedModel> AllTechniques() { return Prepare(Techniques().back()); }
 
 // As a prefill worker does: each cache layer's pages of `sequence`, encoded from
 // CacheLayerStored while the Forward runs.

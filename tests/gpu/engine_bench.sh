@@ -18,7 +18,7 @@ reps=3
 bench() {
   local name=$1
   shift
-  if "$pdserve" bench --repetitions "$reps" "$@" >"$work/$name.log" 2>&1; then
+  if timeout 240 "$pdserve" bench --repetitions "$reps" "$@" >"$work/$name.log" 2>&1; then
     tail -1 "$work/$name.log" | python3 -c \
       'import json,sys; r=json.loads(sys.stdin.read()); print("%.0f %.0f" % (r["prefill_tokens_per_s"], r["decode_tokens_per_s"]))'
   else
@@ -71,6 +71,7 @@ for setting in plain swiftkv; do
     --prompt-tokens 4096 --gen-tokens 128 --decode-context 4096 "${extra[@]}")
   echo "| $setting | $pp | $tg |"
 done
+rm -f "$large"  # 2.5 GB of random weights: no part of the report
 
 # cuBLAS's share of GPU kernel time in a prefill (stories110M shape, 1024 tokens; the one decode
 # step and the warm-up are in the total too, so the share is approximate), from an Nsight Systems

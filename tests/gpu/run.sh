@@ -12,7 +12,7 @@
 #      larger shape;
 #   5. serves on the GPU: `pdserve up --device cuda` (prefill and decode workers on the GPU, KV
 #      pages through their pinned host mirrors) must answer a greedy request as the CPU does
-#      (tests/gpu/cluster_smoke.sh);
+#      (tests/gpu/cluster_smoke.sh), before the whole-engine benchmarks of step 4;
 #   6. writes everything to a report directory (default gpu-report/): summary.md, logs, JSON.
 # Exits non-zero when a test, a sanitizer or the cluster check fails; benchmarks only report.
 # Usage: tests/gpu/run.sh [--report DIR] [--prebuilt DIR] [--no-setup] [--quick]
@@ -103,18 +103,48 @@ note "## compute-sanitizer"
 note ""
 # The exhaustive FP8 sweep (2^32 conversions) is far too slow under the sanitizer; it runs above.
 sanitizer_filter='-*Exhaustive*:*LongContext*'
+# racecheck reports shared-memory hazards inside cuBLAS's own Hopper GEMM kernels (nvjet_sm90_*,
+# synchronized by TMA and mbarriers); excluding them with --kernel-name-exclude crashed the tool
+# (docs/gpu-report/summary.md). A run whose every hazard lies in those kernels is reported as
+# such, apart from hazards in pdserve's own kernels, which fail the step.
+# The runs go in parallel (one GPU serves them all), each bounded so one slow tool cannot eat the
+# device time the later steps need.
+sanitizer_seconds=${PDSERVE_SANITIZER_SECONDS:-240}
 if command -v compute-sanitizer >/dev/null; then
+  note "- $(compute-sanitizer --version | tail -1)"
+  note ""
   note "| test binary | tool | result |"
   note "| --- | --- | --- |"
+  declare -A sanitizer_pid=()
   for t in $gpu_tests; do
     exe=$(find_binary "$t")
     [ -z "$exe" ] && continue
     for tool in memcheck racecheck; do
-      log=$report/sanitizer-$tool-$t.log
-      (cd "$(dirname "$exe")" && compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$exe" --gtest_filter="$sanitizer_filter") >"$log" 2>&1
+      (cd "$(dirname "$exe")" && timeout "$sanitizer_seconds" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 "$exe" --gtest_filter="$sanitizer_filter") \
+        >"$report/sanitizer-$tool-$t.log" 2>&1 &
+      sanitizer_pid[$t.$tool]=$!
+    done
+  done
+  for t in $gpu_tests; do
+    for tool in memcheck racecheck; do
+      [ -z "${sanitizer_pid[$t.$tool]:-}" ] && continue
+      wait "${sanitizer_pid[$t.$tool]}"
       rc=$?
-      if [ $rc -eq 0 ]; then result=clean; else result="FAIL ($rc)"; failures=$((failures + 1)); fi
+      result=""
+      log=$report/sanitizer-$tool-$t.log
+      races=$(grep -c 'Race reported between' "$log")
+      if [ $rc -eq 99 ] && [ "$races" -gt 0 ] && grep -q '^\[  PASSED  \]' "$log" &&
+        ! grep -q '^\[  FAILED  \]' "$log" &&
+        ! grep 'Race reported between' "$log" | grep -qv 'nvjet_sm90'; then
+        rc=0
+        result="clean in pdserve's kernels ($races hazard reports, all inside cuBLAS's nvjet kernels)"
+      fi
+      case $rc in
+        0) result=${result:-clean} ;;
+        124) result="NOT FINISHED in ${sanitizer_seconds} s"; failures=$((failures + 1)) ;;
+        *) result="FAIL ($rc)"; failures=$((failures + 1)) ;;
+      esac
       note "| $t | $tool | $result |"
     done
   done
@@ -127,12 +157,12 @@ fi
 step benchmarks
 note ""
 note "## Benchmarks"
-min_time=0.5
+min_time=0.5  # seconds, as a plain number: Debian's Google Benchmark 1.7 takes no unit
 [ "$quick" = 1 ] && min_time=0.1
 for b in cuda_attention_benchmark cuda_gemm_benchmark; do
   exe=$(find_binary "$b")
   [ -z "$exe" ] && { note "- $b: MISSING"; continue; }
-  "$exe" --benchmark_min_time="${min_time}s" --benchmark_repetitions=3 \
+  "$exe" --benchmark_min_time="$min_time" --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_out="$report/$b.json" \
     --benchmark_out_format=json >"$report/$b.log" 2>&1 || note "- $b: exit $?"
   note ""
@@ -149,17 +179,9 @@ note '```'
 python3 tests/gpu/sdpa_peer.py 2>&1 | tee "$report/sdpa_peer.jsonl" | tee -a "$summary" >/dev/null
 note '```'
 
-# --- 4b. whole-engine throughput, CPU vs GPU ----------------------------------------------------
-step "engine bench"
-pdserve=$(find_binary pdserve)
-if [ -n "$pdserve" ]; then
-  tests/gpu/engine_bench.sh "$pdserve" "$report" "$quick" 2>&1 | tee -a "$summary"
-else
-  note "pdserve binary missing: engine bench NOT RUN"
-fi
-
-# --- 5. disaggregated serving on the GPU --------------------------------------------------------
+# --- 5. disaggregated serving on the GPU (before the engine benchmarks: correctness first) ---
 step "cluster on the GPU"
+pdserve=$(find_binary pdserve)
 note ""
 note "## Disaggregated serving on the GPU"
 note ""
@@ -170,6 +192,14 @@ if [ -z "$pdserve" ]; then
 elif ! tests/gpu/cluster_smoke.sh "$pdserve" "$shared" "$report" cuda 2>&1 | tee -a "$summary"; then
   note "cluster check FAILED (see cluster-*.err)"
   failures=$((failures + 1))
+fi
+
+# --- 6. whole-engine throughput, CPU vs GPU ----------------------------------------------------
+step "engine bench"
+if [ -n "$pdserve" ]; then
+  tests/gpu/engine_bench.sh "$pdserve" "$report" "$quick" 2>&1 | tee -a "$summary"
+else
+  note "pdserve binary missing: engine bench NOT RUN"
 fi
 
 note ""
