@@ -6,13 +6,25 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/retry_hint.h"
 
 namespace pdserve {
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& status) {
+// The call's status, with the router's retry hint (its trailing metadata) as a payload.
+absl::Status FromGrpc(const grpc::Status& status, const grpc::ClientContext* context = nullptr) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  absl::Status result(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  if (context != nullptr) {
+    const auto& trailers = context->GetServerTrailingMetadata();
+    if (auto it = trailers.find(kRetryAfterMsTrailer); it != trailers.end()) {
+      if (std::optional<absl::Duration> hint =
+              ParseRetryAfterMs(absl::string_view(it->second.data(), it->second.size()))) {
+        SetRetryHint(result, *hint);
+      }
+    }
+  }
+  return result;
 }
 
 }  // namespace
@@ -48,6 +60,12 @@ void CancellationToken::Detach() const {
   state_->context = nullptr;
 }
 
+bool CancellationToken::SleepUnlessCancelled(absl::Duration wait) const {
+  absl::MutexLock lock(&state_->mu);
+  state_->mu.AwaitWithTimeout(absl::Condition(&state_->cancelled), wait);
+  return !state_->cancelled;
+}
+
 GenerateRequest TextRequest(const std::string& text, int max_tokens) {
   GenerateRequest request;
   request.set_text(text);
@@ -79,11 +97,15 @@ Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel)
       channel_(std::move(channel)),
       stub_(v1::Router::NewStub(channel_)) {}
 
-void Client::Configure(const CallOptions& options, grpc::ClientContext& context) {
+absl::Time Client::Deadline(const CallOptions& options) {
   absl::Time deadline = options.deadline;
   if (options.timeout != absl::InfiniteDuration()) {
     deadline = std::min(deadline, absl::Now() + options.timeout);
   }
+  return deadline;
+}
+
+void Client::Configure(absl::Time deadline, grpc::ClientContext& context) {
   if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
   context.set_wait_for_ready(false);  // an unreachable router is UNAVAILABLE at once
 }
@@ -100,8 +122,32 @@ absl::StatusOr<GenerateResponse::Final> Client::GenerateStream(
       return absl::InvalidArgumentError("a stop string is not valid UTF-8");
     }
   }
+  if (absl::Status valid = options.retry.Validate(); !valid.ok()) return valid;
+  const absl::Time deadline = Deadline(options);
+  for (int retry = 0;; ++retry) {
+    absl::StatusOr<GenerateResponse::Final> result =
+        GenerateOnce(request, options, deadline, on_token);
+    if (result.ok() || result.status().code() != absl::StatusCode::kResourceExhausted ||
+        retry >= options.retry.max_retries) {
+      return result;
+    }
+    const absl::Duration wait =
+        RetryDelay(options.retry, retry, RetryHint(result.status()), RetryJitter());
+    if (absl::Now() + wait >= deadline) return result;  // no time left for another try
+    if (options.on_retry) options.on_retry(result.status(), wait);
+    if (!options.cancellation) {
+      absl::SleepFor(wait);
+    } else if (!options.cancellation->SleepUnlessCancelled(wait)) {
+      return absl::CancelledError("cancelled while waiting to retry");
+    }
+  }
+}
+
+absl::StatusOr<GenerateResponse::Final> Client::GenerateOnce(
+    const GenerateRequest& request, const CallOptions& options, absl::Time deadline,
+    const std::function<void(const GenerateResponse::Token&)>& on_token) {
   grpc::ClientContext context;
-  Configure(options, context);
+  Configure(deadline, context);
   if (options.cancellation && !options.cancellation->Attach(&context)) {
     return absl::CancelledError("cancelled before the call started");
   }
@@ -122,7 +168,7 @@ absl::StatusOr<GenerateResponse::Final> Client::GenerateStream(
     if (response.has_final()) final = response.final();
   }
   grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpc(status);
+  if (!status.ok()) return FromGrpc(status, &context);
   if (!final) return absl::InternalError("the router ended the stream without a final message");
   return *std::move(final);
 }
@@ -141,7 +187,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const GenerateRequest& request,
 
 absl::StatusOr<v1::ListWorkersReply> Client::ListWorkers(const CallOptions& options) {
   grpc::ClientContext context;
-  Configure(options, context);
+  Configure(Deadline(options), context);
   if (options.cancellation && !options.cancellation->Attach(&context)) {
     return absl::CancelledError("cancelled before the call started");
   }

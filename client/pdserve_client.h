@@ -5,9 +5,11 @@
 //   // result->text, result->token_ids, result->final.finish_reason(), .timings()
 //
 // Errors are absl::Status with the server's code and message: INVALID_ARGUMENT (bad request),
-// RESOURCE_EXHAUSTED (overloaded; retry later), UNAVAILABLE (the router is unreachable, or no
-// worker can take the request), DEADLINE_EXCEEDED, CANCELLED. The channel does not wait for the
-// router to come up, so an unreachable router fails promptly.
+// RESOURCE_EXHAUSTED (overloaded: the router's queue is full; Generate retries it as
+// CallOptions::retry says, by default up to 8 times honouring the router's hint, and the status
+// it finally returns carries that hint, RetryHint in proto/retry_hint.h), UNAVAILABLE (the router
+// is unreachable, or no worker can take the request), DEADLINE_EXCEEDED, CANCELLED. The channel
+// does not wait for the router to come up, so an unreachable router fails promptly.
 //
 // Thread-safety: one Client may be used by many threads at once. A CancellationToken may be
 // cancelled from any thread; it cancels the call it is attached to (or the next one, if none is
@@ -25,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/retry_policy.h"
 #include "pdserve/v1/router.grpc.pb.h"
 
 namespace pdserve {
@@ -47,6 +50,8 @@ class CancellationToken {
   // is destroyed.
   bool Attach(grpc::ClientContext* context) const;
   void Detach() const;
+  // Waits `wait` unless cancelled meanwhile; false when cancelled.
+  bool SleepUnlessCancelled(absl::Duration wait) const;
   std::shared_ptr<State> state_;
 };
 
@@ -56,6 +61,11 @@ struct CallOptions {
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration timeout = absl::InfiniteDuration();
   std::optional<CancellationToken> cancellation;
+  // Generate and GenerateStream retry RESOURCE_EXHAUSTED (never anything else, and never once a
+  // token arrived); retries stay within the deadline above.
+  RetryPolicy retry;
+  // Called before each retry's wait with the refusal and the wait.
+  std::function<void(const absl::Status& refusal, absl::Duration wait)> on_retry;
 };
 
 struct GenerateResult {
@@ -89,7 +99,13 @@ class Client {
 
  private:
   Client(std::string address, std::shared_ptr<grpc::Channel> channel);
-  static void Configure(const CallOptions& options, grpc::ClientContext& context);
+  // The call's absolute deadline from `options` (deadline and timeout).
+  static absl::Time Deadline(const CallOptions& options);
+  static void Configure(absl::Time deadline, grpc::ClientContext& context);
+  // One Generate call, no retry.
+  absl::StatusOr<GenerateResponse::Final> GenerateOnce(
+      const GenerateRequest& request, const CallOptions& options, absl::Time deadline,
+      const std::function<void(const GenerateResponse::Token&)>& on_token);
 
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;

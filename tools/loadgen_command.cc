@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, trace, "",
           "hash_ids of 512-token blocks); lengths and arrivals from it");
 ABSL_FLAG(double, trace_speedup, 1.0, "loadgen: divide the trace's timestamps by this");
 ABSL_FLAG(double, request_timeout, 300, "loadgen: deadline per request in seconds");
+ABSL_FLAG(int, retries, 8,
+          "loadgen: retries of a request refused for overload (RESOURCE_EXHAUSTED / 429), with "
+          "jittered exponential backoff honouring the server's hint; 0 = none");
 ABSL_FLAG(double, duration, 0,
           "loadgen: stop after this many seconds; unfinished requests count as abandoned "
           "(0 = run every request to its end)");
@@ -174,6 +177,8 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.seed = absl::GetFlag(FLAGS_seed);
   c.run.concurrency = c.concurrency;
   c.run.timeout_s = absl::GetFlag(FLAGS_request_timeout);
+  c.run.retry.max_retries = absl::GetFlag(FLAGS_retries);
+  PDSERVE_RETURN_IF_ERROR(c.run.retry.Validate());
   if (!(c.run.timeout_s > 0)) return absl::InvalidArgumentError("--request-timeout must be > 0");
   c.run.duration_s = absl::GetFlag(FLAGS_duration);
   if (c.run.duration_s < 0) return absl::InvalidArgumentError("--duration must be ≥ 0");

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -50,7 +51,14 @@ ABSL_FLAG(std::string, decode_addresses, "",
           "router: static decode workers as decode_addr@kvstore_addr, comma separated");
 ABSL_FLAG(std::string, monolithic_addresses, "", "router: static monolithic workers");
 ABSL_FLAG(std::string, policy, "least-tokens", "router: least-tokens or round-robin");
-ABSL_FLAG(int, max_inflight, 256, "router: admitted requests before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_inflight, 256, "router: requests running at once; more wait in its queue");
+ABSL_FLAG(int, max_queued, 4096,
+          "router: requests waiting beyond --max-inflight before RESOURCE_EXHAUSTED / 429");
+ABSL_FLAG(int64_t, max_queued_mib, 256, "router: request data its queue may hold, in MiB");
+ABSL_FLAG(double, queue_timeout_seconds, 300,
+          "router: longest wait in its queue (or the client's deadline, if sooner)");
+ABSL_FLAG(double, worker_silence_seconds, 30,
+          "router: a worker silent this long is dead if another of its role is live");
 ABSL_FLAG(int, heartbeat_ms, 500, "router: worker heartbeat interval in milliseconds");
 
 namespace pdserve::cli {
@@ -227,6 +235,23 @@ absl::Status RunRouterCommand() {
   }
   options.policy = absl::GetFlag(FLAGS_policy);
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  options.max_queued = absl::GetFlag(FLAGS_max_queued);
+  const int64_t queued_mib = absl::GetFlag(FLAGS_max_queued_mib);
+  if (queued_mib < 0 || queued_mib > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-queued-mib ", queued_mib, " is outside [0, 1048576]"));
+  }
+  options.max_queued_bytes = queued_mib << 20;
+  for (auto [name, seconds, field] :
+       {std::tuple{"--queue-timeout-seconds", absl::GetFlag(FLAGS_queue_timeout_seconds),
+                   &options.queue_timeout},
+        std::tuple{"--worker-silence-seconds", absl::GetFlag(FLAGS_worker_silence_seconds),
+                   &options.silence_limit}}) {
+    if (!(seconds > 0) || seconds > 86400) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", seconds, " is outside (0, 86400]"));
+    }
+    *field = absl::Seconds(seconds);
+  }
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return RunRouter(options);

@@ -55,8 +55,10 @@ constexpr const char* kWorkerFlags[] = {"calibration",
                                         "max_queue",
                                         "ucx_tls",
                                         "require_shm"};
-constexpr const char* kRouterFlags[] = {"policy", "max_inflight", "heartbeat_ms", "http_listen",
-                                        "served_model_name"};
+constexpr const char* kRouterFlags[] = {
+    "policy",         "max_inflight",          "max_queued",
+    "max_queued_mib", "queue_timeout_seconds", "worker_silence_seconds",
+    "heartbeat_ms",   "http_listen",           "served_model_name"};
 constexpr const char* kKvStoreFlags[] = {"pool_mib", "slot_kib", "lease_seconds", "ucx_tls",
                                          "require_shm"};
 

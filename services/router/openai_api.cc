@@ -1,5 +1,6 @@
 #include "services/router/openai_api.h"
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "core/metrics/histogram.h"
 #include "pdserve/v1/router.grpc.pb.h"
+#include "proto/retry_hint.h"
 #include "services/router/openai_protocol.h"
 
 namespace pdserve {
@@ -26,6 +28,25 @@ constexpr char kModelPath[] = "/v1/models/{id}";  // the metrics label
 void SendError(httplib::Response& res, const OpenAiError& error) {
   res.status = error.http_status;
   res.set_content(DumpJson(ErrorBody(error)), kJsonType);
+}
+
+// Why a Router/Generate call produced no first message: its status, and the router's retry hint
+// (kRetryAfterMsTrailer) when it was refused for overload.
+struct RouterRefusal {
+  grpc::Status status;
+  std::optional<absl::Duration> retry_after;
+};
+
+// A refusal as the OpenAI error JSON, with Retry-After (whole seconds, rounded up) when the router
+// gave a retry hint.
+void SendRefusal(httplib::Response& res, const RouterRefusal& refusal, OpenAiEndpoint endpoint) {
+  SendError(res,
+            ErrorFromRouter(refusal.status.error_code(), refusal.status.error_message(), endpoint));
+  if (refusal.retry_after.has_value()) {
+    const int64_t seconds =
+        absl::ToInt64Seconds(absl::Ceil(*refusal.retry_after, absl::Seconds(1)));
+    res.set_header("Retry-After", absl::StrCat(std::max<int64_t>(1, seconds)));
+  }
 }
 
 // One Router/Generate call. Not thread-safe (used by one HTTP request at a time).
@@ -105,12 +126,12 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
   }
 
  private:
-  // Starts the call and reads its first message; on failure returns nullptr with `*status`.
+  // Starts the call and reads its first message; on failure returns nullptr with `*refusal`.
   std::unique_ptr<RouterCall> Start(const v1::GenerateRequest& request, v1::GenerateResponse* first,
-                                    grpc::Status* status);
+                                    RouterRefusal* refusal);
   std::unique_ptr<RouterCall> StartWithDefaultRoom(OpenAiRequest& request,
                                                    v1::GenerateResponse* first,
-                                                   grpc::Status* status);
+                                                   RouterRefusal* refusal);
   void Collect(OpenAiRequest& request, std::unique_ptr<RouterCall> call, v1::GenerateResponse first,
                httplib::Response& res);
   void Stream(OpenAiRequest& request, std::unique_ptr<RouterCall> call, v1::GenerateResponse first,
@@ -133,14 +154,21 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
 };
 
 std::unique_ptr<RouterCall> OpenAiApi::Start(const v1::GenerateRequest& request,
-                                             v1::GenerateResponse* first, grpc::Status* status) {
+                                             v1::GenerateResponse* first, RouterRefusal* refusal) {
   auto call = std::make_unique<RouterCall>();
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.default_timeout));
   call->reader = stub_->Generate(&call->context, request);
   if (call->reader->Read(first)) return call;
-  *status = call->Finish();
-  if (status->ok()) {
-    *status = grpc::Status(grpc::StatusCode::INTERNAL, "the router ended the call without a reply");
+  refusal->status = call->Finish();
+  if (refusal->status.ok()) {
+    refusal->status =
+        grpc::Status(grpc::StatusCode::INTERNAL, "the router ended the call without a reply");
+  }
+  refusal->retry_after.reset();
+  const auto& trailers = call->context.GetServerTrailingMetadata();
+  if (auto it = trailers.find(kRetryAfterMsTrailer); it != trailers.end()) {
+    refusal->retry_after =
+        ParseRetryAfterMs(absl::string_view(it->second.data(), it->second.size()));
   }
   return nullptr;
 }
@@ -149,16 +177,16 @@ std::unique_ptr<RouterCall> OpenAiApi::Start(const v1::GenerateRequest& request,
 // tokens fit after the prompt (it alone tokenizes), and the request is sent again with that many.
 std::unique_ptr<RouterCall> OpenAiApi::StartWithDefaultRoom(OpenAiRequest& request,
                                                             v1::GenerateResponse* first,
-                                                            grpc::Status* status) {
-  std::unique_ptr<RouterCall> call = Start(request.generate, first, status);
+                                                            RouterRefusal* refusal) {
+  std::unique_ptr<RouterCall> call = Start(request.generate, first, refusal);
   if (call != nullptr || !request.max_tokens_is_default ||
-      status->error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+      refusal->status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
     return call;
   }
-  const std::optional<int> room = RoomFromRouterMessage(status->error_message());
+  const std::optional<int> room = RoomFromRouterMessage(refusal->status.error_message());
   if (!room.has_value() || *room >= request.generate.max_tokens()) return call;
   request.generate.set_max_tokens(*room);
-  return Start(request.generate, first, status);
+  return Start(request.generate, first, refusal);
 }
 
 void OpenAiApi::Generate(OpenAiEndpoint endpoint, const httplib::Request& req,
@@ -174,10 +202,10 @@ void OpenAiApi::Generate(OpenAiEndpoint endpoint, const httplib::Request& req,
     return;
   }
   v1::GenerateResponse first;
-  grpc::Status status;
-  std::unique_ptr<RouterCall> call = StartWithDefaultRoom(request, &first, &status);
+  RouterRefusal refusal;
+  std::unique_ptr<RouterCall> call = StartWithDefaultRoom(request, &first, &refusal);
   if (call == nullptr) {
-    SendError(res, ErrorFromRouter(status.error_code(), status.error_message(), endpoint));
+    SendRefusal(res, refusal, endpoint);
     Record(path, res.status, start);
     return;
   }

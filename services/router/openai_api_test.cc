@@ -421,10 +421,12 @@ TEST_F(OpenAiApiTest, HttpLevelErrors) {
   EXPECT_THAT(res->body, HasSubstr(R"(pdserve_http_requests_total{path="other",code="404"} 1)"));
 }
 
-TEST_F(OpenAiApiTest, OverloadedIs429) {
+// A full admission queue answers 429 with Retry-After (the router's hint, in whole seconds).
+TEST_F(OpenAiApiTest, OverloadedIs429WithRetryAfter) {
   worker_.hang_after_ = 1;
   RouterOptions options = Options();
   options.max_inflight = 1;
+  options.max_queued = 0;
   Start(options);
   std::atomic<bool> admitted{false};
   std::atomic<bool> hang_up{false};
@@ -443,6 +445,10 @@ TEST_F(OpenAiApiTest, OverloadedIs429) {
   while (!admitted) absl::SleepFor(absl::Milliseconds(5));  // it is admitted and hangs
   Json e = ExpectError("/v1/completions", R"({"prompt": "x"})", 429);
   EXPECT_EQ(e["type"], "rate_limit_error");
+  auto res = Post("/v1/completions", R"({"prompt": "x"})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
   // The client hangs up while the router waits for the worker: the call is cancelled anyway.
   hang_up = true;
   hanging.join();

@@ -37,7 +37,7 @@ std::vector<CallbackSample> WorkerQueues(const WorkerRegistry& workers, bool tok
 }  // namespace
 
 RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& workers,
-                             const std::atomic<int>& inflight)
+                             const AdmissionQueue& admission)
     : requests_(metrics.AddCounter("pdserve_router_requests_total",
                                    "Generate calls by outcome and gRPC status code",
                                    {"outcome", "code"})),
@@ -60,6 +60,16 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
                .AddHistogram("pdserve_router_e2e_request_latency_seconds",
                              "Arrival to the final message, completed requests", LatencyBuckets())
                .Get()),
+      admission_wait_(metrics
+                          .AddHistogram("pdserve_router_admission_wait_seconds",
+                                        "Time admitted requests waited in the router's admission "
+                                        "queue (0 when admitted at once)",
+                                        LatencyBuckets())
+                          .Get()),
+      health_changes_(metrics.AddCounter(
+          "pdserve_router_worker_health_changes_total",
+          "Changes of a worker's health seen by the router, by role and the state entered",
+          {"role", "state"})),
       prompt_tokens_(metrics
                          .AddCounter("pdserve_router_prompt_tokens_total",
                                      "Prompt tokens of completed requests")
@@ -68,10 +78,25 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
                              .AddCounter("pdserve_router_generation_tokens_total",
                                          "Tokens generated for completed requests")
                              .Get()) {
+  for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
+    for (WorkerHealth health : {WorkerHealth::kHealthy, WorkerHealth::kLate, WorkerHealth::kDead}) {
+      health_changes_.WithLabels({WorkerRoleName(role), WorkerHealthName(health)});  // zeros
+    }
+  }
   metrics.AddGaugeCallback("pdserve_router_requests_inflight",
-                           "Generate calls admitted and not finished", {}, [&inflight] {
-                             return std::vector<CallbackSample>{{{}, double(inflight.load())}};
+                           "Generate calls admitted and not finished", {}, [&admission] {
+                             return std::vector<CallbackSample>{{{}, double(admission.active())}};
                            });
+  metrics.AddGaugeCallback("pdserve_router_admission_queued_requests",
+                           "Generate calls waiting in the router's admission queue", {},
+                           [&admission] {
+                             return std::vector<CallbackSample>{{{}, double(admission.queued())}};
+                           });
+  metrics.AddGaugeCallback(
+      "pdserve_router_admission_queued_bytes",
+      "Request data held by calls waiting in the router's admission queue", {}, [&admission] {
+        return std::vector<CallbackSample>{{{}, double(admission.queued_bytes())}};
+      });
   metrics.AddGaugeCallback("pdserve_router_queue_requests",
                            "Requests pending on each worker: its last report plus those sent since",
                            {"role", "worker"},
@@ -87,12 +112,16 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
         const std::vector<WorkerSnapshot> snapshot = workers.List();
         for (WorkerRole role :
              {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
-          int healthy = 0, unhealthy = 0;
+          int healthy = 0, late = 0, dead = 0;
           for (const WorkerSnapshot& worker : snapshot) {
-            if (worker.role == role) ++(worker.healthy ? healthy : unhealthy);
+            if (worker.role != role) continue;
+            ++(worker.health == WorkerHealth::kHealthy ? healthy
+               : worker.health == WorkerHealth::kLate  ? late
+                                                       : dead);
           }
           samples.push_back({{WorkerRoleName(role), "healthy"}, double(healthy)});
-          samples.push_back({{WorkerRoleName(role), "unhealthy"}, double(unhealthy)});
+          samples.push_back({{WorkerRoleName(role), "late"}, double(late)});
+          samples.push_back({{WorkerRoleName(role), "unhealthy"}, double(dead)});
         }
         return samples;
       });
@@ -100,6 +129,11 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
 
 void RouterMetrics::RecordOutcome(const absl::Status& status) {
   requests_.WithLabels({Outcome(status.code()), absl::StatusCodeToString(status.code())})
+      .Increment();
+}
+
+void RouterMetrics::RecordHealthChange(const HealthChange& change) {
+  health_changes_.WithLabels({WorkerRoleName(change.role), WorkerHealthName(change.to)})
       .Increment();
 }
 

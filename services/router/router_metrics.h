@@ -1,26 +1,26 @@
 // The router's metrics (names in deploy/metrics.txt): requests by outcome and gRPC code, the
-// latency histograms measured at the router (TTFT, TPOT, inter-token latency, end to end) and
-// token counters. Queue depths and worker health are gauges read from the WorkerRegistry at
-// scrape time. Definitions follow vLLM's: TTFT = arrival → first token written; TPOT per request
-// = (last token − first token) / (tokens − 1); ITL = each gap between consecutive token writes.
+// latency histograms measured at the router (TTFT, TPOT, inter-token latency, end to end, the
+// wait in the admission queue), token counters and changes of worker health. Worker queues and
+// health, and the admission queue's depth, are gauges read at scrape time. Definitions follow
+// vLLM's: TTFT = arrival → first token written; TPOT per request = (last token − first token) /
+// (tokens − 1); ITL = each gap between consecutive token writes.
 #ifndef PDSERVE_SERVICES_ROUTER_ROUTER_METRICS_H_
 #define PDSERVE_SERVICES_ROUTER_ROUTER_METRICS_H_
-
-#include <atomic>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
+#include "services/router/admission_queue.h"
 #include "services/router/worker_registry.h"
 
 namespace pdserve {
 
 class RouterMetrics {
  public:
-  // Registers the router's families in `metrics`; the gauges read `workers` and `inflight`,
+  // Registers the router's families in `metrics`; the gauges read `workers` and `admission`,
   // which must outlive every scrape of `metrics`.
   RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& workers,
-                const std::atomic<int>& inflight);
+                const AdmissionQueue& admission);
 
   // One Generate call that ended with `status` (outcome completed, rejected, cancelled or
   // failed, by its code).
@@ -30,6 +30,11 @@ class RouterMetrics {
                        int completion_tokens, int prompt_tokens);
   // A gap between two consecutive token messages of one request.
   void RecordTokenGap(absl::Duration gap) { itl_.Observe(absl::ToDoubleSeconds(gap)); }
+  // How long an admitted request waited in the admission queue (zero: admitted at once).
+  void RecordAdmissionWait(absl::Duration wait) {
+    admission_wait_.Observe(absl::ToDoubleSeconds(wait));
+  }
+  void RecordHealthChange(const HealthChange& change);
 
  private:
   MetricFamily<Counter>& requests_;
@@ -37,6 +42,8 @@ class RouterMetrics {
   Histogram& tpot_;
   Histogram& itl_;
   Histogram& e2e_;
+  Histogram& admission_wait_;
+  MetricFamily<Counter>& health_changes_;
   Counter& prompt_tokens_;
   Counter& generation_tokens_;
 };

@@ -10,6 +10,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
+#include "proto/retry_hint.h"
 #include "services/common/grpc_status.h"
 #include "services/common/shutdown_signal.h"
 #include "services/router/openai_api.h"
@@ -40,6 +41,8 @@ WorkerLoad LoadFromProto(const v1::QueueStatus& q) {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+const v1::GetQueueRequest kEmptyQueueRequest;
+
 }  // namespace
 
 // One Generate call's state.
@@ -69,6 +72,14 @@ absl::Status RouterOptions::Validate() const {
     return absl::InvalidArgumentError("router: heartbeat interval must be positive");
   }
   if (max_inflight < 1) return absl::InvalidArgumentError("router: max_inflight < 1");
+  if (max_queued < 0) return absl::InvalidArgumentError("router: max_queued < 0");
+  if (max_queued_bytes < 0) return absl::InvalidArgumentError("router: max_queued_bytes < 0");
+  if (queue_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("router: queue timeout must be positive");
+  }
+  if (silence_limit <= heartbeat_interval) {
+    return absl::InvalidArgumentError("router: silence limit must exceed the heartbeat interval");
+  }
   if (default_deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("router: default deadline must be positive");
   }
@@ -92,9 +103,13 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Sched
     : options_(options),
       limits_{options.tokenizer.get(), options.max_context, options.vocab_size},
       policy_(std::move(policy)),
-      registry_(WorkerRegistry::Options{options.heartbeat_interval, 3, nullptr}),
+      registry_(
+          WorkerRegistry::Options{options.heartbeat_interval, 3, options.silence_limit, nullptr}),
+      admission_(AdmissionQueue::Options{.max_active = options.max_inflight,
+                                         .max_queued = options.max_queued,
+                                         .max_queued_bytes = options.max_queued_bytes}),
       metrics_(options.metrics != nullptr ? options.metrics : std::make_shared<MetricsRegistry>()),
-      stats_(*metrics_, registry_, inflight_) {
+      stats_(*metrics_, registry_, admission_) {
   metrics_->AddGauge("pdserve_model_info", "The model this router serves; always 1", {"model"})
       .WithLabels({options.model_id})
       .Set(1);
@@ -144,19 +159,25 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   call.writer = writer;
   const absl::Status status = Serve(call, *request);
   stats_.RecordOutcome(status);
+  if (std::optional<absl::Duration> retry = RetryHint(status)) {
+    context->AddTrailingMetadata(kRetryAfterMsTrailer, FormatRetryAfterMs(*retry));
+  }
   return ToGrpcStatus(status);
 }
 
 absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request) {
   PDSERVE_ASSIGN_OR_RETURN(call.request, ValidateGenerateRequest(request, limits_));
 
-  const int admitted = inflight_.fetch_add(1) + 1;
-  absl::Cleanup leave = [this] { inflight_.fetch_sub(1); };
-  if (admitted > options_.max_inflight) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("router overloaded: ", admitted - 1, " requests in flight (limit ",
-                     options_.max_inflight, "); retry after a short backoff"));
-  }
+  // What a queued call holds: its validated prompt and stop strings, and the request message.
+  int64_t bytes =
+      static_cast<int64_t>(request.ByteSizeLong() + call.request.prompt.size() * sizeof(int32_t));
+  for (const std::string& stop : call.request.stop_strings) bytes += stop.size();
+  const absl::Time client_deadline = absl::FromChrono(call.server_context->deadline());
+  PDSERVE_ASSIGN_OR_RETURN(
+      AdmissionQueue::Ticket ticket,
+      admission_.Admit(bytes, std::min(client_deadline, call.arrival + options_.queue_timeout),
+                       [&call] { return call.server_context->IsCancelled(); }));
+  stats_.RecordAdmissionWait(ticket.waited());
   call.id = RandomRequestId();
   call.request_id =
       request.request_id().empty() ? absl::StrFormat("%016x", call.id) : request.request_id();
@@ -203,6 +224,7 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
                          ->Prefill(context.get(), prefill_request, &prefill_reply);
   }
   registry_.Release(prefill);
+  if (prefill_status.ok()) registry_.NoteProgress(prefill.address);
   if (!prefill_status.ok()) {
     absl::Status error = DownstreamError(call, "prefill", prefill.address, prefill_status);
     CancelKv(decode.kvstore_grpc_address, call.id);  // pages a dying prefill may have left
@@ -261,7 +283,13 @@ absl::Status RouterService::RelayDecode(Call& call, const std::string& address,
   v1::GenerateResponse out;
   bool first = true, done = false, stopped = false, client_gone = false;
   v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+  absl::Time progress_noted = absl::InfinitePast();
   while (!stopped && !client_gone && reader->Read(&response)) {
+    const absl::Time read_at = absl::Now();
+    if (read_at - progress_noted >= options_.heartbeat_interval / 2) {
+      registry_.NoteProgress(address);  // tokens streaming: the worker is alive
+      progress_noted = read_at;
+    }
     if (first) {
       first = false;
       call.timings.set_transfer_seconds(call.timings.transfer_seconds() +
@@ -376,8 +404,8 @@ absl::Status RouterService::DownstreamError(Call& call, const char* role,
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::CANCELLED:  // not by the client, so by the worker going away
-      registry_.MarkFailed(address);
-      Log()->warn("{} failed, marked unhealthy: {}", what, status.error_message());
+      registry_.MarkFailed(address, status.error_message());
+      Log()->warn("{} failed, marked dead: {}", what, status.error_message());
       return absl::UnavailableError(absl::StrCat(what, " failed: ", status.error_message()));
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return absl::DeadlineExceededError(
@@ -451,25 +479,57 @@ grpc::Status RouterService::ListWorkers(grpc::ServerContext* /*context*/,
 }
 
 void RouterService::PollOnce() {
+  // Every worker at once, each bounded: a busy worker's late answer delays no other, and only an
+  // unreachable one (UNAVAILABLE: its connection is gone) is marked dead; a timeout is not death.
   const absl::Duration timeout =
       std::clamp(options_.heartbeat_interval * 2, absl::Milliseconds(200), absl::Seconds(2));
-  auto poll = [&](WorkerRole role, const std::string& address) {
-    const absl::Time sent_at = registry_.Now();  // a failure seen after this one wins
+  struct Poll {
+    std::string address;
+    absl::Time sent_at;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     v1::QueueStatus queue;
-    grpc::Status status =
-        role == WorkerRole::kPrefill
-            ? v1::Prefill::NewStub(Channel(address))->GetQueue(&context, {}, &queue)
-            : v1::Decode::NewStub(Channel(address))->GetQueue(&context, {}, &queue);
-    if (status.ok()) {
-      registry_.Heartbeat(address, LoadFromProto(queue), sent_at);
-    } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      registry_.MarkFailed(address);  // back on its next successful poll
-    }
+    grpc::Status status;
   };
-  for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
-    for (const std::string& address : registry_.StaticAddresses(role)) poll(role, address);
+  const std::vector<WorkerSnapshot> workers = registry_.List();
+  std::vector<std::unique_ptr<Poll>> polls;
+  absl::Mutex mu;
+  size_t answered = 0;
+  for (const WorkerSnapshot& worker : workers) {
+    auto poll = std::make_unique<Poll>();
+    poll->address = worker.address;
+    poll->sent_at = registry_.Now();  // a failure seen after this one wins
+    poll->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    auto done = [&mu, &answered, p = poll.get()](grpc::Status status) {
+      absl::MutexLock lock(&mu);
+      p->status = std::move(status);
+      ++answered;
+    };
+    const std::shared_ptr<grpc::Channel> channel = Channel(worker.address);
+    if (worker.role == WorkerRole::kPrefill) {
+      v1::Prefill::NewStub(channel)->async()->GetQueue(&poll->context, &kEmptyQueueRequest,
+                                                       &poll->queue, done);
+    } else {
+      v1::Decode::NewStub(channel)->async()->GetQueue(&poll->context, &kEmptyQueueRequest,
+                                                      &poll->queue, done);
+    }
+    polls.push_back(std::move(poll));
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return answered == polls.size(); };
+    mu.Await(absl::Condition(&all));
+  }
+  for (const std::unique_ptr<Poll>& p : polls) {
+    if (p->status.ok()) {
+      registry_.Heartbeat(p->address, LoadFromProto(p->queue), p->sent_at);
+    } else if (p->status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      registry_.MarkFailed(p->address, absl::StrCat("GetQueue: ", p->status.error_message()));
+    }
+  }
+  for (const HealthChange& change : registry_.Sweep()) {
+    Log()->warn("{} worker {}: {} -> {}: {}", WorkerRoleName(change.role), change.address,
+                WorkerHealthName(change.from), WorkerHealthName(change.to), change.reason);
+    stats_.RecordHealthChange(change);
   }
 }
 
@@ -491,7 +551,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
   HttpEndpoint http;
   http.role = "router";
   http.metrics = metrics;
-  http.options.threads = options.max_inflight + 16;  // each streaming response holds a thread
+  // Each streaming or queued response holds a thread; connections beyond them wait in the HTTP
+  // server's own queue.
+  http.options.threads = options.max_inflight + std::min(options.max_queued, 1024) + 16;
   http.options.listen_address = options.http_listen_address;
   http.install_routes = [&options, metrics](httplib::Server& routes, const ServiceServer& server) {
     OpenAiApiOptions api;
@@ -531,7 +593,7 @@ absl::Status RunRouter(const RouterOptions& options) {
       options.monolithic_workers.size());
   router->server().AnnounceReady("router");
   const int signal = WaitForShutdownSignal();
-  Log()->info("signal {}: draining ({} requests in flight, up to {})", signal,
+  Log()->info("signal {}: draining ({} requests running or queued, up to {})", signal,
               router->service().inflight(), absl::FormatDuration(options.shutdown_grace));
   router->server().SetServing(false);
   router->Shutdown(options.shutdown_grace);

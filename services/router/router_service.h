@@ -1,19 +1,21 @@
-// The router: pdserve.v1.Router. Generate validates a request, admits it (or answers
-// RESOURCE_EXHAUSTED), picks a decode worker and then a prefill worker with the scheduling policy,
+// The router: pdserve.v1.Router. Generate validates a request, admits it (at once, or after
+// waiting in the admission queue; RESOURCE_EXHAUSTED with a "retry-after-ms" trailer only when the
+// queue is full), picks a decode worker and then a prefill worker with the scheduling policy,
 // runs Prefill (KV into the decode worker's node-local KV store) and then Decode, and relays the
 // tokens to the client with text deltas, stop strings and a final message with timings. With only
 // monolithic workers registered it sends the prompt straight to one of them.
 //
 // Every downstream call is a child of the client's call (deadline and cancellation propagate);
-// a worker that fails as if dead is marked unhealthy and the client gets UNAVAILABLE; a decode
-// stream that breaks makes the router release the request's pages in the KV store at once.
+// a worker found unreachable is marked dead and the client gets UNAVAILABLE; a decode stream that
+// breaks makes the router release the request's pages in the KV store at once. Tokens streaming
+// from a worker count as its heartbeat; a poller thread asks every worker for its queue each
+// heartbeat interval and logs each change of a worker's health (WorkerRegistry).
 //
 // Ownership: RouterServer owns the service and its gRPC server. RouterService is thread-safe
 // (each Generate runs on its own gRPC thread); it owns a thread that polls static workers.
 #ifndef PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 #define PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +32,7 @@
 #include "pdserve/v1/prefill.grpc.pb.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "services/common/service_server.h"
+#include "services/router/admission_queue.h"
 #include "services/router/request_validation.h"
 #include "services/router/router_metrics.h"
 #include "services/router/scheduling_policy.h"
@@ -53,7 +56,13 @@ struct RouterOptions {
   std::vector<StaticDecodeWorker> decode_workers;
   std::vector<std::string> monolithic_workers;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
-  int max_inflight = 256;                                // admitted Generate calls at once
+  absl::Duration silence_limit = absl::Seconds(30);  // WorkerRegistry::Options::silence_limit
+  int max_inflight = 256;                            // Generate calls running at once
+  // Calls beyond max_inflight wait, in arrival order, up to these bounds and for at most
+  // queue_timeout (or the client's deadline, if earlier).
+  int max_queued = 4096;
+  int64_t max_queued_bytes = int64_t{256} << 20;
+  absl::Duration queue_timeout = absl::Seconds(300);
   std::string policy = "least-tokens";                   // or "round-robin"
   absl::Duration default_deadline = absl::Seconds(600);  // when the client sets none
   absl::Duration shutdown_grace = absl::Seconds(30);     // in-flight streams' budget on SIGTERM
@@ -83,7 +92,8 @@ class RouterService final : public v1::Router::Service {
                            v1::ListWorkersReply* reply) override;
 
   WorkerRegistry& registry() { return registry_; }
-  int inflight() const { return inflight_.load(); }
+  // Calls running or queued.
+  int inflight() const { return admission_.active() + admission_.queued(); }
   MetricsRegistry& metrics() { return *metrics_; }
 
  private:
@@ -111,9 +121,9 @@ class RouterService final : public v1::Router::Service {
   const ValidationLimits limits_;
   std::unique_ptr<SchedulingPolicy> policy_;
   WorkerRegistry registry_;
-  std::atomic<int> inflight_{0};
+  AdmissionQueue admission_;
   std::shared_ptr<MetricsRegistry> metrics_;
-  RouterMetrics stats_;  // reads registry_ and inflight_
+  RouterMetrics stats_;  // reads registry_ and admission_
 
   absl::Mutex channels_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_

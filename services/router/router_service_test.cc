@@ -3,6 +3,8 @@
 // alone; the real workers have their own integration tests.
 #include "services/router/router_service.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
+#include "proto/retry_hint.h"
 #include "services/router/test_byte_tokenizer.h"
 
 namespace pdserve {
@@ -22,6 +25,16 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(10);  // upper bound for anything "prompt"
+
+// Polls `done` until it holds (kWait at most): waits for other threads to reach a state.
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time give_up = absl::Now() + kWait;
+  while (!done()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
 
 class FakePrefill final : public v1::Prefill::Service {
  public:
@@ -378,26 +391,113 @@ TEST_F(RouterServiceTest, DecodeWorkerDyingGivesUnavailableAndReleasesPages) {
   EXPECT_THAT(next.status().message(), HasSubstr("no healthy decode worker"));
 }
 
-TEST_F(RouterServiceTest, AdmissionLimitGivesResourceExhausted) {
+// Beyond --max-inflight requests wait in arrival order; beyond --max-queued they are refused with
+// RESOURCE_EXHAUSTED and the router's retry hint.
+TEST_F(RouterServiceTest, RequestsQueueBeyondTheRunningLimitAndAreRefusedBeyondTheQueue) {
+  decode_.script_ = ByteTokenizer::Ids("abcdef");
+  decode_.hang_after_ = 1;
+  RouterOptions options = Options();
+  options.max_inflight = 1;
+  options.max_queued = 1;
+  StartRouter(options);
+  CancellationToken cancel_first, cancel_second;
+  absl::Status first, second;
+  std::thread first_caller([&] {
+    CallOptions o;
+    o.cancellation = cancel_first;
+    first = client_->Generate(TextRequest("x", 50), o).status();
+  });
+  ASSERT_TRUE(decode_.WaitHanging());
+  std::thread second_caller([&] {
+    CallOptions o;
+    o.cancellation = cancel_second;
+    second = client_->Generate(TextRequest("y", 50), o).status();
+  });
+  ASSERT_TRUE(Eventually([&] { return router_->service().inflight() == 2; }));  // one queued
+
+  CallOptions no_retry;
+  no_retry.retry.max_retries = 0;
+  auto third = client_->Generate(TextRequest("z", 5), no_retry);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_THAT(third.status().message(), HasSubstr("1 queued"));
+  EXPECT_EQ(RetryHint(third.status()), absl::Seconds(1));
+
+  cancel_first.Cancel();  // frees the running slot: the queued request goes on to the workers
+  first_caller.join();
+  EXPECT_EQ(first.code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(Eventually([&] { return decode_.requests().size() == 2; }));
+  cancel_second.Cancel();
+  second_caller.join();
+  EXPECT_EQ(second.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(prefill_.requests().size(), 2u);  // the refused request reached no worker
+}
+
+TEST_F(RouterServiceTest, AQueuedRequestLeavesAtItsDeadline) {
   decode_.script_ = ByteTokenizer::Ids("abcdef");
   decode_.hang_after_ = 1;
   RouterOptions options = Options();
   options.max_inflight = 1;
   StartRouter(options);
   CancellationToken cancel;
-  CallOptions first_options;
-  first_options.cancellation = cancel;
-  absl::Status first;
-  std::thread caller(
-      [&] { first = client_->Generate(TextRequest("x", 50), first_options).status(); });
+  std::thread caller([&] {
+    CallOptions o;
+    o.cancellation = cancel;
+    client_->Generate(TextRequest("x", 50), o).IgnoreError();
+  });
   ASSERT_TRUE(decode_.WaitHanging());
-  auto second = client_->Generate(TextRequest("y", 5));
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
-  EXPECT_THAT(second.status().message(), HasSubstr("retry"));
+  CallOptions short_wait;
+  short_wait.timeout = absl::Milliseconds(300);
+  auto late = client_->Generate(TextRequest("y", 5), short_wait);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_EQ(router_->service().inflight(), 1);
   cancel.Cancel();
   caller.join();
-  EXPECT_EQ(first.code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(prefill_.requests().size(), 1u);  // the rejected request reached no worker
+  EXPECT_EQ(prefill_.requests().size(), 1u);
+}
+
+// The SDK retries a refusal after the router's hint, and the retry completes once there is room.
+TEST_F(RouterServiceTest, TheClientRetriesARefusalAndCompletes) {
+  decode_.script_ = ByteTokenizer::Ids("abcdef");
+  decode_.hang_after_ = 1;
+  RouterOptions options = Options();
+  options.max_inflight = 1;
+  options.max_queued = 0;
+  StartRouter(options);
+  CancellationToken cancel;
+  std::thread caller([&] {
+    CallOptions o;
+    o.cancellation = cancel;
+    client_->Generate(TextRequest("x", 50), o).IgnoreError();
+  });
+  ASSERT_TRUE(decode_.WaitHanging());
+  std::atomic<int> retries{0};
+  CallOptions retrying;
+  retrying.on_retry = [&](const absl::Status& refusal, absl::Duration wait) {
+    EXPECT_EQ(refusal.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_GE(wait, absl::Seconds(1));    // the router's hint, jittered upwards
+    if (++retries == 1) cancel.Cancel();  // room for the retry
+  };
+  decode_.hang_after_ = -1;
+  auto result = client_->Generate(TextRequest("y", 3), retrying);
+  caller.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(retries.load(), 1);
+}
+
+// A worker whose server is gone is found dead by the poller within 2 s, with no request sent to it.
+TEST_F(RouterServiceTest, AWorkerThatStopsAnsweringIsFoundDeadWithinTwoSeconds) {
+  StartRouter(Options());
+  ASSERT_TRUE(DecodeHealthy());
+  const std::string address = decode_server_->address();
+  decode_server_->Shutdown(absl::ZeroDuration());
+  const absl::Time stopped = absl::Now();
+  ASSERT_TRUE(Eventually([&] { return !DecodeHealthy(); }));
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(2));
+  bool logged_dead = false;
+  for (const WorkerSnapshot& w : router_->service().registry().List()) {
+    if (w.address == address) logged_dead = w.health == WorkerHealth::kDead;
+  }
+  EXPECT_TRUE(logged_dead);
 }
 
 TEST_F(RouterServiceTest, InvalidRequestsReachNoWorker) {

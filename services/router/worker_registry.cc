@@ -19,6 +19,18 @@ const char* WorkerRoleName(WorkerRole role) {
   return "unknown";
 }
 
+const char* WorkerHealthName(WorkerHealth health) {
+  switch (health) {
+    case WorkerHealth::kHealthy:
+      return "healthy";
+    case WorkerHealth::kLate:
+      return "late";
+    case WorkerHealth::kDead:
+      return "dead";
+  }
+  return "unknown";
+}
+
 WorkerRegistry::WorkerRegistry(Options options)
     : options_([&] {
         if (!options.now) options.now = [] { return absl::Now(); };
@@ -72,17 +84,73 @@ bool WorkerRegistry::Heartbeat(const std::string& address, const WorkerLoad& loa
   return true;
 }
 
-void WorkerRegistry::MarkFailed(const std::string& address) {
+void WorkerRegistry::MarkFailed(const std::string& address, const std::string& reason) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it == workers_.end()) return;
   it->second.failed = true;
   it->second.failed_at = Now();
+  it->second.failed_reason = reason;
 }
 
-bool WorkerRegistry::HealthyLocked(const Worker& worker, absl::Time now) const {
-  return !worker.failed &&
-         now - worker.last_heard <= options_.heartbeat_interval * options_.missed_heartbeats;
+void WorkerRegistry::NoteProgress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it == workers_.end()) return;
+  it->second.last_heard = Now();
+  it->second.failed = false;
+}
+
+bool WorkerRegistry::SilentLocked(const Worker& worker, absl::Time now) const {
+  return now - worker.last_heard > options_.silence_limit;
+}
+
+WorkerHealth WorkerRegistry::HealthLocked(const Worker& worker, absl::Time now,
+                                          std::string* reason) const {
+  if (worker.failed) {
+    if (reason != nullptr) *reason = absl::StrCat("unreachable: ", worker.failed_reason);
+    return WorkerHealth::kDead;
+  }
+  const absl::Duration silent = now - worker.last_heard;
+  if (silent <= options_.heartbeat_interval * options_.missed_heartbeats) {
+    return WorkerHealth::kHealthy;
+  }
+  if (SilentLocked(worker, now)) {
+    int live_peers = 0;
+    for (const auto& [address, other] : workers_) {
+      if (&other != &worker && other.role == worker.role && !other.failed &&
+          !SilentLocked(other, now)) {
+        ++live_peers;
+      }
+    }
+    if (live_peers > 0) {
+      if (reason != nullptr) {
+        *reason = absl::StrCat("silent for ", absl::FormatDuration(silent), " while ", live_peers,
+                               " other ", WorkerRoleName(worker.role), " worker(s) are live");
+      }
+      return WorkerHealth::kDead;
+    }
+  }
+  if (reason != nullptr) {
+    *reason = absl::StrCat("nothing heard for ", absl::FormatDuration(silent),
+                           " (busy, not dead: still routed to)");
+  }
+  return WorkerHealth::kLate;
+}
+
+std::vector<HealthChange> WorkerRegistry::Sweep() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = Now();
+  std::vector<HealthChange> changes;
+  for (const std::string& address : order_) {
+    Worker& w = workers_.at(address);
+    std::string reason = "heard from again";
+    const WorkerHealth health = HealthLocked(w, now, &reason);
+    if (health == w.swept) continue;
+    changes.push_back({w.role, address, w.swept, health, std::move(reason)});
+    w.swept = health;
+  }
+  return changes;
 }
 
 WorkerSnapshot WorkerRegistry::SnapshotLocked(const std::string& address, const Worker& w,
@@ -98,7 +166,8 @@ WorkerSnapshot WorkerRegistry::SnapshotLocked(const std::string& address, const 
   s.inflight_tokens = w.inflight_tokens;
   s.pending_requests = w.reported.queued_requests + w.since_report_requests;
   s.pending_tokens = w.reported.queued_tokens + w.since_report_tokens;
-  s.healthy = HealthyLocked(w, now);
+  s.health = HealthLocked(w, now);
+  s.healthy = s.health != WorkerHealth::kDead;
   s.since_heard = now - w.last_heard;
   return s;
 }
@@ -116,7 +185,7 @@ absl::StatusOr<WorkerAssignment> WorkerRegistry::Acquire(WorkerRole role, Schedu
     c.address = address;
     c.queued_requests = w.reported.queued_requests + w.since_report_requests;
     c.queued_tokens = w.reported.queued_tokens + w.since_report_tokens;
-    c.healthy = HealthyLocked(w, now);
+    c.healthy = HealthLocked(w, now) != WorkerHealth::kDead;
     addresses.push_back(&address);
     candidates.push_back(std::move(c));
   }
@@ -167,16 +236,6 @@ std::vector<WorkerSnapshot> WorkerRegistry::List() const {
   out.reserve(order_.size());
   for (const std::string& address : order_) {
     out.push_back(SnapshotLocked(address, workers_.at(address), now));
-  }
-  return out;
-}
-
-std::vector<std::string> WorkerRegistry::StaticAddresses(WorkerRole role) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::string> out;
-  for (const std::string& address : order_) {
-    const Worker& w = workers_.at(address);
-    if (w.is_static && w.role == role) out.push_back(address);
   }
   return out;
 }

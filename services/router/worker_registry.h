@@ -1,8 +1,16 @@
 // WorkerRegistry: the router's view of its workers (prefill, decode, monolithic) and their load.
-// Workers come from static flags (the router polls their GetQueue every heartbeat interval and
-// reports the result here) or register themselves and send heartbeats. A worker is healthy while
-// it was heard from within `missed_heartbeats` intervals and no call to it failed since
-// (MarkFailed); the next successful heartbeat or poll makes it healthy again.
+// Workers come from static flags or register themselves and send heartbeats; the router polls
+// every one of them each heartbeat interval as well (RouterService::PollOnce).
+//
+// Health tells busy from dead (docs/services.md, "Health"):
+//   - dead: a call or poll found the worker unreachable (MarkFailed: its connection is gone), or it
+//     has been silent for `silence_limit` while another worker of its role is live;
+//   - late: nothing heard (heartbeat, poll answer, or tokens streaming from it: NoteProgress) for
+//     `missed_heartbeats` intervals. A late worker is busy, not dead: it is still routed to;
+//   - healthy otherwise.
+// The last live workers of a role are never taken out for silence alone (as Envoy's panic
+// threshold). The next heartbeat, poll answer or progress revives a dead worker. Sweep reports each
+// change of health once, with its reason.
 //
 // Load: each worker's last reported queue plus what the router assigned since that report
 // (Acquire adds a request and its tokens, Release removes them), so that a burst of requests
@@ -36,6 +44,9 @@ struct WorkerLoad {
   int32_t running_requests = 0;
 };
 
+enum class WorkerHealth { kHealthy, kLate, kDead };
+const char* WorkerHealthName(WorkerHealth health);
+
 struct WorkerSnapshot {
   WorkerRole role = WorkerRole::kDecode;
   std::string address;
@@ -47,8 +58,18 @@ struct WorkerSnapshot {
   int64_t inflight_tokens = 0;
   int32_t pending_requests = 0;  // reported + assigned since the report (what policies see)
   int64_t pending_tokens = 0;
-  bool healthy = false;
+  WorkerHealth health = WorkerHealth::kDead;
+  bool healthy = false;  // routable: not dead (a late worker is routed to)
   absl::Duration since_heard = absl::ZeroDuration();
+};
+
+// A worker's health as it changed since the previous Sweep.
+struct HealthChange {
+  WorkerRole role = WorkerRole::kDecode;
+  std::string address;
+  WorkerHealth from = WorkerHealth::kHealthy;
+  WorkerHealth to = WorkerHealth::kHealthy;
+  std::string reason;
 };
 
 // A request's claim on a worker; give it back with Release exactly once.
@@ -64,12 +85,13 @@ class WorkerRegistry {
  public:
   struct Options {
     absl::Duration heartbeat_interval = absl::Milliseconds(500);
-    int missed_heartbeats = 3;
-    std::function<absl::Time()> now;  // default absl::Now
+    int missed_heartbeats = 3;                         // silent this many intervals: late
+    absl::Duration silence_limit = absl::Seconds(30);  // silent this long: dead, unless the last
+    std::function<absl::Time()> now;                   // default absl::Now
   };
   explicit WorkerRegistry(Options options);
 
-  // A worker from flags: healthy from now until it misses `missed_heartbeats` polls.
+  // A worker from flags: healthy from now.
   void AddStatic(WorkerRole role, const std::string& address,
                  const std::string& kvstore_grpc_address);
   // RegisterWorker: adds or replaces the worker at `address`; it is healthy.
@@ -81,8 +103,12 @@ class WorkerRegistry {
   // the worker failed.
   bool Heartbeat(const std::string& address, const WorkerLoad& load,
                  absl::Time sent_at = absl::InfiniteFuture());
-  // A call to the worker failed as if it were dead: unhealthy until its next heartbeat.
-  void MarkFailed(const std::string& address);
+  // A call or poll found the worker unreachable (`reason`): dead until it is heard from again.
+  void MarkFailed(const std::string& address, const std::string& reason);
+  // Tokens or a reply arrived from the worker: it is alive (and not late), as a heartbeat says.
+  void NoteProgress(const std::string& address);
+  // The health changes since the last call (each worker's first Sweep compares with healthy).
+  std::vector<HealthChange> Sweep();
 
   // Chooses a healthy worker of `role` with `policy` and assigns it `tokens` of work.
   // Unavailable "no healthy <role> worker" when there is none.
@@ -93,7 +119,6 @@ class WorkerRegistry {
   // Workers of `role` that are known (healthy or not).
   int Count(WorkerRole role) const;
   std::vector<WorkerSnapshot> List() const;
-  std::vector<std::string> StaticAddresses(WorkerRole role) const;
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
   absl::Time Now() const { return options_.now(); }
 
@@ -112,12 +137,17 @@ class WorkerRegistry {
     absl::Time last_heard;
     bool failed = false;
     absl::Time failed_at = absl::InfinitePast();
+    std::string failed_reason;
+    WorkerHealth swept = WorkerHealth::kHealthy;  // as the last Sweep reported it
   };
   // The entry of `address` (made, and put in scheduling order, when new) with its role and KV
   // store set.
   Worker& UpsertLocked(WorkerRole role, const std::string& address,
                        const std::string& kvstore_grpc_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool HealthyLocked(const Worker& worker, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // `reason` (optional) receives why the worker is not healthy.
+  WorkerHealth HealthLocked(const Worker& worker, absl::Time now,
+                            std::string* reason = nullptr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool SilentLocked(const Worker& worker, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerSnapshot SnapshotLocked(const std::string& address, const Worker& worker,
                                 absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const Options options_;

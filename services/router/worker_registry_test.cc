@@ -12,6 +12,7 @@ class WorkerRegistryTest : public ::testing::Test {
     WorkerRegistry::Options o;
     o.heartbeat_interval = absl::Seconds(1);
     o.missed_heartbeats = 3;
+    o.silence_limit = absl::Seconds(30);
     o.now = [now] { return *now; };
     return o;
   }
@@ -32,28 +33,94 @@ class WorkerRegistryTest : public ::testing::Test {
     const WorkerSnapshot* s = Find(list, address);
     return s != nullptr && s->healthy;
   }
+  WorkerHealth Health(const std::string& address) {
+    auto list = registry_.List();
+    const WorkerSnapshot* s = Find(list, address);
+    EXPECT_NE(s, nullptr) << address;
+    return s != nullptr ? s->health : WorkerHealth::kDead;
+  }
 
   absl::Time now_ = absl::FromUnixSeconds(1000);
   WorkerRegistry registry_;
   LeastPendingTokensPolicy policy_;
 };
 
-TEST_F(WorkerRegistryTest, MissedHeartbeatsMakeUnhealthyAndAHeartbeatRevives) {
+// A busy worker's heartbeats come late: it is late, still routed to, and a heartbeat revives it.
+TEST_F(WorkerRegistryTest, MissedHeartbeatsMakeLateNotDead) {
   registry_.Register(WorkerRole::kDecode, "d1:1", Load(0, 0), 7, "kv:1");
-  EXPECT_TRUE(Healthy("d1:1"));
+  EXPECT_EQ(Health("d1:1"), WorkerHealth::kHealthy);
   now_ += absl::Seconds(3);  // exactly 3 intervals: still healthy
-  EXPECT_TRUE(Healthy("d1:1"));
+  EXPECT_EQ(Health("d1:1"), WorkerHealth::kHealthy);
   now_ += absl::Milliseconds(1);
-  EXPECT_FALSE(Healthy("d1:1"));
-  EXPECT_EQ(registry_.Acquire(WorkerRole::kDecode, policy_, 10).status().code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(registry_.Heartbeat("d1:1", Load(0, 0)));
+  EXPECT_EQ(Health("d1:1"), WorkerHealth::kLate);
   EXPECT_TRUE(Healthy("d1:1"));
+  EXPECT_TRUE(registry_.Acquire(WorkerRole::kDecode, policy_, 10).ok());
+  EXPECT_TRUE(registry_.Heartbeat("d1:1", Load(0, 0)));
+  EXPECT_EQ(Health("d1:1"), WorkerHealth::kHealthy);
   auto list = registry_.List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].role, WorkerRole::kDecode);
   EXPECT_EQ(list[0].kvstore_grpc_address, "kv:1");
   EXPECT_EQ(list[0].calibration_hash, 7u);
+}
+
+TEST_F(WorkerRegistryTest, TokensStreamingFromAWorkerCountAsLife) {
+  registry_.Register(WorkerRole::kDecode, "d1:1", Load(0, 0), 0, "kv:1");
+  now_ += absl::Milliseconds(2900);
+  registry_.NoteProgress("d1:1");
+  now_ += absl::Seconds(2);  // 4.9 s after the last heartbeat, 2 s after the last tokens
+  EXPECT_EQ(Health("d1:1"), WorkerHealth::kHealthy);
+}
+
+// Silence past the limit takes a worker out only while another worker of its role is live.
+TEST_F(WorkerRegistryTest, ALongSilenceKillsAWorkerOnlyWhileAPeerIsLive) {
+  registry_.Register(WorkerRole::kPrefill, "quiet:1", Load(0, 0), 0, "");
+  registry_.Register(WorkerRole::kPrefill, "live:1", Load(5, 500), 0, "");
+  registry_.Register(WorkerRole::kDecode, "d:1", Load(0, 0), 0, "kv:1");
+  for (int s = 0; s < 31; ++s) {
+    now_ += absl::Seconds(1);
+    ASSERT_TRUE(registry_.Heartbeat("live:1", Load(5, 500)));
+  }
+  EXPECT_EQ(Health("quiet:1"), WorkerHealth::kDead);
+  EXPECT_EQ(Health("live:1"), WorkerHealth::kHealthy);
+  EXPECT_EQ(Health("d:1"), WorkerHealth::kLate);  // silent as long, but the last decode worker
+  auto prefill = registry_.Acquire(WorkerRole::kPrefill, policy_, 1);
+  ASSERT_TRUE(prefill.ok());
+  EXPECT_EQ(prefill->address, "live:1");  // although it holds more work
+  EXPECT_TRUE(registry_.Acquire(WorkerRole::kDecode, policy_, 1).ok());
+}
+
+TEST_F(WorkerRegistryTest, WhenEveryWorkerOfARoleIsSilentAllAreKept) {
+  registry_.Register(WorkerRole::kDecode, "a:1", Load(0, 0), 0, "kv:a");
+  registry_.Register(WorkerRole::kDecode, "b:1", Load(0, 0), 0, "kv:b");
+  now_ += absl::Seconds(300);
+  EXPECT_EQ(Health("a:1"), WorkerHealth::kLate);
+  EXPECT_EQ(Health("b:1"), WorkerHealth::kLate);
+  EXPECT_TRUE(registry_.Acquire(WorkerRole::kDecode, policy_, 1).ok());
+}
+
+TEST_F(WorkerRegistryTest, SweepReportsEachChangeOnceWithItsReason) {
+  registry_.Register(WorkerRole::kDecode, "d:1", Load(0, 0), 0, "kv:1");
+  EXPECT_TRUE(registry_.Sweep().empty());
+  now_ += absl::Seconds(4);
+  std::vector<HealthChange> changes = registry_.Sweep();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].address, "d:1");
+  EXPECT_EQ(changes[0].from, WorkerHealth::kHealthy);
+  EXPECT_EQ(changes[0].to, WorkerHealth::kLate);
+  EXPECT_NE(changes[0].reason.find("still routed to"), std::string::npos) << changes[0].reason;
+  EXPECT_TRUE(registry_.Sweep().empty());
+  registry_.MarkFailed("d:1", "connection refused");
+  changes = registry_.Sweep();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].to, WorkerHealth::kDead);
+  EXPECT_NE(changes[0].reason.find("connection refused"), std::string::npos) << changes[0].reason;
+  ASSERT_TRUE(registry_.Heartbeat("d:1", Load(0, 0)));
+  changes = registry_.Sweep();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].from, WorkerHealth::kDead);
+  EXPECT_EQ(changes[0].to, WorkerHealth::kHealthy);
+  EXPECT_STREQ(WorkerHealthName(WorkerHealth::kLate), "late");
 }
 
 TEST_F(WorkerRegistryTest, UnknownHeartbeatIsRejected) {
@@ -64,15 +131,14 @@ TEST_F(WorkerRegistryTest, UnknownHeartbeatIsRejected) {
 TEST_F(WorkerRegistryTest, MarkFailedUntilNextHeartbeat) {
   registry_.AddStatic(WorkerRole::kPrefill, "p1:1", "");
   EXPECT_TRUE(Healthy("p1:1"));
-  registry_.MarkFailed("p1:1");
+  registry_.MarkFailed("p1:1", "connection refused");
   EXPECT_FALSE(Healthy("p1:1"));
   auto none = registry_.Acquire(WorkerRole::kPrefill, policy_, 5);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(none.status().message().find("no healthy prefill worker"), absl::string_view::npos);
   EXPECT_TRUE(registry_.Heartbeat("p1:1", Load(0, 0)));  // a successful poll
   EXPECT_TRUE(Healthy("p1:1"));
-  EXPECT_EQ(registry_.StaticAddresses(WorkerRole::kPrefill), std::vector<std::string>{"p1:1"});
-  EXPECT_TRUE(registry_.StaticAddresses(WorkerRole::kDecode).empty());
+  EXPECT_TRUE(registry_.List()[0].is_static);
 }
 
 // A poll answered before the worker died but processed after its failure must not revive it.
@@ -80,18 +146,12 @@ TEST_F(WorkerRegistryTest, AReportSentBeforeTheFailureLeavesItFailed) {
   registry_.AddStatic(WorkerRole::kDecode, "d1:1", "kv:1");
   const absl::Time poll_sent = now_;
   now_ += absl::Milliseconds(5);
-  registry_.MarkFailed("d1:1");
+  registry_.MarkFailed("d1:1", "connection reset");
   EXPECT_TRUE(registry_.Heartbeat("d1:1", Load(2, 20), poll_sent));
   EXPECT_FALSE(Healthy("d1:1"));
   EXPECT_EQ(registry_.List()[0].reported.queued_requests, 2);  // the load still counts
   EXPECT_TRUE(registry_.Heartbeat("d1:1", Load(0, 0), now_));  // sent after the failure
   EXPECT_TRUE(Healthy("d1:1"));
-}
-
-TEST_F(WorkerRegistryTest, StaticWorkerGoesUnhealthyWithoutPolls) {
-  registry_.AddStatic(WorkerRole::kDecode, "d1:1", "kv:1");
-  now_ += absl::Seconds(4);
-  EXPECT_FALSE(Healthy("d1:1"));
 }
 
 TEST_F(WorkerRegistryTest, AssignedTokensCountUntilReleasedOrReported) {

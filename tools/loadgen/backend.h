@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "client/retry_policy.h"
 
 namespace pdserve::loadgen {
 
@@ -58,7 +59,9 @@ class Cancellation {
 struct BackendRequest {
   const std::vector<int>* prompt = nullptr;
   int max_tokens = 0;
-  double timeout_s = 300;
+  double timeout_s = 300;  // for the request, its retries included
+  // Refusals for overload (RESOURCE_EXHAUSTED, HTTP 429) are retried so.
+  RetryPolicy retry;
 };
 
 struct BackendResult {
@@ -67,6 +70,7 @@ struct BackendResult {
   std::string message;
   int output_tokens = 0;  // as reported by the server (usage), else counted chunks
   bool cancelled = false;
+  int retries = 0;  // refusals for overload retried before this outcome
 };
 
 class Backend {

@@ -25,8 +25,11 @@ BackendResult GrpcBackend::Send(const BackendRequest& request, Cancellation& can
                                 const std::function<void()>& on_token) {
   GenerateRequest message = TokenRequest(*request.prompt, request.max_tokens);
   message.mutable_stop()->set_ignore_eos(true);
+  BackendResult result;
   CallOptions options;
   options.timeout = absl::Seconds(request.timeout_s);
+  options.retry = request.retry;
+  options.on_retry = [&result](const absl::Status&, absl::Duration) { ++result.retries; };
   CancellationToken token;
   options.cancellation = token;
   cancellation.SetHook([token]() mutable { token.Cancel(); });
@@ -38,7 +41,6 @@ BackendResult GrpcBackend::Send(const BackendRequest& request, Cancellation& can
         on_token();
       });
   cancellation.ClearHook();
-  BackendResult result;
   result.cancelled = cancellation.cancelled();
   if (!final.ok()) {
     result.code = absl::StatusCodeToString(final.status().code());

@@ -2,11 +2,13 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve::loadgen {
@@ -110,6 +112,32 @@ absl::Status HttpBackend::Probe() {
 
 BackendResult HttpBackend::Send(const BackendRequest& request, Cancellation& cancellation,
                                 const std::function<void()>& on_token) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(request.timeout_s);
+  for (int retry = 0;; ++retry) {
+    BackendRequest attempt = request;
+    attempt.timeout_s = std::max(0.001, absl::ToDoubleSeconds(deadline - absl::Now()));
+    std::optional<absl::Duration> hint;
+    BackendResult result = SendOnce(attempt, cancellation, on_token, &hint);
+    result.retries = retry;
+    if (result.code != "HTTP 429" || result.cancelled || retry >= request.retry.max_retries) {
+      return result;
+    }
+    const absl::Duration wait = RetryDelay(request.retry, retry, hint, RetryJitter());
+    if (absl::Now() + wait >= deadline) return result;  // no time left for another try
+    absl::Notification stop;
+    cancellation.SetHook([&stop] { stop.Notify(); });
+    const bool cancelled = stop.WaitForNotificationWithTimeout(wait);
+    cancellation.ClearHook();
+    if (cancelled) {
+      result.cancelled = true;
+      return result;
+    }
+  }
+}
+
+BackendResult HttpBackend::SendOnce(const BackendRequest& request, Cancellation& cancellation,
+                                    const std::function<void()>& on_token,
+                                    std::optional<absl::Duration>* retry_after) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline =
       Clock::now() + std::chrono::microseconds(static_cast<int64_t>(request.timeout_s * 1e6));
@@ -167,6 +195,10 @@ BackendResult HttpBackend::Send(const BackendRequest& request, Cancellation& can
   req.set_header("Accept", "text/event-stream");
   req.response_handler = [&](const httplib::Response& response) {
     status = response.status;
+    int64_t seconds = 0;  // Retry-After as delta-seconds (an HTTP-date is not honoured)
+    if (absl::SimpleAtoi(response.get_header_value("Retry-After"), &seconds) && seconds >= 0) {
+      *retry_after = absl::Seconds(seconds);
+    }
     return true;
   };
   req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {

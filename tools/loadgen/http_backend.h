@@ -5,13 +5,15 @@
 // choices[0].text is non-empty; the output length is usage.completion_tokens (else the number of
 // chunks with choices). Errors: HTTP status + {"error": {"message", "type", "code"}} → code
 // "HTTP <status>"; no connection → "CONNECTION"; an error event inside the stream →
-// "STREAM_ERROR"; a stream that ends without [DONE] → "INCOMPLETE_STREAM".
+// "STREAM_ERROR"; a stream that ends without [DONE] → "INCOMPLETE_STREAM". A 429 is retried as
+// BackendRequest::retry says, honouring Retry-After (delta-seconds).
 //
 // Uses cpp-httplib, one client (one connection) per request. Thread-safe.
 #ifndef PDSERVE_TOOLS_LOADGEN_HTTP_BACKEND_H_
 #define PDSERVE_TOOLS_LOADGEN_HTTP_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -36,6 +38,10 @@ class HttpBackend : public Backend {
  private:
   HttpBackend(std::string host, int port, std::string model)
       : host_(std::move(host)), port_(port), model_(std::move(model)) {}
+  // One request, no retry; `*retry_after` receives a Retry-After header's wait.
+  BackendResult SendOnce(const BackendRequest& request, Cancellation& cancellation,
+                         const std::function<void()>& on_token,
+                         std::optional<absl::Duration>* retry_after);
   std::string host_;
   int port_;
   std::string model_;

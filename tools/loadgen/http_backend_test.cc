@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,14 @@ namespace pdserve::loadgen {
 namespace {
 
 using ::testing::HasSubstr;
+
+BackendRequest Req(const std::vector<int>* prompt, int max_tokens, double timeout_s) {
+  BackendRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.timeout_s = timeout_s;
+  return r;
+}
 
 class FakeOpenAiServer {
  public:
@@ -25,6 +34,15 @@ class FakeOpenAiServer {
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       const nlohmann::json body = nlohmann::json::parse(req.body);
       last_body_ = body;
+      ++posts_;
+      if (refusals_ > 0) {
+        --refusals_;
+        res.status = 429;
+        res.set_header("Retry-After", "0");
+        res.set_content(R"({"error": {"message": "overloaded", "type": "rate_limit_error"}})",
+                        "application/json");
+        return;
+      }
       const int n = body.at("max_tokens").get<int>();
       if (n > 50) {
         res.status = 400;
@@ -69,6 +87,9 @@ class FakeOpenAiServer {
     thread_.join();
   }
   int port() const { return port_; }
+  // The next `n` completions are refused with 429 and Retry-After: 0.
+  void Refuse(int n) { refusals_ = n; }
+  int posts() const { return posts_; }
   const nlohmann::json& last_body() const { return last_body_; }
 
  private:
@@ -76,6 +97,8 @@ class FakeOpenAiServer {
   int port_ = 0;
   std::thread thread_;
   nlohmann::json last_body_;
+  std::atomic<int> refusals_{0};
+  std::atomic<int> posts_{0};
 };
 
 TEST(HttpBackend, StreamsTokensFromSse) {
@@ -87,7 +110,8 @@ TEST(HttpBackend, StreamsTokensFromSse) {
   const std::vector<int> prompt = {5, 6, 7, 8};
   Cancellation cancellation;
   int tokens = 0;
-  const BackendResult result = (*backend)->Send({&prompt, 6, 10}, cancellation, [&] { ++tokens; });
+  const BackendResult result =
+      (*backend)->Send(Req(&prompt, 6, 10), cancellation, [&] { ++tokens; });
   EXPECT_EQ(result.code, "OK") << result.message;
   EXPECT_EQ(result.output_tokens, 6);  // from usage
   EXPECT_EQ(tokens, 5);                // the empty-text chunk is not a token
@@ -108,7 +132,7 @@ TEST(HttpBackend, ProbeTakesTheServedModelWhenNoneIsGiven) {
   ASSERT_TRUE((*backend)->Probe().ok());
   const std::vector<int> prompt = {5};
   Cancellation cancellation;
-  EXPECT_EQ((*backend)->Send({&prompt, 2, 10}, cancellation, [] {}).code, "OK");
+  EXPECT_EQ((*backend)->Send(Req(&prompt, 2, 10), cancellation, [] {}).code, "OK");
   EXPECT_EQ(server.last_body()["model"], "tiny");
 }
 
@@ -118,9 +142,30 @@ TEST(HttpBackend, HttpErrorsCarryStatusAndMessage) {
   ASSERT_TRUE(backend.ok());
   const std::vector<int> prompt = {5};
   Cancellation cancellation;
-  const BackendResult result = (*backend)->Send({&prompt, 99, 10}, cancellation, [] {});
+  const BackendResult result = (*backend)->Send(Req(&prompt, 99, 10), cancellation, [] {});
   EXPECT_EQ(result.code, "HTTP 400");
   EXPECT_EQ(result.message, "max_tokens too large");
+}
+
+TEST(HttpBackend, A429IsRetriedHonouringRetryAfter) {
+  FakeOpenAiServer server;
+  auto backend = HttpBackend::Create(absl::StrCat("127.0.0.1:", server.port()), "m");
+  ASSERT_TRUE(backend.ok());
+  const std::vector<int> prompt = {5};
+  Cancellation cancellation;
+  server.Refuse(2);
+  BackendResult result = (*backend)->Send(Req(&prompt, 3, 10), cancellation, [] {});
+  EXPECT_EQ(result.code, "OK") << result.message;
+  EXPECT_EQ(result.retries, 2);
+  EXPECT_EQ(server.posts(), 3);
+
+  server.Refuse(5);
+  BackendRequest few = Req(&prompt, 3, 10);
+  few.retry.max_retries = 1;
+  result = (*backend)->Send(few, cancellation, [] {});
+  EXPECT_EQ(result.code, "HTTP 429");
+  EXPECT_EQ(result.message, "overloaded");
+  EXPECT_EQ(result.retries, 1);
 }
 
 TEST(HttpBackend, UnreachableServer) {
@@ -136,7 +181,7 @@ TEST(HttpBackend, UnreachableServer) {
   EXPECT_THAT(std::string(probe.message()), HasSubstr("router unreachable at http://127.0.0.1:"));
   const std::vector<int> prompt = {5};
   Cancellation cancellation;
-  EXPECT_EQ((*backend)->Send({&prompt, 2, 5}, cancellation, [] {}).code, "CONNECTION");
+  EXPECT_EQ((*backend)->Send(Req(&prompt, 2, 5), cancellation, [] {}).code, "CONNECTION");
 }
 
 TEST(HttpBackend, RejectsBadAddresses) {

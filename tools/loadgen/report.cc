@@ -64,6 +64,8 @@ Report ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo) 
     if (r.warmup) continue;
     ++report.measured;
     if (r.sent) first_send = std::min(first_send, r.send_s);
+    report.retried_requests += r.retries > 0 ? 1 : 0;
+    report.retries += r.retries;
     if (!r.sent || r.abandoned) {
       ++report.abandoned;
       continue;
@@ -126,6 +128,8 @@ nlohmann::json ReportJson(const Report& r, const Slo& slo) {
       {"ttft_ms", limit(slo.ttft_s)}, {"tpot_ms", limit(slo.tpot_s)}, {"e2e_ms", limit(slo.e2e_s)}};
   j["slo_met"] = r.slo_met;
   j["slo_attainment"] = r.slo_attainment;
+  j["retried_requests"] = r.retried_requests;
+  j["retries"] = r.retries;
   j["errors"] = r.errors;
   j["first_error_messages"] = r.first_errors;
   return j;
@@ -153,6 +157,9 @@ void PrintReport(std::FILE* out, const Report& r, const Slo& slo) {
   if (limits.empty()) limits = " none given";
   std::fprintf(out, "  SLO%s: goodput %.2f req/s, attainment %.1f%% (%d/%d)\n", limits.c_str(),
                r.goodput, r.slo_attainment * 100, r.slo_met, r.measured);
+  std::fprintf(out,
+               "  retried after overload (RESOURCE_EXHAUSTED / 429): %d requests, %d retries\n",
+               r.retried_requests, r.retries);
   std::fprintf(out, "  errors:");
   if (r.errors.empty()) std::fprintf(out, " none");
   for (const auto& [code, count] : r.errors) std::fprintf(out, " %s=%d", code.c_str(), count);

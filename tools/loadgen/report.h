@@ -53,6 +53,8 @@ struct Report {
   double goodput = 0;         // completed requests meeting all SLOs / duration
   double slo_attainment = 0;  // requests meeting TTFT and TPOT SLOs / measured
   int slo_met = 0;
+  int retried_requests = 0;  // sent requests refused for overload at least once, then retried
+  int retries = 0;           // their retries in all
   std::map<std::string, int> errors;                // code → count (failed requests)
   std::map<std::string, std::string> first_errors;  // code → first message
 };

@@ -31,6 +31,7 @@ struct RequestRecord {
   // "OK", a gRPC code name ("UNAVAILABLE"), "HTTP <status>", "CONNECTION" or SHORT_OUTPUT.
   std::string code = kCodeOk;
   std::string error;  // the server's (or transport's) message
+  int retries = 0;    // refusals for overload retried (backoff included in the latencies)
 
   bool ok() const { return sent && !abandoned && code == kCodeOk; }
   // send → first token; requires !token_s.empty().

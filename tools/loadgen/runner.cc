@@ -106,13 +106,14 @@ void RunOne(Backend& backend, const RequestSpec& spec, const RunOptions& options
   r.send_s = state.Now();
   state.Sent();
   r.token_s.reserve(static_cast<size_t>(spec.output_tokens));
-  BackendRequest request{&spec.prompt, spec.output_tokens, options.timeout_s};
+  BackendRequest request{&spec.prompt, spec.output_tokens, options.timeout_s, options.retry};
   BackendResult result = backend.Send(request, state.cancellation(static_cast<size_t>(spec.index)),
                                       [&] { r.token_s.push_back(state.Now()); });
   r.done_s = state.Now();
   r.output_tokens = result.output_tokens;
   r.code = result.code;
   r.error = result.message;
+  r.retries = result.retries;
   if (r.code != kCodeOk && result.cancelled) {
     r.abandoned = true;
   } else if (r.code == kCodeOk && r.token_s.empty()) {

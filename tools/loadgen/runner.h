@@ -24,6 +24,7 @@ struct RunOptions {
   double timeout_s = 300;         // per request
   double duration_s = 0;          // 0 = run until every request ends
   std::FILE* progress = nullptr;  // where to draw the progress line; null = none
+  RetryPolicy retry;              // for refusals for overload
 };
 
 // One record per spec, in spec order (record.id = spec.index).
