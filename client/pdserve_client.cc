@@ -128,7 +128,7 @@ absl::StatusOr<GenerateResponse::Final> Client::GenerateStream(
     absl::StatusOr<GenerateResponse::Final> result =
         GenerateOnce(request, options, deadline, on_token);
     if (result.ok() || result.status().code() != absl::StatusCode::kResourceExhausted ||
-        retry >= options.retry.max_retries) {
+        !options.retry.MayRetry(retry)) {
       return result;
     }
     const absl::Duration wait =

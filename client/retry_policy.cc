@@ -6,7 +6,7 @@
 namespace pdserve {
 
 absl::Status RetryPolicy::Validate() const {
-  if (max_retries < 0) return absl::InvalidArgumentError("retry: max_retries < 0");
+  if (max_retries < -1) return absl::InvalidArgumentError("retry: max_retries < -1");
   if (initial_backoff <= absl::ZeroDuration() || max_backoff < initial_backoff) {
     return absl::InvalidArgumentError("retry: need 0 < initial_backoff <= max_backoff");
   }

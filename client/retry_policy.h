@@ -13,7 +13,10 @@
 namespace pdserve {
 
 struct RetryPolicy {
-  int max_retries = 8;  // 0: never retry
+  // 0: never retry; -1: as often as the call's deadline allows (a closed-loop client against a
+  // full queue competes for each freed place with clients that resubmit at once, and may need
+  // many tries: docs/measurements.md, "Overload").
+  int max_retries = 8;
   absl::Duration initial_backoff = absl::Milliseconds(500);
   absl::Duration max_backoff = absl::Seconds(8);
   // A server hint longer than this is not waited for: the retry comes after max_backoff instead.
@@ -23,6 +26,8 @@ struct RetryPolicy {
 
   // InvalidArgument naming the first bad field.
   absl::Status Validate() const;
+  // Whether a call refused after `retries` retries may be retried again.
+  bool MayRetry(int retries) const { return max_retries < 0 || retries < max_retries; }
 };
 
 // The wait before retry number `retry` (0 for the first): the hint if it is given and at most

@@ -35,10 +35,21 @@ TEST(RetryPolicyTest, JitterOnlyLengthensTheWait) {
   }
 }
 
+TEST(RetryPolicyTest, CountsRetriesUnlessUnbounded) {
+  RetryPolicy p;
+  p.max_retries = 2;
+  EXPECT_TRUE(p.MayRetry(1));
+  EXPECT_FALSE(p.MayRetry(2));
+  p.max_retries = 0;
+  EXPECT_FALSE(p.MayRetry(0));
+  p.max_retries = -1;
+  EXPECT_TRUE(p.MayRetry(100000));
+}
+
 TEST(RetryPolicyTest, ValidateNamesTheBadField) {
   EXPECT_TRUE(RetryPolicy().Validate().ok());
   RetryPolicy p;
-  p.max_retries = -1;
+  p.max_retries = -2;
   EXPECT_NE(p.Validate().message().find("max_retries"), std::string::npos);
   p = RetryPolicy();
   p.max_backoff = absl::Milliseconds(1);

@@ -69,7 +69,8 @@ ABSL_FLAG(double, trace_speedup, 1.0, "loadgen: divide the trace's timestamps by
 ABSL_FLAG(double, request_timeout, 300, "loadgen: deadline per request in seconds");
 ABSL_FLAG(int, retries, 8,
           "loadgen: retries of a request refused for overload (RESOURCE_EXHAUSTED / 429), with "
-          "jittered exponential backoff honouring the server's hint; 0 = none");
+          "jittered exponential backoff honouring the server's hint; 0 = none, -1 = until "
+          "--request-timeout");
 ABSL_FLAG(double, duration, 0,
           "loadgen: stop after this many seconds; unfinished requests count as abandoned "
           "(0 = run every request to its end)");

@@ -553,7 +553,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
   http.metrics = metrics;
   // Each streaming or queued response holds a thread; connections beyond them wait in the HTTP
   // server's own queue.
-  http.options.threads = options.max_inflight + std::min(options.max_queued, 1024) + 16;
+  http.options.threads = options.max_inflight + std::min(options.max_queued, 256) + 16;
   http.options.listen_address = options.http_listen_address;
   http.install_routes = [&options, metrics](httplib::Server& routes, const ServiceServer& server) {
     OpenAiApiOptions api;

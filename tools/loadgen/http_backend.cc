@@ -119,7 +119,7 @@ BackendResult HttpBackend::Send(const BackendRequest& request, Cancellation& can
     std::optional<absl::Duration> hint;
     BackendResult result = SendOnce(attempt, cancellation, on_token, &hint);
     result.retries = retry;
-    if (result.code != "HTTP 429" || result.cancelled || retry >= request.retry.max_retries) {
+    if (result.code != "HTTP 429" || result.cancelled || !request.retry.MayRetry(retry)) {
       return result;
     }
     const absl::Duration wait = RetryDelay(request.retry, retry, hint, RetryJitter());

@@ -25,9 +25,11 @@ RequestRecord Completed(int id, double send, std::vector<double> tokens, double 
 //   r0: send 0.0, tokens 0.1 0.2 0.4 → TTFT 0.1, e2e 0.4, TPOT (0.4−0.1)/2 = 0.15, gaps .1 .2
 //   r1: send 1.0, tokens 1.3 1.4, stream ends 1.5 → TTFT 0.3, e2e 0.4, TPOT 0.1, gap .1
 //   r2: sent 0.5, UNAVAILABLE;  r3: warm-up (ignored);  r4: never sent (abandoned)
+//   r0 was retried twice after refusals, r2 once; the warm-up's retry is not counted.
 std::vector<RequestRecord> Records() {
   std::vector<RequestRecord> records;
   records.push_back(Completed(0, 0.0, {0.1, 0.2, 0.4}, 0.4, 10));
+  records.back().retries = 2;
   records.push_back(Completed(1, 1.0, {1.3, 1.4}, 1.5, 20));
   RequestRecord failed;
   failed.id = 2;
@@ -36,9 +38,11 @@ std::vector<RequestRecord> Records() {
   failed.done_s = 0.6;
   failed.code = "UNAVAILABLE";
   failed.error = "no worker";
+  failed.retries = 1;
   records.push_back(failed);
   RequestRecord warm = Completed(3, 0.0, {5.0}, 9.0, 99);
   warm.warmup = true;
+  warm.retries = 4;
   records.push_back(warm);
   RequestRecord abandoned;
   abandoned.id = 4;
@@ -67,6 +71,8 @@ TEST(Report, MatchesHandComputedStatistics) {
   EXPECT_EQ(r.abandoned, 1);
   EXPECT_EQ(r.errors.at("UNAVAILABLE"), 1);
   EXPECT_EQ(r.first_errors.at("UNAVAILABLE"), "no worker");
+  EXPECT_EQ(r.retried_requests, 2);
+  EXPECT_EQ(r.retries, 3);
 
   EXPECT_EQ(r.ttft_s.count, 2u);
   EXPECT_NEAR(r.ttft_s.mean, 0.2, 1e-12);
@@ -110,7 +116,7 @@ TEST(Report, JsonAndCsv) {
   for (const char* key :
        {"requests", "duration_s", "ttft_s", "tpot_s", "itl_s", "e2e_s", "request_throughput",
         "input_tokens_per_s", "output_tokens_per_s", "goodput", "slo", "slo_met", "slo_attainment",
-        "errors", "first_error_messages"}) {
+        "retried_requests", "retries", "errors", "first_error_messages"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["requests"]["completed"], 2);
