@@ -1,8 +1,8 @@
 // Overload at CI size against a real `pdserve up` (issue 26; the full-size run is
 // scripts/overload_run.sh): more clients than the router runs at once, and more than it queues,
-// all complete — the excess waits in the router's queue or is refused and retried by loadgen — with
-// no worker ever taken for dead and every KV page back. And a worker process killed with SIGKILL
-// is found dead within 2 s although no request is sent to it.
+// all complete — the excess waits in the router's queue or is refused and retried by loadgen (until
+// each request's deadline) — with no worker ever taken for dead and every KV page back. And a
+// worker process killed with SIGKILL is found dead within 2 s although no request is sent to it.
 #include <httplib.h>
 #include <signal.h>
 
@@ -52,10 +52,10 @@ TEST(OverloadTest, EveryRequestCompletesWhenClientsOutnumberTheRoutersQueue) {
   const std::string json = (std::filesystem::temp_directory_path() /
                             absl::StrCat("pdserve-overload-test-", getpid(), ".json"))
                                .string();
-  const std::string command =
-      absl::StrCat(PdserveBinary(), " loadgen --router=", (*cluster)->router_address(),
-                   " --concurrency=256 --requests=", kRequests,
-                   " --warmup=0 --prompt-tokens=32 --gen-tokens=16 --json=", json, " > /dev/null");
+  const std::string command = absl::StrCat(
+      PdserveBinary(), " loadgen --router=", (*cluster)->router_address(),
+      " --concurrency=256 --requests=", kRequests,
+      " --warmup=0 --prompt-tokens=32 --gen-tokens=16 --retries=-1 --json=", json, " > /dev/null");
   ASSERT_EQ(std::system(command.c_str()), 0) << (*cluster)->LogTail();
   std::ifstream in(json);
   const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
