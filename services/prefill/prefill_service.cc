@@ -10,9 +10,9 @@
 
 namespace pdserve {
 
-grpc::Status PrefillService::Prefill(grpc::ServerContext* /*context*/,
+grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const v1::PrefillRequest* request, v1::PrefillReply* reply) {
-  const grpc::Status status = Serve(request, reply);
+  const grpc::Status status = Serve(context, request, reply);
   worker_.stats()
       .requests
       .WithLabels({absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))})
@@ -20,7 +20,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* /*context*/,
   return status;
 }
 
-grpc::Status PrefillService::Serve(const v1::PrefillRequest* request, v1::PrefillReply* reply) {
+grpc::Status PrefillService::Serve(grpc::ServerContext* context, const v1::PrefillRequest* request,
+                                   v1::PrefillReply* reply) {
   absl::StatusOr<std::shared_ptr<KvStoreConnection>> store =
       stores_.Get(request->kvstore_grpc_address());
   if (!store.ok()) return ToGrpcStatus(store.status());
@@ -30,6 +31,8 @@ grpc::Status PrefillService::Serve(const v1::PrefillRequest* request, v1::Prefil
   job.sampling = SamplingFromProto(request->sampling());
   job.store = *store;
   job.lease_seconds = request->lease_seconds();
+  job.deadline = absl::FromChrono(context->deadline());
+  job.cancelled = [context] { return context->IsCancelled(); };
   absl::StatusOr<PrefillOutcome> outcome = worker_.Run(std::move(job));
   if (!outcome.ok()) {
     if (absl::IsUnavailable(outcome.status())) stores_.Forget(request->kvstore_grpc_address());

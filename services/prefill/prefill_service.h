@@ -27,7 +27,8 @@ class PrefillService final : public v1::Prefill::Service {
                         v1::QueueStatus* reply) override;
 
  private:
-  grpc::Status Serve(const v1::PrefillRequest* request, v1::PrefillReply* reply);
+  grpc::Status Serve(grpc::ServerContext* context, const v1::PrefillRequest* request,
+                     v1::PrefillReply* reply);
 
   PrefillWorker& worker_;
   KvStoreConnections& stores_;

@@ -165,8 +165,20 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
     }
   }
   v1::AllocateReply reply;
-  PDSERVE_RETURN_IF_ERROR(
-      pending.job.store->Call("Allocate", &v1::KvStore::Stub::Allocate, request, &reply));
+  absl::Duration backoff = absl::Milliseconds(5);
+  while (true) {
+    absl::Status status =
+        pending.job.store->Call("Allocate", &v1::KvStore::Stub::Allocate, request, &reply);
+    if (status.ok()) break;
+    if (!absl::IsResourceExhausted(status) || absl::Now() + backoff >= pending.job.deadline) {
+      return status;
+    }
+    if (pending.job.cancelled && pending.job.cancelled()) {
+      return absl::CancelledError("cancelled while waiting for KV pages");
+    }
+    absl::SleepFor(backoff);  // pages come back as other requests end
+    backoff = std::min(backoff * 2, absl::Milliseconds(100));
+  }
   pending.allocation_id = reply.allocation_id();
   pending.lease_token = reply.lease_token();
   pending.slots.assign(reply.slot_addresses().begin(), reply.slot_addresses().end());

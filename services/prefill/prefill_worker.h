@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -41,6 +42,11 @@ struct PrefillJob {
   SamplingParams sampling;
   std::shared_ptr<KvStoreConnection> store;
   double lease_seconds = 0;  // 0 = the store's default
+  // While the KV store's pool is full the job waits for pages until `deadline` (then
+  // RESOURCE_EXHAUSTED) or until `cancelled` says so (CANCELLED): pages come back as other requests
+  // end, so a full pool is a reason to queue, not to refuse.
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> cancelled;
 };
 
 struct PrefillOutcome {

@@ -76,6 +76,32 @@ TEST(OverloadTest, EveryRequestCompletesWhenClientsOutnumberTheRoutersQueue) {
   EXPECT_EQ(pool->sealed_slots(), 0) << pool->DebugString();
 }
 
+// A KV store pool that holds the pages of only a few requests: prefill waits for pages to come
+// back instead of refusing, so that every request completes without a single client retry.
+TEST(OverloadTest, AFullKvPoolMakesPrefillWaitInsteadOfRefusing) {
+  constexpr int kRequests = 120;
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start({"--pool-mib=1", "--slot-kib=16"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string json = (std::filesystem::temp_directory_path() /
+                            absl::StrCat("pdserve-kvpool-test-", getpid(), ".json"))
+                               .string();
+  const std::string command = absl::StrCat(
+      PdserveBinary(), " loadgen --router=", (*cluster)->router_address(),
+      " --concurrency=48 --requests=", kRequests,
+      " --warmup=0 --prompt-tokens=100 --gen-tokens=8 --retries=0 --json=", json, " > /dev/null");
+  ASSERT_EQ(std::system(command.c_str()), 0) << (*cluster)->LogTail();
+  std::ifstream in(json);
+  const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
+  std::filesystem::remove(json);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["requests"]["completed"], kRequests) << report.dump(2);
+  absl::StatusOr<v1::PoolUsage> pool = (*cluster)->PoolUsage();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ(pool->allocated_slots() + pool->sealed_slots(), 0) << pool->DebugString();
+  EXPECT_LT(pool->total_slots(), 48 * 7 * 5) << "the pool is meant to hold fewer requests than run";
+}
+
 TEST(OverloadTest, AKilledWorkerIsFoundDeadWithinTwoSeconds) {
   absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--decode-workers=2"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
