@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
-#include "services/router/admission_queue.h"
+#include "services/common/admission_queue.h"
 #include "services/router/worker_registry.h"
 
 namespace pdserve {

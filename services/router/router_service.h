@@ -32,7 +32,7 @@
 #include "pdserve/v1/prefill.grpc.pb.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "services/common/service_server.h"
-#include "services/router/admission_queue.h"
+#include "services/common/admission_queue.h"
 #include "services/router/request_validation.h"
 #include "services/router/router_metrics.h"
 #include "services/router/scheduling_policy.h"

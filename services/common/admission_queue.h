@@ -1,15 +1,16 @@
-// AdmissionQueue: the router's admission control. Up to `max_active` requests run at once; the
-// requests beyond them wait here, in arrival order, until one of the running requests ends. The
-// wait is bounded: at most `max_queued` requests holding at most `max_queued_bytes` of request
-// data (what a queued request keeps in memory); past either bound a request is refused at once
-// with ResourceExhausted, carrying the time a client should wait before retrying (RetryHint,
-// proto/retry_hint.h). A waiting
-// request leaves the queue at its deadline (DeadlineExceeded) or when its caller is cancelled.
+// AdmissionQueue: first-come-first-served admission with bounds. Up to `max_active` requests run at
+// once; the requests beyond them wait here, in arrival order, until one of the running requests
+// ends. The wait is bounded: at most `max_queued` requests holding at most `max_queued_bytes` of
+// request data (what a queued request keeps in memory); past either bound a request is refused at
+// once with ResourceExhausted, carrying the time a client should wait before retrying (RetryHint,
+// proto/retry_hint.h). A waiting request leaves the queue at its deadline (DeadlineExceeded) or
+// when its caller is cancelled. The router's admission control; the prefill worker's line for KV
+// pages (max_active 1).
 //
 // Thread-safe. Each admitted request holds a Ticket; destroying it frees the request's slot and
 // admits the first waiter.
-#ifndef PDSERVE_SERVICES_ROUTER_ADMISSION_QUEUE_H_
-#define PDSERVE_SERVICES_ROUTER_ADMISSION_QUEUE_H_
+#ifndef PDSERVE_SERVICES_COMMON_ADMISSION_QUEUE_H_
+#define PDSERVE_SERVICES_COMMON_ADMISSION_QUEUE_H_
 
 #include <cstdint>
 #include <functional>
@@ -85,4 +86,4 @@ class AdmissionQueue {
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_SERVICES_ROUTER_ADMISSION_QUEUE_H_
+#endif  // PDSERVE_SERVICES_COMMON_ADMISSION_QUEUE_H_

@@ -1,4 +1,4 @@
-#include "services/router/admission_queue.h"
+#include "services/common/admission_queue.h"
 
 #include <algorithm>
 #include <utility>
