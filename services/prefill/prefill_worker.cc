@@ -165,6 +165,10 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
     }
   }
   v1::AllocateReply reply;
+  const std::function<bool()> cancelled =
+      pending.job.cancelled ? pending.job.cancelled : [] { return false; };
+  PDSERVE_ASSIGN_OR_RETURN(AdmissionQueue::Ticket turn,
+                           page_line_.Admit(0, pending.job.deadline, cancelled));
   absl::Duration backoff = absl::Milliseconds(5);
   while (true) {
     absl::Status status =
@@ -173,9 +177,7 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
     if (!absl::IsResourceExhausted(status) || absl::Now() + backoff >= pending.job.deadline) {
       return status;
     }
-    if (pending.job.cancelled && pending.job.cancelled()) {
-      return absl::CancelledError("cancelled while waiting for KV pages");
-    }
+    if (cancelled()) return absl::CancelledError("cancelled while waiting for KV pages");
     absl::SleepFor(backoff);  // pages come back as other requests end
     backoff = std::min(backoff * 2, absl::Milliseconds(100));
   }

@@ -25,6 +25,7 @@
 #include "core/engine/sampler.h"
 #include "core/metrics/metrics_registry.h"
 #include "pdserve/v1/common.pb.h"
+#include "services/common/admission_queue.h"
 #include "services/common/kvstore_connection.h"
 #include "services/prefill/prefill_metrics.h"
 
@@ -42,9 +43,10 @@ struct PrefillJob {
   SamplingParams sampling;
   std::shared_ptr<KvStoreConnection> store;
   double lease_seconds = 0;  // 0 = the store's default
-  // While the KV store's pool is full the job waits for pages until `deadline` (then
-  // RESOURCE_EXHAUSTED) or until `cancelled` says so (CANCELLED): pages come back as other requests
-  // end, so a full pool is a reason to queue, not to refuse.
+  // While the KV store's pool is full the job waits for pages, behind the jobs that came before it,
+  // until `deadline` (then DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED) or until `cancelled` says so
+  // (CANCELLED): pages come back as other requests end, so a full pool is a reason to queue, not to
+  // refuse.
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> cancelled;
 };
@@ -96,6 +98,11 @@ class PrefillWorker {
   std::unique_ptr<Engine> engine_;
   PrefillWorkerOptions options_;  // metrics set
   std::unique_ptr<PrefillMetrics> stats_;
+
+  // Requests ask the KV store for their pages one at a time, in arrival order; while its pool is
+  // full the first keeps asking and the others wait behind it (fair: none is overtaken).
+  AdmissionQueue page_line_{AdmissionQueue::Options{
+      .max_active = 1, .max_queued = 1 << 20, .max_queued_bytes = int64_t{1} << 62}};
 
   mutable std::mutex mu_;
   std::condition_variable queue_cv_;
