@@ -70,7 +70,8 @@ struct BackendResult {
   std::string message;
   int output_tokens = 0;  // as reported by the server (usage), else counted chunks
   bool cancelled = false;
-  int retries = 0;  // refusals for overload retried before this outcome
+  int retries = 0;      // refusals for overload retried before this outcome
+  double queue_s = -1;  // the server's queue time, when the protocol reports it
 };
 
 class Backend {

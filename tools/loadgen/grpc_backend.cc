@@ -49,6 +49,7 @@ BackendResult GrpcBackend::Send(const BackendRequest& request, Cancellation& can
     return result;
   }
   result.output_tokens = final->completion_tokens() > 0 ? final->completion_tokens() : counted;
+  if (final->has_timings()) result.queue_s = final->timings().queue_seconds();
   return result;
 }
 

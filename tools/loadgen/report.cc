@@ -55,7 +55,7 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo, bool with_e2e) {
 
 Report ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo) {
   Report report;
-  std::vector<double> ttft, tpot, itl, e2e;
+  std::vector<double> ttft, tpot, itl, e2e, queue;
   double first_send = std::numeric_limits<double>::infinity();
   double last_done = -std::numeric_limits<double>::infinity();
   int64_t input_tokens = 0, output_tokens = 0;
@@ -82,6 +82,7 @@ Report ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo) 
     output_tokens += r.output_tokens;
     ttft.push_back(r.ttft());
     e2e.push_back(r.e2e());
+    if (r.queue_s >= 0) queue.push_back(r.queue_s);
     if (r.output_tokens >= 2) tpot.push_back(r.tpot());
     for (size_t k = 1; k < r.token_s.size(); ++k) itl.push_back(r.token_s[k] - r.token_s[k - 1]);
     if (MeetsSlo(r, slo, /*with_e2e=*/true)) ++good;
@@ -91,6 +92,7 @@ Report ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo) 
   report.tpot_s = Summarize(tpot);
   report.itl_s = Summarize(itl);
   report.e2e_s = Summarize(e2e);
+  report.queue_s = Summarize(queue);
   report.duration_s = report.completed > 0 ? last_done - first_send : 0;
   if (report.duration_s > 0) {
     report.request_throughput = report.completed / report.duration_s;
@@ -118,6 +120,7 @@ nlohmann::json ReportJson(const Report& r, const Slo& slo) {
   j["ttft_s"] = SummaryJson(r.ttft_s);
   j["tpot_s"] = SummaryJson(r.tpot_s);
   j["itl_s"] = SummaryJson(r.itl_s);
+  j["queue_s"] = SummaryJson(r.queue_s);
   j["e2e_s"] = SummaryJson(r.e2e_s);
   j["request_throughput"] = r.request_throughput;
   j["input_tokens_per_s"] = r.input_tokens_per_s;
@@ -146,6 +149,7 @@ void PrintReport(std::FILE* out, const Report& r, const Slo& slo) {
   row("TPOT", r.tpot_s);
   row("ITL", r.itl_s);
   row("e2e", r.e2e_s);
+  if (r.queue_s.count > 0) row("queue", r.queue_s);
   std::fprintf(out, "  requests: %d measured, %d completed, %d failed, %d abandoned in %.2f s\n",
                r.measured, r.completed, r.failed, r.abandoned, r.duration_s);
   std::fprintf(out, "  throughput: %.2f req/s, %.1f input tok/s, %.1f output tok/s\n",

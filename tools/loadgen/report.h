@@ -5,6 +5,8 @@
 //   TPOT   (e2e − TTFT) / (output tokens − 1), per request (requests with ≥ 2 tokens).
 //   ITL    gaps between consecutive streamed tokens, pooled across requests.
 //   e2e    send → last token.
+//   queue  the router's queue time (its admission queue and the prefill worker's), as its final
+//          message reports it (gRPC only).
 //   goodput          completed requests/s meeting ALL given SLOs (TTFT, TPOT, e2e).
 //   SLO attainment   fraction of measured requests meeting both the TTFT and the TPOT SLO (a
 //                    limit not given is met); failed and abandoned requests count as missing.
@@ -47,6 +49,7 @@ struct Report {
   int abandoned = 0;      // cut off or never sent because the run stopped
   double duration_s = 0;  // first measured send → last measured completion
   Summary ttft_s, tpot_s, itl_s, e2e_s;
+  Summary queue_s;                // count 0 when the protocol reports no queue time
   double request_throughput = 0;  // completed / duration
   double input_tokens_per_s = 0;  // prompt tokens of completed requests / duration
   double output_tokens_per_s = 0;

@@ -30,6 +30,7 @@ std::vector<RequestRecord> Records() {
   std::vector<RequestRecord> records;
   records.push_back(Completed(0, 0.0, {0.1, 0.2, 0.4}, 0.4, 10));
   records.back().retries = 2;
+  records.back().queue_s = 0.05;
   records.push_back(Completed(1, 1.0, {1.3, 1.4}, 1.5, 20));
   RequestRecord failed;
   failed.id = 2;
@@ -72,6 +73,8 @@ TEST(Report, MatchesHandComputedStatistics) {
   EXPECT_EQ(r.errors.at("UNAVAILABLE"), 1);
   EXPECT_EQ(r.first_errors.at("UNAVAILABLE"), "no worker");
   EXPECT_EQ(r.retried_requests, 2);
+  EXPECT_EQ(r.queue_s.count, 1u);  // r1's protocol reported none
+  EXPECT_DOUBLE_EQ(r.queue_s.mean, 0.05);
   EXPECT_EQ(r.retries, 3);
 
   EXPECT_EQ(r.ttft_s.count, 2u);
@@ -116,7 +119,7 @@ TEST(Report, JsonAndCsv) {
   for (const char* key :
        {"requests", "duration_s", "ttft_s", "tpot_s", "itl_s", "e2e_s", "request_throughput",
         "input_tokens_per_s", "output_tokens_per_s", "goodput", "slo", "slo_met", "slo_attainment",
-        "retried_requests", "retries", "errors", "first_error_messages"}) {
+        "queue_s", "retried_requests", "retries", "errors", "first_error_messages"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["requests"]["completed"], 2);

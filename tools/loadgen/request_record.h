@@ -32,6 +32,9 @@ struct RequestRecord {
   std::string code = kCodeOk;
   std::string error;  // the server's (or transport's) message
   int retries = 0;    // refusals for overload retried (backoff included in the latencies)
+  // The router's queue time for the request (Timings.queue_seconds: its admission queue and the
+  // prefill worker's), when the protocol reports it (gRPC); negative otherwise.
+  double queue_s = -1;
 
   bool ok() const { return sent && !abandoned && code == kCodeOk; }
   // send → first token; requires !token_s.empty().

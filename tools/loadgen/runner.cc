@@ -114,6 +114,7 @@ void RunOne(Backend& backend, const RequestSpec& spec, const RunOptions& options
   r.code = result.code;
   r.error = result.message;
   r.retries = result.retries;
+  r.queue_s = result.queue_s;
   if (r.code != kCodeOk && result.cancelled) {
     r.abandoned = true;
   } else if (r.code == kCodeOk && r.token_s.empty()) {
