@@ -43,24 +43,33 @@ double SumOfSeries(const std::string& http_address, const std::string& name) {
   return sum;
 }
 
+// Runs `pdserve loadgen --router=<cluster's> <args> --json=F`; its JSON report (discarded when the
+// run failed or wrote none).
+nlohmann::json RunLoadgen(const Cluster& cluster, const std::string& args) {
+  const std::string json = (std::filesystem::temp_directory_path() /
+                            absl::StrCat("pdserve-overload-test-", getpid(), ".json"))
+                               .string();
+  const std::string command =
+      absl::StrCat(PdserveBinary(), " loadgen --router=", cluster.router_address(), " ", args,
+                   " --json=", json, " > /dev/null");
+  if (std::system(command.c_str()) != 0) return nlohmann::json::value_t::discarded;
+  std::ifstream in(json);
+  nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
+  std::filesystem::remove(json);
+  return report;
+}
+
 TEST(OverloadTest, EveryRequestCompletesWhenClientsOutnumberTheRoutersQueue) {
   constexpr int kRequests = 2000;
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
       Cluster::Start({"--decode-workers=2", "--swiftkv-layer=4", "--fp8=per-token",
                       "--kcache-topn=32", "--max-inflight=32", "--max-queued=96"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string json = (std::filesystem::temp_directory_path() /
-                            absl::StrCat("pdserve-overload-test-", getpid(), ".json"))
-                               .string();
-  const std::string command = absl::StrCat(
-      PdserveBinary(), " loadgen --router=", (*cluster)->router_address(),
-      " --concurrency=256 --requests=", kRequests,
-      " --warmup=0 --prompt-tokens=32 --gen-tokens=16 --retries=-1 --json=", json, " > /dev/null");
-  ASSERT_EQ(std::system(command.c_str()), 0) << (*cluster)->LogTail();
-  std::ifstream in(json);
-  const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
-  std::filesystem::remove(json);
-  ASSERT_FALSE(report.is_discarded());
+  const nlohmann::json report =
+      RunLoadgen(**cluster, absl::StrCat("--concurrency=256 --requests=", kRequests,
+                                         " --warmup=0 --prompt-tokens=32 --gen-tokens=16 "
+                                         "--retries=-1"));
+  ASSERT_FALSE(report.is_discarded()) << (*cluster)->LogTail();
   EXPECT_EQ(report["requests"]["completed"], kRequests) << report.dump(2);
   EXPECT_EQ(report["requests"]["failed"], 0) << report["errors"].dump();
   // 256 clients against 32 running + 96 queued: some were refused and retried.
@@ -83,18 +92,11 @@ TEST(OverloadTest, AFullKvPoolMakesPrefillWaitInsteadOfRefusing) {
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
       Cluster::Start({"--pool-mib=1", "--slot-kib=16"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string json = (std::filesystem::temp_directory_path() /
-                            absl::StrCat("pdserve-kvpool-test-", getpid(), ".json"))
-                               .string();
-  const std::string command = absl::StrCat(
-      PdserveBinary(), " loadgen --router=", (*cluster)->router_address(),
-      " --concurrency=48 --requests=", kRequests,
-      " --warmup=0 --prompt-tokens=100 --gen-tokens=8 --retries=0 --json=", json, " > /dev/null");
-  ASSERT_EQ(std::system(command.c_str()), 0) << (*cluster)->LogTail();
-  std::ifstream in(json);
-  const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
-  std::filesystem::remove(json);
-  ASSERT_FALSE(report.is_discarded());
+  const nlohmann::json report =
+      RunLoadgen(**cluster, absl::StrCat("--concurrency=48 --requests=", kRequests,
+                                         " --warmup=0 --prompt-tokens=100 --gen-tokens=8 "
+                                         "--retries=0"));
+  ASSERT_FALSE(report.is_discarded()) << (*cluster)->LogTail();
   EXPECT_EQ(report["requests"]["completed"], kRequests) << report.dump(2);
   absl::StatusOr<v1::PoolUsage> pool = (*cluster)->PoolUsage();
   ASSERT_TRUE(pool.ok()) << pool.status();
