@@ -48,6 +48,8 @@ constexpr char kUsage[] =
     "              [--sweep-rates 1,2,4] [--json F] [--csv F] [--out-dir D] [--direct-decode A]:\n"
     "              TTFT/TPOT/ITL, goodput and SLO attainment under load (docs/loadgen.md)\n"
     "  router      --model PATH [--listen A] [--policy least-tokens|round-robin]\n"
+    "              [--max-inflight N] [--max-queued N] [--max-queued-mib M]\n"
+    "              [--queue-timeout-seconds S] [--worker-silence-seconds S]\n"
     "  kvstore     [--listen A] [--pool-mib M] [--slot-kib K] [--lease-seconds S]\n"
     "  prefill     --model PATH --router A [--device cpu|cuda] [KV technique flags]\n"
     "  decode      --model PATH --router A [--device cpu|cuda]\n"
