@@ -12,7 +12,7 @@
 // heartbeat interval and logs each change of a worker's health (WorkerRegistry).
 //
 // Ownership: RouterServer owns the service and its gRPC server. RouterService is thread-safe
-// (each Generate runs on its own gRPC thread); it owns a thread that polls static workers.
+// (each Generate runs on its own gRPC thread); it owns a thread that polls every worker.
 #ifndef PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 #define PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
