@@ -1,7 +1,10 @@
 // pdserve bench: prefill and decode throughput of the engine, llama-bench style. Prefill runs one
 // prompt of --prompt-tokens random tokens as a single batch (pp); decode generates --gen-tokens
-// tokens one at a time from an empty sequence (tg). One warm-up, then --repetitions timed runs;
-// medians reported. Last stdout line: JSON.
+// tokens one at a time (tg) for --batch sequences together, each after an untimed prefill of
+// --decode-context tokens, one Forward over every sequence per step as the decode worker's
+// continuous batching runs it. One warm-up, then --repetitions timed runs; medians reported, with
+// the bytes one decode step reads (weights, K and V apart) and the bandwidth they come to. Last
+// stdout line: JSON.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +29,7 @@
 
 ABSL_FLAG(int, decode_context, 0,
           "bench: tokens prefilled (untimed) before the timed decode steps");
+ABSL_FLAG(int, batch, 1, "bench: sequences decoding together, each after --decode-context tokens");
 
 namespace pdserve::cli {
 namespace {
@@ -52,31 +56,65 @@ absl::StatusOr<double> TimePrefill(Engine& engine, std::span<const int32_t> prom
   return seconds;
 }
 
-// Decodes `tokens` greedy steps after an untimed prefill of `context` (empty or not).
+// Decodes `tokens` greedy steps of `batch` sequences together, one Forward over all of them per
+// step, after an untimed prefill of `context` (empty or not) into each.
 absl::StatusOr<double> TimeDecode(Engine& engine, std::span<const int32_t> context, int tokens,
-                                  int32_t first) {
-  PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
-  if (!context.empty()) {
-    absl::StatusOr<std::span<const float>> logits = Prefill(engine, sequence, context);
+                                  int32_t first, int batch) {
+  std::vector<int> sequences;
+  auto remove_all = [&] {
+    for (int s : sequences) (void)engine.RemoveSequence(s);
+  };
+  for (int b = 0; b < batch; ++b) {
+    absl::StatusOr<int> sequence = engine.AddSequence();
+    if (!sequence.ok()) {
+      remove_all();
+      return sequence.status();
+    }
+    sequences.push_back(*sequence);
+    if (context.empty()) continue;
+    absl::StatusOr<std::span<const float>> logits = Prefill(engine, *sequence, context);
     if (!logits.ok()) {
-      (void)engine.RemoveSequence(sequence);
+      remove_all();
       return logits.status();
     }
   }
-  int32_t token = first;
+  const int vocab = engine.config().vocab_size;
+  std::vector<int32_t> next(batch, first);
+  std::vector<ForwardChunk> chunks(batch);
   auto start = Clock::now();
   for (int i = 0; i < tokens; ++i) {
-    ForwardChunk chunk{sequence, {&token, 1}};
-    absl::StatusOr<std::span<const float>> logits = engine.Forward({&chunk, 1});
+    for (int b = 0; b < batch; ++b) chunks[b] = ForwardChunk{sequences[b], {&next[b], 1}};
+    absl::StatusOr<std::span<const float>> logits = engine.Forward(chunks);
     if (!logits.ok()) {
-      (void)engine.RemoveSequence(sequence);
+      remove_all();
       return logits.status();
     }
-    token = ArgMax(*logits);
+    for (int b = 0; b < batch; ++b) next[b] = ArgMax(logits->subspan(size_t(b) * vocab, vocab));
   }
   double seconds = Seconds(start);
-  PDSERVE_RETURN_IF_ERROR(engine.RemoveSequence(sequence));
+  remove_all();
   return seconds;
+}
+
+// K and V bytes one decode step reads for one sequence at `context` tokens: each layer reads its
+// cache layer's K over the whole context, and its V too, except where KCache selects the sink,
+// the recent window and the top-N tokens (V of the rest stays unread in the value tier).
+struct StepKvBytes {
+  double k = 0, v = 0;
+};
+StepKvBytes DecodeKvBytes(const KvPlan& plan, const KCacheOptions& kcache, int context) {
+  StepKvBytes bytes;
+  for (const LayerPlan& layer : plan.layers) {
+    const CachePlan& cache = plan.caches[static_cast<size_t>(layer.cache)];
+    const KvLayerLayout& l = cache.layout;
+    const double k_per_token = static_cast<double>(l.k.bytes()) / l.k.page_size();
+    const double v_per_token = static_cast<double>(l.v.bytes()) / l.v.page_size();
+    const int v_tokens =
+        cache.kcache ? std::min(context, kcache.sink + kcache.recent + kcache.top_n) : context;
+    bytes.k += k_per_token * context;
+    bytes.v += v_per_token * v_tokens;
+  }
+  return bytes;
 }
 
 // The layer matrices and the classifier: what one decode step streams.
@@ -128,7 +166,10 @@ absl::Status RunBench() {
   if (decode_context < 0 || decode_context > prompt_tokens) {
     return absl::InvalidArgumentError("--decode-context must be in [0, --prompt-tokens]");
   }
-  options.max_batch_tokens = prompt_tokens;
+  const int batch = absl::GetFlag(FLAGS_batch);
+  if (batch < 1 || batch > 4096) return absl::InvalidArgumentError("--batch must be in [1, 4096]");
+  options.max_batch_tokens = std::max(prompt_tokens, batch);
+  options.max_sequences = std::max(options.max_sequences, batch + 1);
   options.max_context = std::max(prompt_tokens, decode_context + gen_tokens + 1);
   PDSERVE_ASSIGN_OR_RETURN(PreparedModel prepared, PrepareModelFromFlags(weights, profile));
   options.compression = prepared.compression;
@@ -148,14 +189,19 @@ absl::Status RunBench() {
   for (int rep = 0; rep <= repetitions; ++rep) {
     PDSERVE_ASSIGN_OR_RETURN(double p, TimePrefill(*engine, prompt));
     PDSERVE_ASSIGN_OR_RETURN(double d, TimeDecode(*engine, std::span(prompt).first(decode_context),
-                                                  gen_tokens, prompt[0]));
-    log->info("{} {}: pp{} {:.1f} tok/s, tg{} {:.1f} tok/s", rep == 0 ? "warm-up" : "run", rep,
-              prompt_tokens, prompt_tokens / p, gen_tokens, gen_tokens / d);
+                                                  gen_tokens, prompt[0], batch));
+    log->info("{} {}: pp{} {:.1f} tok/s, tg{} x{} {:.1f} tok/s", rep == 0 ? "warm-up" : "run", rep,
+              prompt_tokens, prompt_tokens / p, gen_tokens, batch, double(gen_tokens) * batch / d);
     if (rep == 0) continue;
     prefill.push_back(prompt_tokens / p);
-    decode.push_back(gen_tokens / d);
+    decode.push_back(double(gen_tokens) * batch / d);
   }
   const double pp = Median(prefill), tg = Median(decode);
+  // Bytes of one step at the middle of the timed decode (context + gen_tokens / 2 per sequence).
+  const double weight_bytes = DecodeWeightBytes(prepared.weights, options.weight_dtype);
+  const StepKvBytes kv =
+      DecodeKvBytes(engine->plan(), options.compression.kcache, decode_context + gen_tokens / 2);
+  const double steps_per_s = tg / batch;
   nlohmann::json report = {
       {"model", path},
       {"threads", engine->options().num_threads},
@@ -164,13 +210,16 @@ absl::Status RunBench() {
       {"prompt_tokens", prompt_tokens},
       {"gen_tokens", gen_tokens},
       {"decode_context", decode_context},
+      {"batch", batch},
       {"kv_profile", profile.Describe()},
       {"repetitions", repetitions},
       {"prefill_tokens_per_s", pp},
       {"decode_tokens_per_s", tg},
+      {"decode_step_ms", 1e3 / steps_per_s},
+      {"decode_step_bytes", {{"weights", weight_bytes}, {"k", kv.k * batch}, {"v", kv.v * batch}}},
+      {"decode_gb_per_s", (weight_bytes + (kv.k + kv.v) * batch) * steps_per_s / 1e9},
       {"prefill_gflops", PrefillFlops(c, engine->plan(), prompt_tokens) * pp / prompt_tokens / 1e9},
-      {"decode_weight_gb_per_s",
-       DecodeWeightBytes(prepared.weights, options.weight_dtype) * tg / 1e9}};
+      {"decode_weight_gb_per_s", weight_bytes * steps_per_s / 1e9}};
   std::printf("%s\n", report.dump().c_str());
   return absl::OkStatus();
 }

@@ -6,7 +6,8 @@
 #      files `quantize` writes (Q8_0, Q4_0, Q4_K_M) with llama.cpp's figures for them;
 #   3. `make-model` writes every format and `generate` runs on each;
 #   4. every malformed model file gives exit code 1, nothing on stdout and one clear error line;
-#   5. bad generation requests give exit code 1 and nothing on stdout.
+#   5. bad generation requests give exit code 1 and nothing on stdout;
+#   6. `bench --batch` decodes sequences together and counts the bytes a step reads.
 # Env: PDSERVE (the binary), PDSERVE_SHARED_DIR.
 set -euo pipefail
 
@@ -190,6 +191,27 @@ assert d["top1_agreement"] > 0.8, d' || fail "pd10m default.flags: $(tail -1 "$W
 else
   fail "pdserve eval --flagfile models/pd10m/default.flags"
 fi
+
+# --- bench --batch: B sequences decode together; a step reads B times one sequence's K and V -------
+for b in 1 3; do
+  "$PDSERVE" bench --model "$MODEL" --prompt-tokens 40 --gen-tokens 4 --decode-context 40 \
+    --batch "$b" --repetitions 1 --fp8 per-token --kcache-topn 4 --log-level warn \
+    >"$WORK/bench$b.json" || fail "bench --batch $b"
+done
+python3 - "$WORK/bench1.json" "$WORK/bench3.json" <<'PY' || fail "bench --batch: $(tail -1 "$WORK/bench3.json")"
+import json, sys
+one, three = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+assert three["batch"] == 3 and one["batch"] == 1, three
+for part in ("k", "v"):
+    assert three["decode_step_bytes"][part] == 3 * one["decode_step_bytes"][part] > 0, three
+assert three["decode_step_bytes"]["weights"] == one["decode_step_bytes"]["weights"], three
+# KCache reads V of sink + recent + top-N tokens only on its layers: less V than K here.
+assert one["decode_step_bytes"]["v"] < one["decode_step_bytes"]["k"], one
+assert three["decode_tokens_per_s"] > 0 and three["decode_step_ms"] > 0, three
+PY
+rc=0
+"$PDSERVE" bench --model "$MODEL" --batch 0 2>"$WORK/err" >/dev/null || rc=$?
+[ "$rc" -eq 1 ] && grep -q -- "--batch" "$WORK/err" || fail "bench --batch 0: rc=$rc, $(cat "$WORK/err")"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
