@@ -16,12 +16,8 @@ absl::Status FromGrpc(const grpc::Status& status, const grpc::ClientContext* con
   if (status.ok()) return absl::OkStatus();
   absl::Status result(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   if (context != nullptr) {
-    const auto& trailers = context->GetServerTrailingMetadata();
-    if (auto it = trailers.find(kRetryAfterMsTrailer); it != trailers.end()) {
-      if (std::optional<absl::Duration> hint =
-              ParseRetryAfterMs(absl::string_view(it->second.data(), it->second.size()))) {
-        SetRetryHint(result, *hint);
-      }
+    if (std::optional<absl::Duration> hint = RetryHintFromCall(*context)) {
+      SetRetryHint(result, *hint);
     }
   }
   return result;
@@ -127,17 +123,16 @@ absl::StatusOr<GenerateResponse::Final> Client::GenerateStream(
   for (int retry = 0;; ++retry) {
     absl::StatusOr<GenerateResponse::Final> result =
         GenerateOnce(request, options, deadline, on_token);
-    if (result.ok() || result.status().code() != absl::StatusCode::kResourceExhausted ||
-        !options.retry.MayRetry(retry)) {
+    if (result.ok() || result.status().code() != absl::StatusCode::kResourceExhausted) {
       return result;
     }
-    const absl::Duration wait =
-        RetryDelay(options.retry, retry, RetryHint(result.status()), RetryJitter());
-    if (absl::Now() + wait >= deadline) return result;  // no time left for another try
-    if (options.on_retry) options.on_retry(result.status(), wait);
+    const std::optional<absl::Duration> wait =
+        NextRetryWait(options.retry, retry, RetryHint(result.status()), deadline);
+    if (!wait.has_value()) return result;
+    if (options.on_retry) options.on_retry(result.status(), *wait);
     if (!options.cancellation) {
-      absl::SleepFor(wait);
-    } else if (!options.cancellation->SleepUnlessCancelled(wait)) {
+      absl::SleepFor(*wait);
+    } else if (!options.cancellation->SleepUnlessCancelled(*wait)) {
       return absl::CancelledError("cancelled while waiting to retry");
     }
   }

@@ -29,6 +29,15 @@ absl::Duration RetryDelay(const RetryPolicy& policy, int retry, std::optional<ab
   return wait * (1.0 + policy.jitter * std::clamp(uniform, 0.0, 1.0));
 }
 
+std::optional<absl::Duration> NextRetryWait(const RetryPolicy& policy, int retries,
+                                            std::optional<absl::Duration> hint,
+                                            absl::Time deadline) {
+  if (!policy.MayRetry(retries)) return std::nullopt;
+  const absl::Duration wait = RetryDelay(policy, retries, hint, RetryJitter());
+  if (absl::Now() + wait >= deadline) return std::nullopt;  // no time left for another try
+  return wait;
+}
+
 double RetryJitter() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng);

@@ -39,6 +39,13 @@ absl::Duration RetryDelay(const RetryPolicy& policy, int retry, std::optional<ab
 // A uniform number in [0, 1) from a per-thread generator, for RetryDelay.
 double RetryJitter();
 
+// The wait before retrying a call refused after `retries` retries (with the server's `hint`, if
+// any): RetryDelay with fresh jitter, or nullopt when the policy allows no more retries or the
+// retry could not start before `deadline`.
+std::optional<absl::Duration> NextRetryWait(const RetryPolicy& policy, int retries,
+                                            std::optional<absl::Duration> hint,
+                                            absl::Time deadline);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_CLIENT_RETRY_POLICY_H_

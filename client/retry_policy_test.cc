@@ -46,6 +46,18 @@ TEST(RetryPolicyTest, CountsRetriesUnlessUnbounded) {
   EXPECT_TRUE(p.MayRetry(100000));
 }
 
+TEST(RetryPolicyTest, NextRetryWaitStopsAtTheCountAndTheDeadline) {
+  RetryPolicy p;
+  p.max_retries = 1;
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  std::optional<absl::Duration> wait = NextRetryWait(p, 0, absl::Seconds(2), far);
+  ASSERT_TRUE(wait.has_value());
+  EXPECT_GE(*wait, absl::Seconds(2));
+  EXPECT_LE(*wait, absl::Milliseconds(2500));
+  EXPECT_EQ(NextRetryWait(p, 1, absl::Seconds(2), far), std::nullopt);  // no retries left
+  EXPECT_EQ(NextRetryWait(p, 0, absl::Seconds(2), absl::Now() + absl::Seconds(1)), std::nullopt);
+}
+
 TEST(RetryPolicyTest, ValidateNamesTheBadField) {
   EXPECT_TRUE(RetryPolicy().Validate().ok());
   RetryPolicy p;

@@ -36,6 +36,16 @@ inline void SetRetryHint(absl::Status& status, absl::Duration wait) {
   status.SetPayload(kRetryAfterMsTrailer, absl::Cord(FormatRetryAfterMs(wait)));
 }
 
+// The hint a finished call's server sent in its trailing metadata, or nullopt. `context` is the
+// call's grpc::ClientContext (a template parameter so that this header needs no gRPC).
+template <typename ClientContext>
+std::optional<absl::Duration> RetryHintFromCall(const ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto it = trailers.find(kRetryAfterMsTrailer);
+  if (it == trailers.end()) return std::nullopt;
+  return ParseRetryAfterMs(absl::string_view(it->second.data(), it->second.size()));
+}
+
 // The hint a status carries, or nullopt.
 inline std::optional<absl::Duration> RetryHint(const absl::Status& status) {
   const auto payload = status.GetPayload(kRetryAfterMsTrailer);

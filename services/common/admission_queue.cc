@@ -55,9 +55,9 @@ absl::StatusOr<AdmissionQueue::Ticket> AdmissionQueue::Admit(
   }
   if (queued_ >= options_.max_queued || queued_bytes_ + bytes > options_.max_queued_bytes) {
     absl::Status refusal = absl::ResourceExhaustedError(absl::StrCat(
-        "router overloaded: ", active_, " requests running (limit ", options_.max_active, ") and ",
-        queued_, " queued holding ", queued_bytes_, " bytes (limits ", options_.max_queued,
-        " requests, ", options_.max_queued_bytes, " bytes); retry after ",
+        options_.name, " overloaded: ", active_, " requests running (limit ", options_.max_active,
+        ") and ", queued_, " queued holding ", queued_bytes_, " bytes (limits ",
+        options_.max_queued, " requests, ", options_.max_queued_bytes, " bytes); retry after ",
         absl::FormatDuration(options_.retry_after)));
     SetRetryHint(refusal, options_.retry_after);
     return refusal;
@@ -73,10 +73,9 @@ absl::StatusOr<AdmissionQueue::Ticket> AdmissionQueue::Admit(
       queued_bytes_ -= self->bytes;
       waiters_.erase(self);
       if (expired) {
-        return absl::DeadlineExceededError(absl::StrCat("waited ",
-                                                        absl::FormatDuration(now - start),
-                                                        " in the router's queue without being "
-                                                        "admitted (deadline)"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("waited ", absl::FormatDuration(now - start), " in the ", options_.name,
+                         " queue without being admitted (deadline)"));
       }
       return absl::CancelledError("cancelled by the client while queued");
     }

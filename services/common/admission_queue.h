@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,9 @@ namespace pdserve {
 class AdmissionQueue {
  public:
   struct Options {
+    // Names the queue in its refusals and timeouts ("router": "router overloaded: …", "waited
+    // 2s in the router queue …").
+    std::string name = "admission";
     int max_active = 256;
     int max_queued = 4096;
     int64_t max_queued_bytes = int64_t{256} << 20;

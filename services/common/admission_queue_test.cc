@@ -16,6 +16,7 @@ const std::function<bool()> kNeverCancelled = [] { return false; };
 
 AdmissionQueue::Options Limits(int active, int queued, int64_t bytes = int64_t{1} << 30) {
   AdmissionQueue::Options o;
+  o.name = "test";
   o.max_active = active;
   o.max_queued = queued;
   o.max_queued_bytes = bytes;
@@ -127,6 +128,7 @@ TEST(AdmissionQueueTest, AWaiterLeavesAtItsDeadlineAndTheNextMovesUp) {
   });
   first.join();
   EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(late.status().message().find("in the test queue"), std::string::npos) << late.status();
   EXPECT_EQ(queue.queued(), 1);  // the second waiter, still behind the running request
   EXPECT_FALSE(second_admitted.load());
   running.reset();

@@ -101,8 +101,10 @@ class PrefillWorker {
 
   // Requests ask the KV store for their pages one at a time, in arrival order; while its pool is
   // full the first keeps asking and the others wait behind it (fair: none is overtaken).
-  AdmissionQueue page_line_{AdmissionQueue::Options{
-      .max_active = 1, .max_queued = 1 << 20, .max_queued_bytes = int64_t{1} << 62}};
+  AdmissionQueue page_line_{AdmissionQueue::Options{.name = "prefill KV-page",
+                                                    .max_active = 1,
+                                                    .max_queued = 1 << 20,
+                                                    .max_queued_bytes = int64_t{1} << 62}};
 
   mutable std::mutex mu_;
   std::condition_variable queue_cv_;

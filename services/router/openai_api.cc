@@ -164,12 +164,7 @@ std::unique_ptr<RouterCall> OpenAiApi::Start(const v1::GenerateRequest& request,
     refusal->status =
         grpc::Status(grpc::StatusCode::INTERNAL, "the router ended the call without a reply");
   }
-  refusal->retry_after.reset();
-  const auto& trailers = call->context.GetServerTrailingMetadata();
-  if (auto it = trailers.find(kRetryAfterMsTrailer); it != trailers.end()) {
-    refusal->retry_after =
-        ParseRetryAfterMs(absl::string_view(it->second.data(), it->second.size()));
-  }
+  refusal->retry_after = RetryHintFromCall(call->context);
   return nullptr;
 }
 

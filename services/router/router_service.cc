@@ -105,7 +105,8 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Sched
       policy_(std::move(policy)),
       registry_(
           WorkerRegistry::Options{options.heartbeat_interval, 3, options.silence_limit, nullptr}),
-      admission_(AdmissionQueue::Options{.max_active = options.max_inflight,
+      admission_(AdmissionQueue::Options{.name = "router",
+                                         .max_active = options.max_inflight,
                                          .max_queued = options.max_queued,
                                          .max_queued_bytes = options.max_queued_bytes}),
       metrics_(options.metrics != nullptr ? options.metrics : std::make_shared<MetricsRegistry>()),
@@ -224,12 +225,12 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
                          ->Prefill(context.get(), prefill_request, &prefill_reply);
   }
   registry_.Release(prefill);
-  if (prefill_status.ok()) registry_.NoteProgress(prefill.address);
   if (!prefill_status.ok()) {
     absl::Status error = DownstreamError(call, "prefill", prefill.address, prefill_status);
     CancelKv(decode.kvstore_grpc_address, call.id);  // pages a dying prefill may have left
     return error;
   }
+  registry_.NoteProgress(prefill.address);
   call.timings.set_queue_seconds(Seconds(prefill_start - call.arrival) +
                                  prefill_reply.queue_seconds());
   call.timings.set_prefill_seconds(prefill_reply.compute_seconds());

@@ -210,6 +210,20 @@ class RouterServiceTest : public ::testing::Test {
     ASSERT_TRUE(client.ok());
     client_ = *std::move(client);
   }
+  // A router that runs one request at a time, `max_queued` more waiting, and that one request
+  // started on another thread and hanging in decode until `cancel` (its status in `*status`).
+  std::thread StartWithOneHangingCall(int max_queued, const CancellationToken& cancel,
+                                      absl::Status* status = nullptr) {
+    decode_.script_ = ByteTokenizer::Ids("abcdef");
+    decode_.hang_after_ = 1;
+    RouterOptions options = Options();
+    options.max_inflight = 1;
+    options.max_queued = max_queued;
+    StartRouter(options);
+    std::thread caller = CallUntilCancelled(cancel, "x", status);
+    EXPECT_TRUE(decode_.WaitHanging());
+    return caller;
+  }
   // A Generate call on another thread that runs until `cancel`; its status lands in `*status`.
   std::thread CallUntilCancelled(const CancellationToken& cancel, const char* prompt,
                                  absl::Status* status = nullptr) {
@@ -404,16 +418,9 @@ TEST_F(RouterServiceTest, DecodeWorkerDyingGivesUnavailableAndReleasesPages) {
 // Beyond --max-inflight requests wait in arrival order; beyond --max-queued they are refused with
 // RESOURCE_EXHAUSTED and the router's retry hint.
 TEST_F(RouterServiceTest, RequestsQueueBeyondTheRunningLimitAndAreRefusedBeyondTheQueue) {
-  decode_.script_ = ByteTokenizer::Ids("abcdef");
-  decode_.hang_after_ = 1;
-  RouterOptions options = Options();
-  options.max_inflight = 1;
-  options.max_queued = 1;
-  StartRouter(options);
   CancellationToken cancel_first, cancel_second;
   absl::Status first, second;
-  std::thread first_caller = CallUntilCancelled(cancel_first, "x", &first);
-  ASSERT_TRUE(decode_.WaitHanging());
+  std::thread first_caller = StartWithOneHangingCall(/*max_queued=*/1, cancel_first, &first);
   std::thread second_caller = CallUntilCancelled(cancel_second, "y", &second);
   ASSERT_TRUE(Eventually([&] { return router_->service().inflight() == 2; }));  // one queued
 
@@ -435,14 +442,8 @@ TEST_F(RouterServiceTest, RequestsQueueBeyondTheRunningLimitAndAreRefusedBeyondT
 }
 
 TEST_F(RouterServiceTest, AQueuedRequestLeavesAtItsDeadline) {
-  decode_.script_ = ByteTokenizer::Ids("abcdef");
-  decode_.hang_after_ = 1;
-  RouterOptions options = Options();
-  options.max_inflight = 1;
-  StartRouter(options);
   CancellationToken cancel;
-  std::thread caller = CallUntilCancelled(cancel, "x");
-  ASSERT_TRUE(decode_.WaitHanging());
+  std::thread caller = StartWithOneHangingCall(RouterOptions().max_queued, cancel);
   CallOptions short_wait;
   short_wait.timeout = absl::Milliseconds(300);
   auto late = client_->Generate(TextRequest("y", 5), short_wait);
@@ -456,15 +457,8 @@ TEST_F(RouterServiceTest, AQueuedRequestLeavesAtItsDeadline) {
 
 // The SDK retries a refusal after the router's hint, and the retry completes once there is room.
 TEST_F(RouterServiceTest, TheClientRetriesARefusalAndCompletes) {
-  decode_.script_ = ByteTokenizer::Ids("abcdef");
-  decode_.hang_after_ = 1;
-  RouterOptions options = Options();
-  options.max_inflight = 1;
-  options.max_queued = 0;
-  StartRouter(options);
   CancellationToken cancel;
-  std::thread caller = CallUntilCancelled(cancel, "x");
-  ASSERT_TRUE(decode_.WaitHanging());
+  std::thread caller = StartWithOneHangingCall(/*max_queued=*/0, cancel);
   std::atomic<int> retries{0};
   CallOptions retrying;
   retrying.on_retry = [&](const absl::Status& refusal, absl::Duration wait) {

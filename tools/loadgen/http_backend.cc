@@ -119,14 +119,12 @@ BackendResult HttpBackend::Send(const BackendRequest& request, Cancellation& can
     std::optional<absl::Duration> hint;
     BackendResult result = SendOnce(attempt, cancellation, on_token, &hint);
     result.retries = retry;
-    if (result.code != "HTTP 429" || result.cancelled || !request.retry.MayRetry(retry)) {
-      return result;
-    }
-    const absl::Duration wait = RetryDelay(request.retry, retry, hint, RetryJitter());
-    if (absl::Now() + wait >= deadline) return result;  // no time left for another try
+    if (result.code != "HTTP 429" || result.cancelled) return result;
+    const std::optional<absl::Duration> wait = NextRetryWait(request.retry, retry, hint, deadline);
+    if (!wait.has_value()) return result;
     absl::Notification stop;
     cancellation.SetHook([&stop] { stop.Notify(); });
-    const bool cancelled = stop.WaitForNotificationWithTimeout(wait);
+    const bool cancelled = stop.WaitForNotificationWithTimeout(*wait);
     cancellation.ClearHook();
     if (cancelled) {
       result.cancelled = true;
