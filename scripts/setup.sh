@@ -15,7 +15,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   python3
   python3-yaml python3-jinja2
-  prometheus gnuplot-nox
+  prometheus gnuplot-nox curl
 )
 
 missing=()
