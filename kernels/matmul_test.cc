@@ -120,7 +120,7 @@ TEST_P(MatmulTest, FastPathMatchesReference) {
 
 std::vector<MatmulCase> AllCases() {
   std::vector<MatmulCase> cases;
-  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33}) {
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 63, 64}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int threads : {1, 2, 3}) cases.push_back({n, dtype, threads});
     }

@@ -14,8 +14,12 @@ namespace {
 
 static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
 
-// Activation rows from which the GEMM beats repeated GEMV passes over the weights.
-constexpr int64_t kGemmMinRows = 8;
+// Activation rows from which the GEMM beats repeated GEMV passes over the weights: quantized
+// weights (each GEMV pass re-quantizes nothing but dots every row again) and 16-bit or f32 ones
+// (GEMV passes over an L1-resident block of rows, GemvRange, widen each weight in registers
+// instead of packing it; that wins for decode-sized batches).
+constexpr int64_t kGemmMinRowsQuantized = 8;
+constexpr int64_t kGemmMinRowsFloat = 64;
 // Weight rows per GEMM chunk, packed (widened to fp32) at a time; threads take such chunks in
 // turn, which balances uneven threads. A multiple of every micro-kernel's panel width.
 constexpr int64_t kGemmChunkRows = 128;
@@ -27,21 +31,27 @@ static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kG
 constexpr int64_t kGemmMaxNr = std::max(avx2::kGemmNr, avx512::kGemmNr);
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
+// Weight rows per GEMV block: every batch of x rows passes over a block before the next starts, so
+// W is read from memory once per call (16 rows are ≤ 128 KiB even for f32 at 2048 columns).
+constexpr int64_t kGemvRowBlock = 16;
 
 // In every function below, y's rows are `ldy` floats apart (≥ w.rows(): W may be one part of a
 // row-stacked matrix).
 void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy, int64_t begin,
                int64_t end) {
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
-  for (int64_t b = 0; b < n; b += kGemvMaxBatch) {
-    GemvArgs args{x + b * w.cols(), static_cast<int>(std::min<int64_t>(kGemvMaxBatch, n - b)),
-                  w.cols(),         w.data,
-                  w.dtype,          w.cols(),
-                  y + b * ldy,      ldy};
-    if (avx512) {
-      avx512::GemvRows(args, begin, end);
-    } else {
-      avx2::GemvRows(args, begin, end);
+  for (int64_t r = begin; r < end; r += kGemvRowBlock) {
+    const int64_t r_end = std::min(end, r + kGemvRowBlock);
+    for (int64_t b = 0; b < n; b += kGemvMaxBatch) {
+      GemvArgs args{x + b * w.cols(), static_cast<int>(std::min<int64_t>(kGemvMaxBatch, n - b)),
+                    w.cols(),         w.data,
+                    w.dtype,          w.cols(),
+                    y + b * ldy,      ldy};
+      if (avx512) {
+        avx512::GemvRows(args, r, r_end);
+      } else {
+        avx2::GemvRows(args, r, r_end);
+      }
     }
   }
 }
@@ -191,11 +201,11 @@ namespace {
 
 void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
                 std::span<float> workspace) {
-  if (n < kGemmMinRows && IsQuantized(w.dtype)) {
+  if (n < kGemmMinRowsQuantized && IsQuantized(w.dtype)) {
     QuantizedGemv(pool, x, n, std::span<const Tensor>(&w, 1), y, ldy, workspace);
     return;
   }
-  if (n < kGemmMinRows) {
+  if (n < kGemmMinRowsFloat && !IsQuantized(w.dtype)) {
     const int64_t chunk =
         std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
     pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int) {
@@ -221,7 +231,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor>
             std::span<float> workspace) {
   int64_t rows = 0;
   for (const Tensor& part : parts) rows += part.rows();
-  if (n < kGemmMinRows && parts.size() <= kMaxGemvParts && AllQuantized(parts)) {
+  if (n < kGemmMinRowsQuantized && parts.size() <= kMaxGemvParts && AllQuantized(parts)) {
     QuantizedGemv(pool, x, n, parts, y, rows, workspace);
     return;
   }

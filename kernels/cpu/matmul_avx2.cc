@@ -88,6 +88,9 @@ void RowBlock(const GemvArgs& a, int64_t r) {
   }
 }
 
+// NB = 3 or 4: one weight row (8 accumulators; two rows would spill the 16 registers).
+constexpr int kWideBatchRows = 1;
+
 #include "kernels/cpu/gemv_dispatch.inc"
 
 }  // namespace

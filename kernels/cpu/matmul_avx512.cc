@@ -71,6 +71,9 @@ void RowBlock(const GemvArgs& a, int64_t r) {
   }
 }
 
+// NB = 3 or 4 with two weight rows: 16 accumulators of the 32 registers.
+constexpr int kWideBatchRows = 2;
+
 #include "kernels/cpu/gemv_dispatch.inc"
 
 }  // namespace
