@@ -510,6 +510,17 @@ TEST(Fp8AttentionMixedTest, FP8KeysF32ValuesAndBack) {
   }
 }
 
+// Decode at contexts up to 8k in one batch with short neighbours (GQA 4, ragged FP8 ranks per
+// page scales): the fused row kernels against the reference, on both threads.
+TEST(Fp8AttentionLongTest, MixedLengthsUpTo8k) {
+  const int page_size = 16;
+  CompressedKv f(8, 64, page_size,
+                 Layout(page_size, {64, 33}, KvElement::kE4M3, KvScaleMode::kPerPageHead),
+                 Layout(page_size, {32, 64}, KvElement::kE4M3, KvScaleMode::kPerPageHead),
+                 {{8191, 1}, {0, 1}, {2999, 1}, {16, 1}, {4000, 3}}, 8);
+  CheckFastReferenceNaive(f, RunBoth(f, 2), 1e-5);
+}
+
 // ---------------------------------------------------------------------------------------------
 // (d) Heads of width 0.
 

@@ -186,6 +186,95 @@ BENCHMARK(BM_Attention)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// Decode over a compressed cache: `dim` stored elements per head (64 = full, 32 = ZACK half),
+// f32 or FP8 E4M3 codes with per-token or per-page scales (format 0, 1, 2), pages in order.
+struct CompressedDecodeSetup {
+  CompressedDecodeSetup(int n_sequences, int context, int dim, int format) {
+    const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
+    const bool fp8 = format != 0;
+    const int scales = format == 1 ? kPageSize : format == 2 ? 1 : 0;
+    for (int g = 0; g < kHeads; ++g) {
+      offsets.push_back(int64_t{kHeads} * scales * 4 +
+                        int64_t{g} * kPageSize * dim * (fp8 ? 1 : 4));
+    }
+    const int64_t page_bytes = offsets.back() + int64_t{kPageSize} * dim * (fp8 ? 1 : 4);
+    const int64_t pool_bytes = int64_t{n_sequences} * pages_per_seq * page_bytes;
+    std::mt19937 rng(5);
+    for (auto* pool : {&k, &v}) {
+      pool->resize(static_cast<size_t>(pool_bytes));
+      for (int64_t p = 0; p < int64_t{n_sequences} * pages_per_seq; ++p) {
+        uint8_t* page = pool->data() + p * page_bytes;
+        for (int i = 0; i < kHeads * scales; ++i) reinterpret_cast<float*>(page)[i] = 0.01f;
+        uint8_t* rows = page + offsets[0];
+        if (fp8) {
+          // Codes of magnitude below 0x77 (no NaNs); every sign and exponent.
+          for (int64_t i = 0; i < page_bytes - offsets[0]; ++i) rows[i] = rng() % 0xEF & 0xF7;
+        } else {
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          auto* f = reinterpret_cast<float*>(rows);
+          for (int64_t i = 0; i < (page_bytes - offsets[0]) / 4; ++i) f[i] = dist(rng);
+        }
+      }
+    }
+    pages.resize(static_cast<size_t>(n_sequences) * pages_per_seq);
+    for (size_t p = 0; p < pages.size(); ++p) pages[p] = static_cast<int32_t>(p);
+    q = RandomVector(int64_t{n_sequences} * kHeads * kHeadDim, 4);
+    out.resize(q.size());
+    for (int s = 0; s < n_sequences; ++s) {
+      AttentionSequence seq;
+      seq.q = q.data() + int64_t{s} * kHeads * kHeadDim;
+      seq.out = out.data() + int64_t{s} * kHeads * kHeadDim;
+      seq.n_queries = 1;
+      seq.start_pos = context - 1;
+      for (KvSectionView* view : {&seq.kv.k, &seq.kv.v}) {
+        view->pool = (view == &seq.kv.k ? k : v).data();
+        view->page_stride = page_bytes;
+        view->uniform_dim = dim;
+        view->head_offsets = offsets.data();
+        view->e4m3 = fp8;
+        view->scales_per_head = scales;
+      }
+      seq.kv.pages = pages.data() + int64_t{s} * pages_per_seq;
+      seq.kv.page_size = kPageSize;
+      sequences.push_back(seq);
+    }
+    bytes = 2 * pool_bytes;
+  }
+
+  std::vector<int64_t> offsets;
+  std::vector<uint8_t> k, v;
+  std::vector<float> q, out;
+  std::vector<int32_t> pages;
+  std::vector<AttentionSequence> sequences;
+  int64_t bytes = 0;
+};
+
+// Args: context, sequences, stored dim, format (0 f32, 1 FP8 per token, 2 FP8 per page), threads.
+// bytes_per_second counts the K and V bytes read (codes and scales).
+void BM_CompressedDecode(benchmark::State& state) {
+  const int context = static_cast<int>(state.range(0));
+  const int n_sequences = static_cast<int>(state.range(1));
+  const int dim = static_cast<int>(state.range(2));
+  const int format = static_cast<int>(state.range(3));
+  ThreadPool pool(static_cast<int>(state.range(4)));
+  CompressedDecodeSetup setup(n_sequences, context, dim, format);
+  const AttentionShape shape{kHeads, kHeads, kHeadDim};
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), context, kPageSize));
+  for (auto _ : state) {
+    Attention(pool, shape, setup.sequences, workspace);
+    benchmark::DoNotOptimize(setup.out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * setup.bytes);
+  state.SetLabel(format == 0 ? "f32" : format == 1 ? "fp8 per-token" : "fp8 per-page");
+}
+
+BENCHMARK(BM_CompressedDecode)
+    ->ArgNames({"context", "seqs", "dim", "format", "threads"})
+    ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 1, 2}, {2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // Args: n rows of dim 768.
 void BM_RmsNorm(benchmark::State& state) {
   const int64_t n = state.range(0), dim = 768;

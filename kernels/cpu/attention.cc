@@ -11,29 +11,6 @@
 namespace pdserve::kernels {
 namespace {
 
-// out[0, v.dim(g)) = Σ_t w[t] · v_t over tokens [0, n_tokens) of KV head g, page by page; pages
-// whose weights are all zero are skipped. `scratch` holds page_size · head_dim floats.
-void WeightedValues(const PagedKvView& kv, int g, const float* w, int n_tokens, float* scratch,
-                    float* out) {
-  std::fill(out, out + kv.v.dim(g), 0.0f);
-  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
-    const int count = std::min(kv.page_size, n_tokens - t);
-    const float* values = HeadRows(kv.v, kv.page_size, kv.pages[p], g, 0, count, scratch);
-    AccumulateValues(w + t, values, count, kv.v.dim(g), out);
-  }
-}
-
-// One query head over tokens [0, n_tokens): out = softmax(q·Kᵀ·scale)·V. `ws` holds n_tokens +
-// page_size · head_dim floats.
-void AttendOne(const AttentionShape& s, const PagedKvView& kv, int g, const float* q, int n_tokens,
-               float* ws, float* out) {
-  float* scores = ws;
-  float* scratch = ws + n_tokens;
-  ScoreAll(s, kv, g, q, n_tokens, scores, scratch);
-  SoftmaxInPlace(scores, n_tokens);
-  WeightedValues(kv, g, scores, n_tokens, scratch, out);
-}
-
 // Sequences with at least this many queries (prefill) run attention as two SGEMMs per block of
 // kQueryBlock queries and head: S = Q·Kᵀ over the keys the block sees, causal softmax, O = P·V.
 constexpr int kGemmMinQueries = 16;
@@ -57,6 +34,32 @@ int64_t QStride(const AttentionShape& s, const AttentionSequence& seq) {
 }
 int64_t OutStride(const AttentionShape& s, const AttentionSequence& seq) {
   return seq.out_row_stride > 0 ? seq.out_row_stride : int64_t{s.n_heads} * s.head_dim;
+}
+
+// Query row i of `seq`, query heads [h0, h0 + nq) (nq ≤ kGroupPass) of KV head g: out =
+// softmax(q·Kᵀ/√head_dim)·V over tokens [0, start_pos + i], each page's rows read once for the
+// pass. `ws` holds nq · (start_pos + i + 1) floats.
+void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
+                 int i, int g, int h0, int nq, float* ws) {
+  const int n_tokens = seq.start_pos + i + 1;
+  const PagedKvView& kv = seq.kv;
+  const float* q[kGroupPass];
+  float* out[kGroupPass];
+  for (int j = 0; j < nq; ++j) {
+    q[j] = seq.q + i * QStride(s, seq) + s.q_offset(h0 + j);
+    out[j] = seq.out + i * OutStride(s, seq) + s.out_offset(h0 + j);
+    std::fill(out[j], out[j] + kv.v.dim(g), 0.0f);
+  }
+  ScoreGroup(rk, s, kv, g, q, nq, n_tokens, ws, n_tokens);
+  for (int j = 0; j < nq; ++j) SoftmaxInPlace(ws + int64_t{j} * n_tokens, n_tokens);
+  auto rows = [&](int t, int p) {
+    return PageRowsOf(kv.v, kv.v.page(kv.pages[p]), kv.page_size, g,
+                      std::min(kv.page_size, n_tokens - t));
+  };
+  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
+    if (t + kv.page_size < n_tokens) PrefetchRows(rows(t + kv.page_size, p + 1));
+    rk.accumulate(ws + t, n_tokens, nq, rows(t, p), out);
+  }
 }
 
 // Queries [q_begin, q_end) of one head. `ws` holds 2·max_context·head_dim + kQueryBlock·max_context
@@ -110,15 +113,22 @@ void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int 
          .ldc = out_stride});
 }
 
-// Tasks of one sequence: per (head, query block) on the GEMM path, else per (head, query).
+// Passes over one KV head's query heads on the decode path.
+int GroupPasses(const AttentionShape& s) { return (s.group() + kGroupPass - 1) / kGroupPass; }
+
+// Tasks of one sequence: per (head, query block) on the GEMM path, else per (query, KV head,
+// group pass).
 int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq) {
   if (seq.n_queries >= kGemmMinQueries) {
     return int64_t{s.n_heads} * ((seq.n_queries + kQueryBlock - 1) / kQueryBlock);
   }
-  return int64_t{s.n_heads} * seq.n_queries;
+  return int64_t{seq.n_queries} * s.n_kv_heads * GroupPasses(s);
 }
 
+// Enough for the decode path's kGroupPass · max_context scores too (2·head_dim + kQueryBlock >
+// kGroupPass).
 int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_size) {
+  static_assert(kQueryBlock >= kGroupPass);
   return int64_t{max_context} * (2 * shape.head_dim + kQueryBlock) +
          int64_t{page_size} * shape.head_dim;
 }
@@ -140,6 +150,7 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
   // The context the workspace was sized for (see PerThreadFloats).
   const int max_context = static_cast<int>((per_thread - int64_t{page_size} * shape.head_dim) /
                                            (2 * shape.head_dim + kQueryBlock));
+  const DecodeRowKernels& rk = ActiveDecodeRows();
   pool.ParallelForDynamic(total, 1, [&](int64_t begin, int64_t end, int thread) {
     float* ws = workspace.data() + thread * per_thread;
     size_t s = 0;
@@ -148,20 +159,21 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
       while (task >= first + TaskCount(shape, sequences[s]))
         first += TaskCount(shape, sequences[s++]);
       const AttentionSequence& seq = sequences[s];
-      // Head-major within a sequence: consecutive tasks reuse one head's K/V from cache.
-      const int64_t per_head = TaskCount(shape, seq) / shape.n_heads;
-      const int head = static_cast<int>((task - first) / per_head);
-      const int index = static_cast<int>((task - first) % per_head);
+      const int64_t index = task - first;
       if (seq.n_queries >= kGemmMinQueries) {
-        const int q_begin = index * kQueryBlock;
-        AttendBlockGemm(shape, seq, head, q_begin, std::min(seq.n_queries, q_begin + kQueryBlock),
-                        max_context, ws);
+        // Head-major: consecutive tasks reuse one head's K/V from cache.
+        const int64_t per_head = TaskCount(shape, seq) / shape.n_heads;
+        const int q_begin = static_cast<int>(index % per_head) * kQueryBlock;
+        AttendBlockGemm(shape, seq, static_cast<int>(index / per_head), q_begin,
+                        std::min(seq.n_queries, q_begin + kQueryBlock), max_context, ws);
         continue;
       }
-      AttendOne(shape, seq.kv, head / shape.group(),
-                seq.q + index * QStride(shape, seq) + shape.q_offset(head),
-                seq.start_pos + index + 1, ws,
-                seq.out + index * OutStride(shape, seq) + shape.out_offset(head));
+      const int passes = GroupPasses(shape);
+      const int query = static_cast<int>(index / (int64_t{shape.n_kv_heads} * passes));
+      const int g = static_cast<int>(index / passes % shape.n_kv_heads);
+      const int h0 = g * shape.group() + static_cast<int>(index % passes) * kGroupPass;
+      AttendGroup(rk, shape, seq, query, g, h0, std::min(kGroupPass, (g + 1) * shape.group() - h0),
+                  ws);
     }
   });
 }

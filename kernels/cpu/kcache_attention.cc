@@ -10,29 +10,38 @@
 namespace pdserve::kernels {
 namespace {
 
-// Per-thread workspace: probabilities of the group's query heads [group, C], their sum [C], the
-// keep mask and the selection order [C] each, and one page of dequantized values.
-int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_size) {
-  return int64_t{max_context} * (shape.group() + 3) + int64_t{page_size} * shape.head_dim;
+// Per-thread workspace: probabilities of the group's query heads [group, C], their sum [C], and
+// the keep mask and the selection order [C] each.
+int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int /*page_size*/) {
+  return int64_t{max_context} * (shape.group() + 3);
 }
 
-// KV head g of one decode sequence: every query head of the group at once, so each value page is
-// fetched once.
-void AttendGroup(const AttentionShape& s, const AttentionSequence& seq, int sequence, int g,
-                 const TopNOptions& options, const FetchValuePage& fetch, float* ws,
-                 int* selected) {
+// Calls fn(h0, nq) for the group's query heads in passes of at most kGroupPass.
+template <typename Fn>
+void ForEachPass(int group, Fn fn) {
+  for (int h0 = 0; h0 < group; h0 += kGroupPass) fn(h0, std::min(kGroupPass, group - h0));
+}
+
+// KV head g of one decode sequence: every query head of the group at once, so each key and each
+// fetched value page is read once per pass of kGroupPass heads.
+void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
+                 int sequence, int g, const TopNOptions& options, const FetchValuePage& fetch,
+                 float* ws, int* selected) {
   const int group = s.group(), n_tokens = seq.start_pos + 1;
   const PagedKvView& kv = seq.kv;
   float* probs = ws;                                 // [group, n_tokens]
   float* total = probs + int64_t{group} * n_tokens;  // [n_tokens]
   auto* keep = reinterpret_cast<uint8_t*>(total + n_tokens);
   auto* order = reinterpret_cast<int*>(total + 2 * int64_t{n_tokens});
-  float* scratch = total + 3 * int64_t{n_tokens};
+  const float* q[kGroupPass];
+  float* out[kGroupPass];
+  ForEachPass(group, [&](int h0, int nq) {
+    for (int j = 0; j < nq; ++j) q[j] = seq.q + s.q_offset(g * group + h0 + j);
+    ScoreGroup(rk, s, kv, g, q, nq, n_tokens, probs + int64_t{h0} * n_tokens, n_tokens);
+  });
   std::fill(total, total + n_tokens, 0.0f);
   for (int j = 0; j < group; ++j) {
-    const int h = g * group + j;
     float* p = probs + int64_t{j} * n_tokens;
-    ScoreAll(s, kv, g, seq.q + s.q_offset(h), n_tokens, p, scratch);
     SoftmaxInPlace(p, n_tokens);
     for (int t = 0; t < n_tokens; ++t) total[t] += p[t];
   }
@@ -48,20 +57,17 @@ void AttendGroup(const AttentionShape& s, const AttentionSequence& seq, int sequ
     if (options.renormalize && mass > 0.0f) {
       for (int t = 0; t < n_tokens; ++t) p[t] /= mass;
     }
-    float* out = seq.out + s.out_offset(g * group + j);
-    std::fill(out, out + kv.v.dim(g), 0.0f);
+    float* o = seq.out + s.out_offset(g * group + j);
+    std::fill(o, o + kv.v.dim(g), 0.0f);
   }
   for (int t = 0, page = 0; t < n_tokens; t += kv.page_size, ++page) {
     const int count = std::min(kv.page_size, n_tokens - t);
     if (std::none_of(keep + t, keep + t + count, [](uint8_t k) { return k != 0; })) continue;
-    KvSectionView values = kv.v;  // the fetched page, addressed as page 0
-    values.pool = fetch(sequence, page, g);
-    values.page_stride = 0;
-    const float* rows = HeadRows(values, kv.page_size, 0, g, 0, count, scratch);
-    for (int j = 0; j < group; ++j) {
-      AccumulateValues(probs + int64_t{j} * n_tokens + t, rows, count, kv.v.dim(g),
-                       seq.out + s.out_offset(g * group + j));
-    }
+    const PageRows rows = PageRowsOf(kv.v, fetch(sequence, page, g), kv.page_size, g, count);
+    ForEachPass(group, [&](int h0, int nq) {
+      for (int j = 0; j < nq; ++j) out[j] = seq.out + s.out_offset(g * group + h0 + j);
+      rk.accumulate(probs + int64_t{h0} * n_tokens + t, n_tokens, nq, rows, out);
+    });
   }
 }
 
@@ -100,11 +106,12 @@ void KCacheAttention(ThreadPool& pool, const AttentionShape& shape,
                      std::span<int> selected) {
   const int64_t tasks = static_cast<int64_t>(sequences.size()) * shape.n_kv_heads;
   const size_t per_thread = workspace.size() / pool.size();
+  const DecodeRowKernels& rk = ActiveDecodeRows();
   pool.ParallelForDynamic(tasks, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t task = begin; task < end; ++task) {
       const int sequence = static_cast<int>(task / shape.n_kv_heads);
       const int g = static_cast<int>(task % shape.n_kv_heads);
-      AttendGroup(shape, sequences[sequence], sequence, g, options, fetch,
+      AttendGroup(rk, shape, sequences[sequence], sequence, g, options, fetch,
                   workspace.data() + thread * per_thread,
                   selected.empty() ? nullptr : &selected[task]);
     }

@@ -1,0 +1,80 @@
+// AVX2 + F16C + FMA decode row kernels (decode_rows.h): 8 lanes.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/decode_rows.h"
+#include "kernels/fp8.h"
+
+namespace pdserve::kernels::avx2 {
+namespace {
+
+struct Simd {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kScoreQueries = 1;       // 8 accumulators of the 16 registers
+  static constexpr int kAccumulateQueries = 2;  // 2 × 4 accumulators
+
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Set1(float x) { return _mm256_set1_ps(x); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+
+  static __m256i Mask(int n) {
+    alignas(32) static constexpr int32_t kLanesOn[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                         0,  0,  0,  0,  0,  0,  0,  0};
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanesOn + 8 - n));
+  }
+  static V LoadF32(const float* p, int n) {
+    return n == kLanes ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, Mask(n));
+  }
+  static void Store(float* p, V v, int n) {
+    if (n == kLanes) {
+      _mm256_storeu_ps(p, v);
+    } else {
+      _mm256_maskstore_ps(p, Mask(n), v);
+    }
+  }
+  // Sign-extending the byte puts the sign in bits 8..15; shifted left by 7, [exponent:4]
+  // [mantissa:3] sits where an f16's low exponent and high mantissa bits are, the sign at 15,
+  // and a copy of it at 14 (the f16 exponent's top bit), cleared.
+  static V LoadE4M3(const uint8_t* p, int n) {
+    int64_t codes = 0;
+    std::memcpy(&codes, p, static_cast<size_t>(n));
+    const __m128i words = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(codes));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(words, 7), _mm_set1_epi16(-16385)));
+  }
+  static float Sum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+  static void Sums8(const V acc[8], float* out) {
+    const __m256 r0123 =
+        _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m256 r4567 =
+        _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
+                                        _mm256_permute2f128_ps(r0123, r4567, 0x31)));
+  }
+  static bool HasNanCode(const uint8_t* p, int64_t n) {
+    const __m256i low7 = _mm256_set1_epi8(0x7F);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m256i c =
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), low7);
+      if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(c, low7)) != 0) return true;
+    }
+    for (; i < n; ++i) {
+      if ((p[i] & 0x7F) == 0x7F) return true;
+    }
+    return false;
+  }
+};
+
+#include "kernels/cpu/decode_rows.inc"
+
+}  // namespace
+
+const DecodeRowKernels kDecodeRows = kKernels;
+
+}  // namespace pdserve::kernels::avx2

@@ -1,0 +1,207 @@
+// The fused decode row kernels (kernels/cpu/decode_rows.h), each instruction set's directly,
+// against a double-precision sum of the exactly decoded elements: f32 rows and FP8 codes with
+// per-row and per-page scales, widths around every vector boundary (masked and scalar tails),
+// row counts around the 8-row score blocks, query counts around each set's register passes, and
+// pages holding NaN codes (the scalar path).
+#include "kernels/cpu/decode_rows.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu_features.h"
+#include "kernels/fp8.h"
+
+namespace pdserve::kernels {
+namespace {
+
+struct Kernels {
+  std::string name;
+  const DecodeRowKernels* set;
+};
+
+std::vector<Kernels> AvailableKernels() {
+  std::vector<Kernels> sets = {{"avx2", &avx2::kDecodeRows}};
+  if (GetCpuFeatures().avx512) sets.push_back({"avx512", &avx512::kDecodeRows});
+  return sets;
+}
+
+// One page's rows with their exact values, and nq query rows with weights.
+struct Page {
+  Page(int count, int dim, bool e4m3, int scale_step, int nq, uint32_t seed)
+      : count(count), dim(dim), nq(nq) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    exact.resize(static_cast<size_t>(count) * dim);
+    if (e4m3) {
+      codes.resize(exact.size());
+      scales.resize(static_cast<size_t>(count));
+      for (int r = 0; r < count; ++r) scales[r] = 0.001f + 0.01f * (r % 5);
+      for (size_t i = 0; i < codes.size(); ++i) {
+        // Every finite code, subnormals (exponent 0) included.
+        do {
+          codes[i] = static_cast<uint8_t>(rng());
+        } while ((codes[i] & 0x7F) == 0x7F);
+        const int r = static_cast<int>(i) / dim;
+        exact[i] = double{E4M3ToFloat(codes[i])} * scales[scale_step == 0 ? 0 : r];
+      }
+    } else {
+      floats.resize(exact.size());
+      for (size_t i = 0; i < floats.size(); ++i) exact[i] = floats[i] = unit(rng);
+    }
+    rows.data = e4m3 ? codes.data() : reinterpret_cast<const uint8_t*>(floats.data());
+    rows.count = count;
+    rows.dim = dim;
+    rows.e4m3 = e4m3;
+    rows.scales = e4m3 ? scales.data() : nullptr;
+    rows.scale_step = scale_step;
+    q.resize(static_cast<size_t>(nq) * dim);
+    for (float& x : q) x = unit(rng);
+    w.resize(static_cast<size_t>(nq) * ld());
+    for (float& x : w) x = (unit(rng) + 1.0f) / 2.0f;
+  }
+
+  int64_t ld() const { return count + 3; }  // rows of scores and weights, with a gap
+  std::vector<const float*> QueryRows() const {
+    std::vector<const float*> p;
+    for (int j = 0; j < nq; ++j) p.push_back(q.data() + int64_t{j} * dim);
+    return p;
+  }
+
+  int count, dim, nq;
+  std::vector<uint8_t> codes;
+  std::vector<float> floats, scales, q, w;
+  std::vector<double> exact;
+  PageRows rows;
+};
+
+// fp32 rounding of a sum of `terms` products (and the scale products) whose magnitudes add up
+// to `mag`.
+double Tolerance(int terms, double mag) { return 1.2e-7 * (terms + 4) * mag + 1e-30; }
+
+struct Shape {
+  int count, dim, nq;
+};
+
+std::vector<Shape> Shapes() {
+  std::vector<Shape> shapes;
+  for (int count : {1, 7, 8, 9, 16}) {
+    for (int dim : {1, 7, 8, 9, 16, 17, 32, 33, 64, 70, 128}) {
+      for (int nq : {1, 2, 3, 4, 5, 7, 16}) shapes.push_back({count, dim, nq});
+    }
+  }
+  return shapes;
+}
+
+// (e4m3, scale_step): f32, FP8 per row, FP8 per page.
+const std::pair<bool, int> kFormats[] = {{false, 0}, {true, 1}, {true, 0}};
+
+TEST(DecodeRowsTest, ScoresMatchExactDots) {
+  for (const Kernels& k : AvailableKernels()) {
+    for (auto [e4m3, step] : kFormats) {
+      for (const Shape& s : Shapes()) {
+        SCOPED_TRACE(absl::StrCat(k.name, " e4m3 ", e4m3, " step ", step, " count ", s.count,
+                                  " dim ", s.dim, " nq ", s.nq));
+        Page page(s.count, s.dim, e4m3, step, s.nq, s.count * 1000 + s.dim * 10 + s.nq);
+        const float scale = 0.125f;
+        std::vector<float> scores(page.w.size(), -7.0f);
+        k.set->score(page.QueryRows().data(), s.nq, page.rows, scale, scores.data(), page.ld());
+        for (int j = 0; j < s.nq; ++j) {
+          for (int r = 0; r < page.ld(); ++r) {
+            const float got = scores[j * page.ld() + r];
+            if (r >= s.count) {
+              ASSERT_EQ(got, -7.0f) << "wrote past the page's rows";
+              continue;
+            }
+            double dot = 0.0, mag = 0.0;
+            for (int c = 0; c < s.dim; ++c) {
+              dot += double{page.q[j * s.dim + c]} * page.exact[r * s.dim + c];
+              mag += std::abs(double{page.q[j * s.dim + c]} * page.exact[r * s.dim + c]);
+            }
+            ASSERT_NEAR(got, dot * scale, Tolerance(s.dim, mag * scale))
+                << "query " << j << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeRowsTest, AccumulationMatchesExactWeightedSums) {
+  for (const Kernels& k : AvailableKernels()) {
+    for (auto [e4m3, step] : kFormats) {
+      for (const Shape& s : Shapes()) {
+        SCOPED_TRACE(absl::StrCat(k.name, " e4m3 ", e4m3, " step ", step, " count ", s.count,
+                                  " dim ", s.dim, " nq ", s.nq));
+        Page page(s.count, s.dim, e4m3, step, s.nq, s.count * 777 + s.dim * 3 + s.nq);
+        // Output rows start non-zero (the kernel adds) and have a guard float after them.
+        std::vector<float> out(static_cast<size_t>(s.nq) * (s.dim + 1));
+        for (size_t i = 0; i < out.size(); ++i) out[i] = 0.5f * static_cast<float>(i % 3);
+        const std::vector<float> before = out;
+        std::vector<float*> rows_out;
+        for (int j = 0; j < s.nq; ++j) rows_out.push_back(out.data() + int64_t{j} * (s.dim + 1));
+        k.set->accumulate(page.w.data(), page.ld(), s.nq, page.rows, rows_out.data());
+        for (int j = 0; j < s.nq; ++j) {
+          for (int c = 0; c < s.dim; ++c) {
+            double sum = before[j * (s.dim + 1) + c], mag = std::abs(sum);
+            for (int r = 0; r < s.count; ++r) {
+              const double term = double{page.w[j * page.ld() + r]} * page.exact[r * s.dim + c];
+              sum += term;
+              mag += std::abs(term);
+            }
+            ASSERT_NEAR(rows_out[j][c], sum, Tolerance(s.count, mag))
+                << "query " << j << " col " << c;
+          }
+          ASSERT_EQ(rows_out[j][s.dim], before[j * (s.dim + 1) + s.dim]) << "wrote past the row";
+        }
+      }
+    }
+  }
+}
+
+// A NaN code poisons exactly the scores of its row and every output it is weighted into, as the
+// table decoding does; the page's other rows still score exactly.
+TEST(DecodeRowsTest, NanCodesPropagate) {
+  for (const Kernels& k : AvailableKernels()) {
+    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+      SCOPED_TRACE(absl::StrCat(k.name, " code ", int{nan}));
+      Page page(9, 40, /*e4m3=*/true, 1, 2, 5);
+      page.codes[3 * 40 + 17] = nan;
+      std::vector<float> scores(page.w.size());
+      k.set->score(page.QueryRows().data(), 2, page.rows, 1.0f, scores.data(), page.ld());
+      for (int j = 0; j < 2; ++j) {
+        for (int r = 0; r < 9; ++r) {
+          EXPECT_EQ(std::isnan(scores[j * page.ld() + r]), r == 3) << "query " << j << " row " << r;
+        }
+      }
+      std::vector<float> out(2 * 40, 0.0f);
+      float* rows_out[] = {out.data(), out.data() + 40};
+      k.set->accumulate(page.w.data(), page.ld(), 2, page.rows, rows_out);
+      for (int j = 0; j < 2; ++j) {
+        for (int c = 0; c < 40; ++c) EXPECT_EQ(std::isnan(rows_out[j][c]), c == 17) << c;
+      }
+    }
+  }
+}
+
+// Both sets compute the same values (they may round differently, never more than the format).
+TEST(DecodeRowsTest, InstructionSetsAgree) {
+  if (!GetCpuFeatures().avx512) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
+  Page page(16, 64, /*e4m3=*/true, 1, 4, 11);
+  std::vector<float> a(page.w.size()), b(page.w.size());
+  avx2::kDecodeRows.score(page.QueryRows().data(), 4, page.rows, 1.0f, a.data(), page.ld());
+  avx512::kDecodeRows.score(page.QueryRows().data(), 4, page.rows, 1.0f, b.data(), page.ld());
+  for (int j = 0; j < 4; ++j) {
+    for (int r = 0; r < 16; ++r) {
+      EXPECT_NEAR(a[j * page.ld() + r], b[j * page.ld() + r],
+                  1e-5 * std::abs(a[j * page.ld() + r]) + 1e-7);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
