@@ -1,6 +1,6 @@
 // The fused decode row kernels (kernels/cpu/decode_rows.h), each instruction set's directly,
-// against a double-precision sum of the exactly decoded elements: f32 rows and FP8 codes with
-// per-row and per-page scales, widths around every vector boundary (masked and scalar tails),
+// against a double-precision sum of the exactly decoded elements: f32 and f16 rows and FP8 codes
+// with per-row and per-page scales, widths around every vector boundary (masked and scalar tails),
 // row counts around the 8-row score blocks, query counts around each set's register passes, and
 // pages holding NaN codes (the scalar path).
 #include "kernels/cpu/decode_rows.h"
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/float16.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_features.h"
 #include "kernels/fp8.h"
@@ -32,11 +33,12 @@ std::vector<Kernels> AvailableKernels() {
 
 // One page's rows with their exact values, and nq query rows with weights.
 struct Page {
-  Page(int count, int dim, bool e4m3, int scale_step, int nq, uint32_t seed)
+  Page(int count, int dim, RowFormat format, int scale_step, int nq, uint32_t seed)
       : count(count), dim(dim), nq(nq) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     exact.resize(static_cast<size_t>(count) * dim);
+    const bool e4m3 = format == RowFormat::kE4M3;
     if (e4m3) {
       codes.resize(exact.size());
       scales.resize(static_cast<size_t>(count));
@@ -49,14 +51,22 @@ struct Page {
         const int r = static_cast<int>(i) / dim;
         exact[i] = double{E4M3ToFloat(codes[i])} * scales[scale_step == 0 ? 0 : r];
       }
+    } else if (format == RowFormat::kF16) {
+      halves.resize(exact.size());
+      for (size_t i = 0; i < halves.size(); ++i) {
+        halves[i] = F32ToF16(unit(rng));
+        exact[i] = F16ToF32(halves[i]);
+      }
     } else {
       floats.resize(exact.size());
       for (size_t i = 0; i < floats.size(); ++i) exact[i] = floats[i] = unit(rng);
     }
-    rows.data = e4m3 ? codes.data() : reinterpret_cast<const uint8_t*>(floats.data());
+    rows.data = e4m3                        ? codes.data()
+                : format == RowFormat::kF16 ? reinterpret_cast<const uint8_t*>(halves.data())
+                                            : reinterpret_cast<const uint8_t*>(floats.data());
     rows.count = count;
     rows.dim = dim;
-    rows.e4m3 = e4m3;
+    rows.format = format;
     rows.scales = e4m3 ? scales.data() : nullptr;
     rows.scale_step = scale_step;
     q.resize(static_cast<size_t>(nq) * dim);
@@ -74,6 +84,7 @@ struct Page {
 
   int count, dim, nq;
   std::vector<uint8_t> codes;
+  std::vector<uint16_t> halves;
   std::vector<float> floats, scales, q, w;
   std::vector<double> exact;
   PageRows rows;
@@ -97,16 +108,17 @@ std::vector<Shape> Shapes() {
   return shapes;
 }
 
-// (e4m3, scale_step): f32, FP8 per row, FP8 per page.
-const std::pair<bool, int> kFormats[] = {{false, 0}, {true, 1}, {true, 0}};
+// (format, scale_step): f32, f16, FP8 per row, FP8 per page.
+const std::pair<RowFormat, int> kFormats[] = {
+    {RowFormat::kF32, 0}, {RowFormat::kF16, 0}, {RowFormat::kE4M3, 1}, {RowFormat::kE4M3, 0}};
 
 TEST(DecodeRowsTest, ScoresMatchExactDots) {
   for (const Kernels& k : AvailableKernels()) {
-    for (auto [e4m3, step] : kFormats) {
+    for (auto [format, step] : kFormats) {
       for (const Shape& s : Shapes()) {
-        SCOPED_TRACE(absl::StrCat(k.name, " e4m3 ", e4m3, " step ", step, " count ", s.count,
-                                  " dim ", s.dim, " nq ", s.nq));
-        Page page(s.count, s.dim, e4m3, step, s.nq, s.count * 1000 + s.dim * 10 + s.nq);
+        SCOPED_TRACE(absl::StrCat(k.name, " format ", static_cast<int>(format), " step ", step,
+                                  " count ", s.count, " dim ", s.dim, " nq ", s.nq));
+        Page page(s.count, s.dim, format, step, s.nq, s.count * 1000 + s.dim * 10 + s.nq);
         const float scale = 0.125f;
         std::vector<float> scores(page.w.size(), -7.0f);
         k.set->score(page.QueryRows().data(), s.nq, page.rows, scale, scores.data(), page.ld());
@@ -133,11 +145,11 @@ TEST(DecodeRowsTest, ScoresMatchExactDots) {
 
 TEST(DecodeRowsTest, AccumulationMatchesExactWeightedSums) {
   for (const Kernels& k : AvailableKernels()) {
-    for (auto [e4m3, step] : kFormats) {
+    for (auto [format, step] : kFormats) {
       for (const Shape& s : Shapes()) {
-        SCOPED_TRACE(absl::StrCat(k.name, " e4m3 ", e4m3, " step ", step, " count ", s.count,
-                                  " dim ", s.dim, " nq ", s.nq));
-        Page page(s.count, s.dim, e4m3, step, s.nq, s.count * 777 + s.dim * 3 + s.nq);
+        SCOPED_TRACE(absl::StrCat(k.name, " format ", static_cast<int>(format), " step ", step,
+                                  " count ", s.count, " dim ", s.dim, " nq ", s.nq));
+        Page page(s.count, s.dim, format, step, s.nq, s.count * 777 + s.dim * 3 + s.nq);
         // Output rows start non-zero (the kernel adds) and have a guard float after them.
         std::vector<float> out(static_cast<size_t>(s.nq) * (s.dim + 1));
         for (size_t i = 0; i < out.size(); ++i) out[i] = 0.5f * static_cast<float>(i % 3);
@@ -169,7 +181,7 @@ TEST(DecodeRowsTest, NanCodesPropagate) {
   for (const Kernels& k : AvailableKernels()) {
     for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
       SCOPED_TRACE(absl::StrCat(k.name, " code ", int{nan}));
-      Page page(9, 40, /*e4m3=*/true, 1, 2, 5);
+      Page page(9, 40, RowFormat::kE4M3, 1, 2, 5);
       page.codes[3 * 40 + 17] = nan;
       std::vector<float> scores(page.w.size());
       k.set->score(page.QueryRows().data(), 2, page.rows, 1.0f, scores.data(), page.ld());
@@ -191,7 +203,7 @@ TEST(DecodeRowsTest, NanCodesPropagate) {
 // Both sets compute the same values (they may round differently, never more than the format).
 TEST(DecodeRowsTest, InstructionSetsAgree) {
   if (!GetCpuFeatures().avx512) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
-  Page page(16, 64, /*e4m3=*/true, 1, 4, 11);
+  Page page(16, 64, RowFormat::kE4M3, 1, 4, 11);
   std::vector<float> a(page.w.size()), b(page.w.size());
   avx2::kDecodeRows.score(page.QueryRows().data(), 4, page.rows, 1.0f, a.data(), page.ld());
   avx512::kDecodeRows.score(page.QueryRows().data(), 4, page.rows, 1.0f, b.data(), page.ld());

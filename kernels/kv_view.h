@@ -2,7 +2,8 @@
 // The cache owns the memory and its layout (core/kv/kv_layout.h); a view is raw pointers into it.
 //
 // Page p of the sequence starts its section at pool + pages[p] · page_stride bytes. Within it KV
-// head g's rows are [page_size, dim(g)] elements from head_offset(g): f32, or FP8 e4m3 codes whose
+// head g's rows are [page_size, dim(g)] elements from head_offset(g): f32, IEEE f16 (CPU kernels
+// only; the CUDA engine refuses an f16 cache), or FP8 e4m3 codes whose
 // value is E4M3ToFloat(code) · scale, with scales_per_head floats per head at the section start
 // (head g's at float index g · scales_per_head; per token: slot-indexed; per page: one).
 // The CUDA kernels (kernels/cuda/) take the same views with every pointer in device memory.
@@ -24,10 +25,11 @@ struct KvSectionView {
   const int64_t* head_offsets = nullptr;
   int uniform_dim = 0;
   bool e4m3 = false;
+  bool f16 = false;
   int scales_per_head = 0;  // 0 (f32), page_size (per token) or 1 (per page)
 
   PDSERVE_HOST_DEVICE int dim(int g) const { return dims ? dims[g] : uniform_dim; }
-  PDSERVE_HOST_DEVICE int element_bytes() const { return e4m3 ? 1 : 4; }
+  PDSERVE_HOST_DEVICE int element_bytes() const { return e4m3 ? 1 : f16 ? 2 : 4; }
   PDSERVE_HOST_DEVICE int64_t head_offset(int g, int page_size) const {
     return head_offsets ? head_offsets[g] : int64_t{g} * page_size * uniform_dim * element_bytes();
   }

@@ -57,8 +57,9 @@ constexpr char kUsage[] =
     "  [--drain-seconds S] the budget for in-flight work after SIGTERM\n"
     "KV technique flags (generate, eval, bench, up): --swiftkv-layer L [--across-kv G]\n"
     "  [--swiftkv-recovery] [--calibration FILE] [--zack [--zack-rho R]]\n"
-    "  [--fp8 off|per-token|per-page] [--kcache-topn N [--kcache-full-layers L]\n"
-    "  [--kcache-sink S] [--kcache-recent R] [--kcache-renormalize]]\n"
+    "  [--fp8 off|per-token|per-page | --kv-dtype f32|f16]\n"
+    "  [--kcache-topn N [--kcache-full-layers L] [--kcache-sink S] [--kcache-recent R]\n"
+    "  [--kcache-renormalize]]\n"
     "Run `pdserve --helpfull` for every flag.";
 
 }  // namespace

@@ -16,6 +16,9 @@ ABSL_FLAG(bool, zack, false, "ZACK: attention on reduced K/V dimensions (needs -
 ABSL_FLAG(double, zack_rho, -1.0,
           "ZACK removal rate ρ re-choosing every rank; negative = the calibration's ranks");
 ABSL_FLAG(std::string, fp8, "off", "FP8 e4m3 KV cache: off, per-token or per-page scales");
+ABSL_FLAG(std::string, kv_dtype, "f32",
+          "KV elements without FP8: f32 (the plain model, bit for bit) or f16 (half the bytes, as "
+          "llama.cpp and vLLM store by default; CPU only)");
 ABSL_FLAG(int, kcache_topn, 0, "KCache: value tokens fetched per KV head per decode step; 0 = off");
 ABSL_FLAG(int, kcache_full_layers, 2, "KCache: layers below this attend densely");
 ABSL_FLAG(int, kcache_sink, 4, "KCache: first tokens always kept");
@@ -34,6 +37,13 @@ absl::StatusOr<KvScaleMode> ParseFp8(const std::string& value) {
       absl::StrCat("--fp8 '", value, "' is not one of off, per-token, per-page"));
 }
 
+absl::StatusOr<bool> ParseKvDtype(const std::string& value) {
+  if (value == "f32") return false;
+  if (value == "f16") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv-dtype '", value, "' is not one of f32, f16"));
+}
+
 }  // namespace
 
 absl::StatusOr<CompressionProfile> ProfileFromFlags() {
@@ -44,6 +54,12 @@ absl::StatusOr<CompressionProfile> ProfileFromFlags() {
   p.zack = absl::GetFlag(FLAGS_zack);
   p.zack_rho = absl::GetFlag(FLAGS_zack_rho);
   PDSERVE_ASSIGN_OR_RETURN(p.fp8, ParseFp8(absl::GetFlag(FLAGS_fp8)));
+  PDSERVE_ASSIGN_OR_RETURN(p.f16_kv, ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype)));
+  if (p.f16_kv && p.fp8 != KvScaleMode::kNone) {
+    return absl::InvalidArgumentError(
+        "--kv-dtype f16 and --fp8 exclude each other: FP8 stores "
+        "e4m3 codes; drop one");
+  }
   p.kcache.top_n = absl::GetFlag(FLAGS_kcache_topn);
   p.kcache.full_layers = absl::GetFlag(FLAGS_kcache_full_layers);
   p.kcache.sink = absl::GetFlag(FLAGS_kcache_sink);

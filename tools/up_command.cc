@@ -35,26 +35,13 @@ namespace {
 // Flags `up` hands on to the processes that take them, when set to other than their default.
 constexpr const char* kModelFlags[] = {"model", "tokenizer", "max_context", "log_level",
                                        "drain_seconds"};
-constexpr const char* kWorkerFlags[] = {"calibration",
-                                        "threads",
-                                        "device",
-                                        "weights",
-                                        "swiftkv_layer",
-                                        "across_kv",
-                                        "swiftkv_recovery",
-                                        "zack",
-                                        "zack_rho",
-                                        "fp8",
-                                        "kcache_topn",
-                                        "kcache_full_layers",
-                                        "kcache_sink",
-                                        "kcache_recent",
-                                        "kcache_renormalize",
-                                        "max_batch_tokens",
-                                        "max_sequences",
-                                        "max_queue",
-                                        "ucx_tls",
-                                        "require_shm"};
+constexpr const char* kWorkerFlags[] = {
+    "calibration",        "threads",       "device",           "weights",
+    "swiftkv_layer",      "across_kv",     "swiftkv_recovery", "zack",
+    "zack_rho",           "fp8",           "kv_dtype",         "kcache_topn",
+    "kcache_full_layers", "kcache_sink",   "kcache_recent",    "kcache_renormalize",
+    "max_batch_tokens",   "max_sequences", "max_queue",        "ucx_tls",
+    "require_shm"};
 constexpr const char* kRouterFlags[] = {
     "policy",         "max_inflight",          "max_queued",
     "max_queued_mib", "queue_timeout_seconds", "worker_silence_seconds",

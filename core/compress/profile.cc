@@ -120,6 +120,7 @@ std::string CompressionProfile::Describe() const {
   }
   if (zack) add(zack_rho >= 0 ? absl::StrCat("zack rho=", zack_rho) : "zack (file ranks)");
   if (fp8 != KvScaleMode::kNone) add(absl::StrCat("fp8 ", KvScaleModeName(fp8)));
+  if (f16_kv) add("f16 kv");
   if (kcache.enabled()) {
     add(absl::StrCat("kcache N=", kcache.top_n, " full=", kcache.full_layers, " sink=", kcache.sink,
                      " recent=", kcache.recent, kcache.renormalize ? " renormalized" : ""));
@@ -141,6 +142,7 @@ absl::StatusOr<PreparedModel> PrepareModel(const ModelWeights& weights,
   if (profile.zack)
     PDSERVE_RETURN_IF_ERROR(CheckZackMatchesSwiftKv(weights, profile, *calibration));
   prepared.compression.fp8 = profile.fp8;
+  prepared.compression.f16 = profile.f16_kv;
   prepared.compression.kcache = profile.kcache;
   PDSERVE_RETURN_IF_ERROR(prepared.compression.Validate());
   return prepared;

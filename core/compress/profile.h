@@ -7,7 +7,7 @@
 //    the closed-form projections fitted by `pdserve calibrate` for that same (l, G).
 //  - ZACK: bases and ranks from the calibration; zack_rho ≥ 0 re-chooses every rank from the stored
 //    eigenvalues.
-//  - FP8 and KCache pass through to KvCompression.
+//  - FP8, f16 KV and KCache pass through to KvCompression.
 #ifndef PDSERVE_CORE_COMPRESS_PROFILE_H_
 #define PDSERVE_CORE_COMPRESS_PROFILE_H_
 
@@ -27,6 +27,7 @@ struct CompressionProfile {
   bool zack = false;
   double zack_rho = -1.0;  // < 0: the calibration's ranks
   KvScaleMode fp8 = KvScaleMode::kNone;
+  bool f16_kv = false;  // f16 KV elements instead of f32 (without FP8)
   KCacheOptions kcache;
 
   bool needs_calibration() const { return swiftkv_recovery || zack; }

@@ -136,6 +136,21 @@ TEST(TechniquesTest, IdentitySettingsReproduceThePlainEngine) {
   EXPECT_LT(MaxRelativeError(RunPrompt(*Engine(zack_full, &*zack), Tokens(40), 10), plain), 1e-5);
 }
 
+// An f16 cache rounds each K/V element once (2^-11 relative): the logits move, but by far less
+// than FP8's 2^-4 does, and differ from the f32 cache's (so f16 is really stored).
+TEST(TechniquesTest, F16KvStaysWithinItsRoundingOfThePlainEngine) {
+  const std::vector<float> plain = RunPrompt(*Engine({}), Tokens(40), 10);
+  CompressionProfile f16;
+  f16.f16_kv = true;
+  CompressionProfile fp8;
+  fp8.fp8 = KvScaleMode::kPerTokenHead;
+  const double f16_error = MaxRelativeError(RunPrompt(*Engine(f16), Tokens(40), 10), plain);
+  const double fp8_error = MaxRelativeError(RunPrompt(*Engine(fp8), Tokens(40), 10), plain);
+  EXPECT_GT(f16_error, 0.0);
+  EXPECT_LT(f16_error, 2e-3);
+  EXPECT_LT(f16_error * 8, fp8_error);
+}
+
 TEST(TechniquesTest, SwiftKvSkipPathEqualsDenseSwiftKvPass) {
   for (int group : {1, 2}) {
     CompressionProfile profile;

@@ -86,6 +86,11 @@ absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const 
     return absl::InvalidArgumentError(
         "cuda engine: value_tier_factory is CPU-only; KCache V lives in device memory");
   }
+  if (o.compression.f16) {
+    return absl::UnimplementedError(
+        "cuda engine: an f16 KV cache runs on the CPU only for now; use --kv-dtype f32, --fp8, or "
+        "--device cpu");
+  }
   if (o.max_sequences > cu::kMaxBatchSequences) {
     return absl::InvalidArgumentError(absl::StrCat("cuda engine: max_sequences ", o.max_sequences,
                                                    " exceeds ", cu::kMaxBatchSequences));

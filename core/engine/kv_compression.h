@@ -30,6 +30,9 @@ struct KvCompression {
   std::shared_ptr<const ZackBases> zack;
   // FP8 e4m3 KV with scales per token per head (default) or per page per head; f32 when kNone.
   KvScaleMode fp8 = KvScaleMode::kNone;
+  // Without FP8: IEEE f16 elements (what llama.cpp and vLLM store by default) instead of f32;
+  // finite values beyond ±65504 saturate. CPU engine only.
+  bool f16 = false;
   KCacheOptions kcache;
 
   absl::Status Validate() const;

@@ -58,8 +58,9 @@ CachePlan PlanCache(const ModelConfig& c, const KvCompression& compression, int 
     plan.out_width += v_dims[h / group];
   }
   for (int dim : v_dims) plan.v_width += dim;
-  const KvElement element =
-      compression.fp8 == KvScaleMode::kNone ? KvElement::kF32 : KvElement::kE4M3;
+  const KvElement element = compression.fp8 != KvScaleMode::kNone ? KvElement::kE4M3
+                            : compression.f16                     ? KvElement::kF16
+                                                                  : KvElement::kF32;
   plan.layout = {KvSectionLayout(page_size, k_dims, element, compression.fp8),
                  KvSectionLayout(page_size, v_dims, element, compression.fp8)};
   plan.kcache = compression.kcache.enabled() && first_reader >= compression.kcache.full_layers;
@@ -187,6 +188,10 @@ absl::Status KvCompression::Validate() const {
   if (fp8 != KvScaleMode::kNone && fp8 != KvScaleMode::kPerTokenHead &&
       fp8 != KvScaleMode::kPerPageHead) {
     return absl::InvalidArgumentError("FP8: unknown scale mode");
+  }
+  if (f16 && fp8 != KvScaleMode::kNone) {
+    return absl::InvalidArgumentError(
+        "KV elements: f16 and FP8 exclude each other (FP8 stores e4m3 codes)");
   }
   return absl::OkStatus();
 }

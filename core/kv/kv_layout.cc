@@ -10,6 +10,8 @@ const char* KvElementName(KvElement element) {
       return "f32";
     case KvElement::kE4M3:
       return "e4m3";
+    case KvElement::kF16:
+      return "f16";
   }
   return "unknown";
 }
@@ -42,7 +44,7 @@ absl::Status KvSectionLayout::Validate(int page_size, const std::vector<int>& di
           absl::StrCat("KV layout: head ", g, " width ", dims[g], " not in [0, 4096]"));
     }
   }
-  if (element != KvElement::kF32 && element != KvElement::kE4M3) {
+  if (element != KvElement::kF32 && element != KvElement::kE4M3 && element != KvElement::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV layout: unknown element type ", static_cast<int>(element)));
   }
@@ -51,10 +53,10 @@ absl::Status KvSectionLayout::Validate(int page_size, const std::vector<int>& di
     return absl::InvalidArgumentError(
         absl::StrCat("KV layout: unknown scale mode ", static_cast<int>(scales)));
   }
-  if ((element == KvElement::kF32) != (scales == KvScaleMode::kNone)) {
+  if ((element == KvElement::kE4M3) == (scales == KvScaleMode::kNone)) {
     return absl::InvalidArgumentError(absl::StrCat("KV layout: ", KvElementName(element),
                                                    " elements with ", KvScaleModeName(scales),
-                                                   " scales; f32 has none, e4m3 needs some"));
+                                                   " scales; e4m3 needs some, f32 and f16 none"));
   }
   return absl::OkStatus();
 }
@@ -68,6 +70,18 @@ KvSectionLayout::KvSectionLayout(int page_size, std::vector<int> dims, KvElement
     offset += int64_t{page_size_} * dims_[g] * element_bytes();
   }
   bytes_ = (offset + 3) / 4 * 4;
+}
+
+int KvSectionLayout::element_bytes() const {
+  switch (element_) {
+    case KvElement::kF32:
+      return 4;
+    case KvElement::kF16:
+      return 2;
+    case KvElement::kE4M3:
+      return 1;
+  }
+  return 4;
 }
 
 int KvSectionLayout::scales_per_head() const {
@@ -90,6 +104,7 @@ kernels::KvSectionView SectionView(const KvSectionLayout& layout, const uint8_t*
   view.dims = layout.dims().data();
   view.head_offsets = layout.head_offsets().data();
   view.e4m3 = layout.element() == KvElement::kE4M3;
+  view.f16 = layout.element() == KvElement::kF16;
   view.scales_per_head = layout.scales_per_head();
   return view;
 }

@@ -5,10 +5,10 @@
 //   section = [scales: float per (head, scale slot)] [head 0 elements] [head 1 elements] ...
 //   head g elements = [page_size, dims[g]] row-major, one row per token slot
 //
-// Heads may have different widths (ZACK ranks). Elements are f32 or FP8 e4m3 codes. FP8 needs
-// scales: one per token per head (slot-indexed, the default) or one per page per head; value =
-// float(code) · scale. f32 sections have no scales. All offsets are bytes from the section start;
-// the scales block and every f32 head block are 4-byte aligned.
+// Heads may have different widths (ZACK ranks). Elements are f32, IEEE f16 or FP8 e4m3 codes.
+// FP8 needs scales: one per token per head (slot-indexed, the default) or one per page per head;
+// value = float(code) · scale. f32 and f16 sections have no scales. All offsets are bytes from the
+// section start; the scales block and every f32 head block are 4-byte aligned, f16 blocks 2-byte.
 #ifndef PDSERVE_CORE_KV_KV_LAYOUT_H_
 #define PDSERVE_CORE_KV_KV_LAYOUT_H_
 
@@ -20,7 +20,7 @@
 
 namespace pdserve {
 
-enum class KvElement : uint8_t { kF32 = 0, kE4M3 = 1 };
+enum class KvElement : uint8_t { kF32 = 0, kE4M3 = 1, kF16 = 2 };
 enum class KvScaleMode : uint8_t { kNone = 0, kPerTokenHead = 1, kPerPageHead = 2 };
 
 const char* KvElementName(KvElement element);
@@ -34,7 +34,7 @@ class KvSectionLayout {
   KvSectionLayout(int page_size, std::vector<int> dims, KvElement element, KvScaleMode scales);
 
   // InvalidArgument unless page_size ≥ 1, 1 ≤ heads, every dim in [0, 4096] (0 = a head dropped
-  // entirely), f32 ⇔ kNone.
+  // entirely), scales ⇔ e4m3.
   static absl::Status Validate(int page_size, const std::vector<int>& dims, KvElement element,
                                KvScaleMode scales);
 
@@ -44,7 +44,7 @@ class KvSectionLayout {
   int dim(int head) const { return dims_[head]; }
   KvElement element() const { return element_; }
   KvScaleMode scale_mode() const { return scales_; }
-  int element_bytes() const { return element_ == KvElement::kF32 ? 4 : 1; }
+  int element_bytes() const;
   // Scales stored per head: page_size, 1 or 0.
   int scales_per_head() const;
 

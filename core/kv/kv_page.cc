@@ -103,15 +103,25 @@ absl::Status CheckScales(const char* name, const KvSectionLayout& layout, int nu
   return absl::OkStatus();
 }
 
-// Elements of valid slots are finite: no f32 Inf/NaN, no e4m3 NaN code (0x7F/0xFF).
+// Elements of valid slots are finite: no f32 or f16 Inf/NaN, no e4m3 NaN code (0x7F/0xFF).
 absl::Status CheckElements(const char* name, const KvSectionLayout& layout, int num_tokens,
                            std::span<const uint8_t> bytes) {
-  const bool f32 = layout.element() == KvElement::kF32;
+  auto finite_at = [&layout](const uint8_t* rows, int64_t i) {
+    switch (layout.element()) {
+      case KvElement::kF32:
+        return std::isfinite(LoadFloat(rows + 4 * i));
+      case KvElement::kF16:
+        return (rows[2 * i + 1] & 0x7C) != 0x7C;  // exponent all ones: Inf or NaN
+      case KvElement::kE4M3:
+        return (rows[i] & 0x7F) != 0x7F;
+    }
+    return false;
+  };
   for (int g = 0; g < layout.n_heads(); ++g) {
     const uint8_t* rows = bytes.data() + layout.row_offset(g, 0);
     const int64_t count = int64_t{num_tokens} * layout.dim(g);
     for (int64_t i = 0; i < count; ++i) {
-      const bool finite = f32 ? std::isfinite(LoadFloat(rows + 4 * i)) : (rows[i] & 0x7F) != 0x7F;
+      const bool finite = finite_at(rows, i);
       if (!finite) {
         return absl::InvalidArgumentError(absl::StrCat(name, " section: head ", g, " slot ",
                                                        i / layout.dim(g), " element ",

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/base/hash.h"
+#include "core/tensor/float16.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -68,6 +69,9 @@ std::vector<uint8_t> SectionBytes(const KvSectionLayout& layout, int num_tokens,
         if (layout.element() == KvElement::kF32) {
           const float x = value(rng);
           std::memcpy(row + int64_t{4} * i, &x, 4);
+        } else if (layout.element() == KvElement::kF16) {
+          const uint16_t h = F32ToF16(value(rng));
+          std::memcpy(row + int64_t{2} * i, &h, 2);
         } else {
           row[i] = static_cast<uint8_t>(rng() % 0x7F) | static_cast<uint8_t>(rng() & 0x80);
         }
@@ -158,6 +162,25 @@ TEST(KvPageTest, RoundTripE4M3PerTokenRaggedWithEmptyHead) {
 TEST(KvPageTest, RoundTripE4M3PerPage) {
   ExpectRoundTrip(MakePage(Section(8, {13, 64}, KvElement::kE4M3, KvScaleMode::kPerPageHead),
                            Section(8, {7, 1}, KvElement::kE4M3, KvScaleMode::kPerPageHead), 8));
+}
+
+TEST(KvPageTest, RoundTripF16RaggedAndMixedWithE4M3) {
+  ExpectRoundTrip(MakePage(Section(16, {64, 7, 0}, KvElement::kF16, KvScaleMode::kNone),
+                           Section(16, {5, 64}, KvElement::kF16, KvScaleMode::kNone), 11));
+  ExpectRoundTrip(MakePage(Section(8, {9, 3}, KvElement::kF16, KvScaleMode::kNone),
+                           Section(8, {9, 3}, KvElement::kE4M3, KvScaleMode::kPerPageHead), 8));
+}
+
+// f16 Inf and NaN elements are refused by both ends; scales with f16 are not a layout.
+TEST(KvPageTest, NonFiniteF16ElementRejected) {
+  EXPECT_FALSE(KvSectionLayout::Validate(4, {2}, KvElement::kF16, KvScaleMode::kPerPageHead).ok());
+  for (uint16_t bad : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
+    Page page = MakePage(Section(4, {2, 3}, KvElement::kF16, KvScaleMode::kNone),
+                         Section(4, {2, 3}, KvElement::kF16, KvScaleMode::kNone), 3);
+    std::memcpy(&page.k[page.header.layout.k.row_offset(1, 2) + 4], &bad, 2);
+    EXPECT_TRUE(absl::IsInvalidArgument(EncodeKvPage(page.header, page.k, page.v).status()))
+        << std::hex << bad;
+  }
 }
 
 TEST(KvPageTest, RoundTripMixedSectionsOneToken) {

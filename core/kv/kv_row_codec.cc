@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/float16_rows.h"
 #include "kernels/fp8.h"
 
 namespace pdserve {
@@ -61,7 +62,12 @@ void WriteKvRow(const KvSectionLayout& layout, uint8_t* section, int head, int s
   uint8_t* dst = section + layout.row_offset(head, slot);
   switch (layout.scale_mode()) {
     case KvScaleMode::kNone:
-      if (dim > 0) std::memcpy(dst, row, sizeof(float) * dim);  // row may be null when dim == 0
+      if (dim == 0) return;  // row may be null
+      if (layout.element() == KvElement::kF16) {
+        kernels::FloatsToF16Saturating(row, dim, reinterpret_cast<uint16_t*>(dst));
+      } else {
+        std::memcpy(dst, row, sizeof(float) * dim);
+      }
       return;
     case KvScaleMode::kPerTokenHead: {
       const float scale = kernels::E4M3ScaleFor(AbsMax(row, dim));
@@ -83,6 +89,10 @@ void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, 
   const uint8_t* src = section + layout.row_offset(head, slot);
   if (layout.element() == KvElement::kF32) {
     if (dim > 0) std::memcpy(row, src, sizeof(float) * dim);
+    return;
+  }
+  if (layout.element() == KvElement::kF16) {
+    kernels::F16ToFloats(reinterpret_cast<const uint16_t*>(src), dim, row);
     return;
   }
   const float* scales = reinterpret_cast<const float*>(section + layout.scale_offset(head));

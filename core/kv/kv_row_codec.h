@@ -1,14 +1,14 @@
 // Writing and reading one token's row of one KV head in a page section laid out by
 // KvSectionLayout (core/kv/kv_layout.h).
 //
-// f32 sections copy. FP8 per-token sections quantize the row with scale amax/448 (its own slot's
-// scale). FP8 per-page sections share one scale per head across the page: writing slot 0 starts
-// the page afresh, and so does any row while every earlier row is all zeros; a later row whose amax
-// exceeds what the scale covers raises it by the smallest power of two that covers it, and the rows
-// already written in slots [0, slot) are re-encoded with the new scale (exactly, but for values
-// that fall into its subnormal range; the scale only grows and every stored row stays in range).
-// Rows of one page must be written in slot order by one thread at a time; different pages are
-// independent.
+// f32 sections copy; f16 sections round to nearest even, saturating at ±65504. FP8 per-token
+// sections quantize the row with scale amax/448 (its own slot's scale). FP8 per-page sections share
+// one scale per head across the page: writing slot 0 starts the page afresh, and so does any row
+// while every earlier row is all zeros; a later row whose amax exceeds what the scale covers raises
+// it by the smallest power of two that covers it, and the rows already written in slots [0, slot)
+// are re-encoded with the new scale (exactly, but for values that fall into its subnormal range;
+// the scale only grows and every stored row stays in range). Rows of one page must be written in
+// slot order by one thread at a time; different pages are independent.
 #ifndef PDSERVE_CORE_KV_KV_ROW_CODEC_H_
 #define PDSERVE_CORE_KV_KV_ROW_CODEC_H_
 

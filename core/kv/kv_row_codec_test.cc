@@ -1,6 +1,7 @@
 // WriteKvRow / ReadKvRow (core/kv/kv_row_codec.h) on sections laid out by KvSectionLayout:
 //   - f32: the round trip is exact bit for bit (−0, subnormals, ±∞, NaN included) and a write
 //     touches only its row's bytes.
+//   - f16: nearest-even rounding, saturation at ±65504, NaN kept, only the row touched.
 //   - FP8 per token: scale = amax/448 in the slot's scale, codes = QuantizeE4M3Reference, the
 //     round trip within one e4m3 rounding (2^-4 relative, 2^-10·scale absolute near 0), the amax
 //     element back to within an ulp; only the row and its scale touched; all-zero rows.
@@ -10,6 +11,7 @@
 //     slot 0 starts afresh; heads are independent.
 #include "core/kv/kv_row_codec.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "core/kv/kv_layout.h"
+#include "core/tensor/float16.h"
 #include "gtest/gtest.h"
 #include "kernels/fp8.h"
 
@@ -128,6 +131,51 @@ TEST(KvRowCodecF32Test, RoundTripIsExactAndTouchesOnlyTheRow) {
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(written[g][slot][i]))
             << "head " << g << " slot " << slot << " element " << i;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// f16
+
+// Each element round trips as F32ToF16 (nearest even) of it, saturated to ±65504; NaN stays NaN;
+// widths that are not a multiple of the vector (8) take the scalar tail; a write touches only its
+// row.
+TEST(KvRowCodecF16Test, RoundsToNearestEvenSaturatesAndTouchesOnlyTheRow) {
+  const KvSectionLayout layout = Layout(3, {8, 3, 0, 21}, KvElement::kF16, KvScaleMode::kNone);
+  EXPECT_EQ(layout.element_bytes(), 2);
+  EXPECT_EQ(layout.head_offset(1), 3 * 8 * 2);
+  std::vector<uint8_t> section = Section(layout);
+  std::mt19937 rng(2);
+  const float specials[] = {-0.0f,
+                            1e-8f,
+                            -6.1e-5f,
+                            65504.0f,
+                            65520.0f,
+                            1e30f,
+                            -1e9f,
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()};
+  for (int slot = 0; slot < 3; ++slot) {
+    for (int g = 0; g < 4; ++g) {
+      std::vector<float> row = RandomRow(rng, layout.dim(g), 10.0f);
+      for (size_t i = 0; i < row.size(); ++i) {
+        if ((slot + g + i) % 2 == 0) row[i] = specials[(slot * 5 + g * 3 + i) % 9];
+      }
+      const std::vector<uint8_t> before = section;
+      WriteKvRow(layout, section.data(), g, slot, row.data());
+      const int64_t at = layout.row_offset(g, slot);
+      ExpectOnlyChanged(before, section, {{at, at + 2 * layout.dim(g)}});
+      const std::vector<float> got = Read(layout, section, g, slot);
+      for (size_t i = 0; i < row.size(); ++i) {
+        if (std::isnan(row[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << i;
+          continue;
+        }
+        const float saturated = std::clamp(row[i], -65504.0f, 65504.0f);
+        EXPECT_EQ(got[i], F16ToF32(F32ToF16(saturated)))
+            << "head " << g << " slot " << slot << " element " << i << " wrote " << row[i];
       }
     }
   }

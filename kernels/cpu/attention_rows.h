@@ -11,20 +11,25 @@
 
 #include "kernels/attention.h"
 #include "kernels/cpu/decode_rows.h"
+#include "kernels/float16_rows.h"
 #include "kernels/fp8.h"
 #include "kernels/kv_view.h"
 
 namespace pdserve::kernels {
 
 // Rows [slot, slot + count) of KV head g in page `page_id` of section `s`, as f32 rows of
-// s.dim(g) floats: a pointer into the cache for f32 sections, else dequantized into `scratch`
-// (count · dim floats).
+// s.dim(g) floats: a pointer into the cache for f32 sections, else widened or dequantized into
+// `scratch` (count · dim floats).
 inline const float* HeadRows(const KvSectionView& s, int page_size, int32_t page_id, int g,
                              int slot, int count, float* scratch) {
   const uint8_t* page = s.page(page_id);
   const int dim = s.dim(g);
   const uint8_t* rows =
       page + s.head_offset(g, page_size) + int64_t{slot} * dim * s.element_bytes();
+  if (s.f16) {
+    F16ToFloats(reinterpret_cast<const uint16_t*>(rows), int64_t{count} * dim, scratch);
+    return scratch;
+  }
   if (!s.e4m3) return reinterpret_cast<const float*>(rows);
   const float* scales = reinterpret_cast<const float*>(page) + int64_t{g} * s.scales_per_head;
   for (int r = 0; r < count; ++r) {

@@ -1,7 +1,7 @@
 // Internal: the fused row kernels of decode attention (one query per sequence and head), one set
-// per instruction-set level. They read one KV head's rows of one page in place, f32 or FP8 E4M3
-// codes: codes are widened in registers (E4M3 is an f16 with a narrower exponent: its bits moved
-// into an f16 are the value · 2^-8, subnormals included, and F16C widens those exactly), and the
+// per instruction-set level. They read one KV head's rows of one page in place — f32, f16 or FP8
+// E4M3 codes — and widen them in registers, with no dequantized copy: f16 by F16C, and E4M3 too,
+// since an E4M3 code's bits moved into an f16 are its value · 2^-8, subnormals included. The
 // row's scale (and the 2^8) is applied once per row, to the score or to the weight. Every query
 // head of a GQA group shares each row load. fp32 arithmetic throughout; NaN codes (0x7F/0xFF) are
 // honoured by a scalar path for the page that holds one.
@@ -16,13 +16,15 @@
 
 namespace pdserve::kernels {
 
-// One KV head's rows in one page: `count` rows of `dim` elements, `dim` elements apart; f32, or
-// E4M3 codes whose value is E4M3ToFloat(code) · scales[r · scale_step].
+enum class RowFormat : uint8_t { kF32, kF16, kE4M3 };
+
+// One KV head's rows in one page: `count` rows of `dim` elements, `dim` elements apart; f32, f16,
+// or E4M3 codes whose value is E4M3ToFloat(code) · scales[r · scale_step].
 struct PageRows {
   const uint8_t* data = nullptr;
   int count = 0;
   int dim = 0;
-  bool e4m3 = false;
+  RowFormat format = RowFormat::kF32;
   const float* scales = nullptr;
   int scale_step = 0;  // 1: a scale per row; 0: one per page
 };
@@ -34,7 +36,7 @@ inline PageRows PageRowsOf(const KvSectionView& s, const uint8_t* page, int page
   rows.data = page + s.head_offset(g, page_size);
   rows.count = count;
   rows.dim = s.dim(g);
-  rows.e4m3 = s.e4m3;
+  rows.format = s.e4m3 ? RowFormat::kE4M3 : s.f16 ? RowFormat::kF16 : RowFormat::kF32;
   if (s.e4m3) {
     rows.scales = reinterpret_cast<const float*>(page) + int64_t{g} * s.scales_per_head;
     rows.scale_step = s.scales_per_head == 1 ? 0 : 1;
@@ -46,7 +48,10 @@ inline PageRows PageRowsOf(const KvSectionView& s, const uint8_t* page, int page
 // a short run the hardware prefetchers do not follow from page to page, so the decode loops ask
 // for the next page's while they work on this one.
 inline void PrefetchRows(const PageRows& rows) {
-  const int64_t bytes = int64_t{rows.count} * rows.dim * (rows.e4m3 ? 1 : 4);
+  const int element_bytes = rows.format == RowFormat::kE4M3  ? 1
+                            : rows.format == RowFormat::kF16 ? 2
+                                                             : 4;
+  const int64_t bytes = int64_t{rows.count} * rows.dim * element_bytes;
   for (int64_t b = 0; b < bytes; b += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(rows.data) + b, _MM_HINT_T1);
   }

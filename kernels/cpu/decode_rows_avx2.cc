@@ -34,6 +34,12 @@ struct Simd {
       _mm256_maskstore_ps(p, Mask(n), v);
     }
   }
+  static V LoadF16(const uint16_t* p, int n) {
+    if (n == kLanes) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    alignas(16) uint16_t part[kLanes] = {};
+    std::memcpy(part, p, sizeof(uint16_t) * static_cast<size_t>(n));
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(part)));
+  }
   // Sign-extending the byte puts the sign in bits 8..15; shifted left by 7, [exponent:4]
   // [mantissa:3] sits where an f16's low exponent and high mantissa bits are, the sign at 15,
   // and a copy of it at 14 (the f16 exponent's top bit), cleared.

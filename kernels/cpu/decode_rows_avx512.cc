@@ -29,6 +29,10 @@ struct Simd {
       _mm512_mask_storeu_ps(p, Mask(n), v);
     }
   }
+  static V LoadF16(const uint16_t* p, int n) {
+    return _mm512_cvtph_ps(n == kLanes ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                       : _mm256_maskz_loadu_epi16(Mask(n), p));
+  }
   // As the AVX2 unit's: the sign-extended code shifted left by 7 is the f16 of value · 2^-8 once
   // bit 14 (a copy of the sign) is cleared.
   static V LoadE4M3(const uint8_t* p, int n) {

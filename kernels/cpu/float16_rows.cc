@@ -1,0 +1,39 @@
+#include "kernels/float16_rows.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/tensor/float16.h"
+
+namespace pdserve::kernels {
+namespace {
+
+// x clamped to ±kF16Max; a NaN x passes through (every comparison with it is false).
+float Saturate(float x) { return std::clamp(x, -kF16Max, kF16Max); }
+
+}  // namespace
+
+void FloatsToF16Saturating(const float* x, int64_t n, uint16_t* out) {
+  const __m256 hi = _mm256_set1_ps(kF16Max), lo = _mm256_set1_ps(-kF16Max);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    // min and max return their second operand when one is NaN: a NaN v passes through.
+    const __m256 clamped = _mm256_max_ps(lo, _mm256_min_ps(hi, v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) out[i] = F32ToF16(Saturate(x[i]));
+}
+
+void F16ToFloats(const uint16_t* h, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) out[i] = F16ToF32(h[i]);
+}
+
+}  // namespace pdserve::kernels
