@@ -187,17 +187,19 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMillisecond);
 
 // Decode over a compressed cache: `dim` stored elements per head (64 = full, 32 = ZACK half),
-// f32 or FP8 E4M3 codes with per-token or per-page scales (format 0, 1, 2), pages in order.
+// f32, FP8 E4M3 codes with per-token or per-page scales, or f16 (format 0, 1, 2, 3), pages in
+// order.
 struct CompressedDecodeSetup {
   CompressedDecodeSetup(int n_sequences, int context, int dim, int format) {
     const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
-    const bool fp8 = format != 0;
+    const bool fp8 = format == 1 || format == 2, f16 = format == 3;
+    const int element_bytes = fp8 ? 1 : f16 ? 2 : 4;
     const int scales = format == 1 ? kPageSize : format == 2 ? 1 : 0;
     for (int g = 0; g < kHeads; ++g) {
       offsets.push_back(int64_t{kHeads} * scales * 4 +
-                        int64_t{g} * kPageSize * dim * (fp8 ? 1 : 4));
+                        int64_t{g} * kPageSize * dim * element_bytes);
     }
-    const int64_t page_bytes = offsets.back() + int64_t{kPageSize} * dim * (fp8 ? 1 : 4);
+    const int64_t page_bytes = offsets.back() + int64_t{kPageSize} * dim * element_bytes;
     const int64_t pool_bytes = int64_t{n_sequences} * pages_per_seq * page_bytes;
     std::mt19937 rng(5);
     for (auto* pool : {&k, &v}) {
@@ -209,6 +211,10 @@ struct CompressedDecodeSetup {
         if (fp8) {
           // Codes of magnitude below 0x77 (no NaNs); every sign and exponent.
           for (int64_t i = 0; i < page_bytes - offsets[0]; ++i) rows[i] = rng() % 0xEF & 0xF7;
+        } else if (f16) {
+          // Halves of magnitude below 2 (exponent ≤ 15), either sign.
+          auto* h = reinterpret_cast<uint16_t*>(rows);
+          for (int64_t i = 0; i < (page_bytes - offsets[0]) / 2; ++i) h[i] = rng() & 0xBFFF;
         } else {
           std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
           auto* f = reinterpret_cast<float*>(rows);
@@ -232,6 +238,7 @@ struct CompressedDecodeSetup {
         view->uniform_dim = dim;
         view->head_offsets = offsets.data();
         view->e4m3 = fp8;
+        view->f16 = f16;
         view->scales_per_head = scales;
       }
       seq.kv.pages = pages.data() + int64_t{s} * pages_per_seq;
@@ -249,7 +256,8 @@ struct CompressedDecodeSetup {
   int64_t bytes = 0;
 };
 
-// Args: context, sequences, stored dim, format (0 f32, 1 FP8 per token, 2 FP8 per page), threads.
+// Args: context, sequences, stored dim, format (0 f32, 1 FP8 per token, 2 FP8 per page, 3 f16),
+// threads.
 // bytes_per_second counts the K and V bytes read (codes and scales).
 void BM_CompressedDecode(benchmark::State& state) {
   const int context = static_cast<int>(state.range(0));
@@ -266,12 +274,13 @@ void BM_CompressedDecode(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * setup.bytes);
-  state.SetLabel(format == 0 ? "f32" : format == 1 ? "fp8 per-token" : "fp8 per-page");
+  const char* const kLabels[] = {"f32", "fp8 per-token", "fp8 per-page", "f16"};
+  state.SetLabel(kLabels[format]);
 }
 
 BENCHMARK(BM_CompressedDecode)
     ->ArgNames({"context", "seqs", "dim", "format", "threads"})
-    ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 1, 2}, {2}})
+    ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 3, 1, 2}, {2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

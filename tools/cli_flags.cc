@@ -43,7 +43,7 @@ ABSL_FLAG(int, heads, 0, "Query heads");
 ABSL_FLAG(int, kv_heads, 0, "KV heads; 0 = heads");
 ABSL_FLAG(int, head_dim, 0, "Width of each head; 0 = dim / heads");
 ABSL_FLAG(int, vocab, 32000, "Vocabulary size");
-ABSL_FLAG(int, seq_len, 2048, "Maximum context");
+ABSL_FLAG(int, seq_len, 0, "Maximum context; 0 = the --shape's own, or 2048");
 ABSL_FLAG(bool, untied, false, "Give the model its own classifier instead of the tied embedding");
 ABSL_FLAG(float, rope_theta, 0, "make-model: RoPE base; 0 = the shape's (10000 without --shape)");
 ABSL_FLAG(float, rope_scaling_factor, -1,

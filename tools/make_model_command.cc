@@ -29,7 +29,11 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
     c.n_kv_heads = absl::GetFlag(FLAGS_kv_heads) > 0 ? absl::GetFlag(FLAGS_kv_heads) : c.n_heads;
     c.SetHeadDim(absl::GetFlag(FLAGS_head_dim));
     c.vocab_size = absl::GetFlag(FLAGS_vocab);
-    c.max_seq_len = absl::GetFlag(FLAGS_seq_len);
+    c.max_seq_len = 2048;
+  }
+  if (const int seq_len = absl::GetFlag(FLAGS_seq_len); seq_len != 0) {
+    if (seq_len < 1) return absl::InvalidArgumentError("--seq-len must be ≥ 1");
+    c.max_seq_len = seq_len;
   }
   if (const std::string family = absl::GetFlag(FLAGS_family); !family.empty()) {
     const FamilyTraits* traits = FamilyByName(family);

@@ -54,7 +54,8 @@ inline void ScoreGroup(const DecodeRowKernels& rk, const AttentionShape& s, cons
                       std::min(kv.page_size, n_tokens - t));
   };
   for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
-    if (t + kv.page_size < n_tokens) PrefetchRows(rows(t + kv.page_size, p + 1));
+    const int ahead = t + kPrefetchPages * kv.page_size;
+    if (ahead < n_tokens) PrefetchRows(rows(ahead, p + kPrefetchPages));
     rk.score(q, nq, rows(t, p), scale, scores + t, ld);
   }
 }

@@ -78,6 +78,13 @@ for spec in "gguf f16 tiny.gguf" "safetensors bf16 tiny-hf" "llama2c f32 tiny/mo
   "$PDSERVE" generate --model "$WORK/$out" --prompt "a b" --max-tokens 8 --log-level warn \
     > /dev/null || fail "generate on make-model $format $dtype"
 done
+# A named shape takes --seq-len (regression: it was silently ignored).
+"$PDSERVE" make-model --shape stories260K --seq-len 96 --format gguf --out "$WORK/shape.gguf" \
+  --log-level warn
+rc=0
+"$PDSERVE" generate --model "$WORK/shape.gguf" --prompt "a" --max-tokens 100 --log-level warn \
+  > /dev/null 2> "$WORK/err" || rc=$?
+grep -q "96" "$WORK/err" && [ "$rc" -eq 1 ] || fail "make-model --shape ignored --seq-len 96: $(cat "$WORK/err")"
 
 # --- 4. malformed files: exit 1, empty stdout, exactly one error line -----------------------
 expect_clean_error() {  # name, model path, [extra flags...]
@@ -134,6 +141,8 @@ compare() {  # python condition on d, then technique flags
   fi
 }
 compare "d['kl_mean'] == 0 and d['top1_agreement'] == 1" --kcache-topn 1000 --swiftkv-layer 5
+compare "0 < d['kl_mean'] < 1e-4 and d['top1_agreement'] > 0.99 and d['kv_bytes_per_token'] == d['kv_bytes_per_token_baseline_fp16']" \
+  --kv-dtype f16
 compare "0.5 < d['top1_agreement'] < 1 and d['kv_bytes_per_token'] < d['kv_bytes_per_token_baseline_fp16'] and d['prefill_flops_ratio'] < 0.7" \
   --swiftkv-layer 3 --swiftkv-recovery --calibration "$WORK/260K.cal" --zack --zack-rho 0.05 \
   --fp8 per-token --kcache-topn 16
@@ -143,6 +152,8 @@ compare "0.5 < d['top1_agreement'] < 1 and d['kv_bytes_per_token'] < d['kv_bytes
 cp "$WORK/260K.cal" "$WORK/corrupt.cal"
 python3 -c "import sys; b=bytearray(open(sys.argv[1],'rb').read()); b[100]^=1; open(sys.argv[1],'wb').write(b)" "$WORK/corrupt.cal"
 expect_clean_error bad-fp8-flag "$MODEL" --fp8 e5m2
+expect_clean_error bad-kv-dtype "$MODEL" --kv-dtype bf16
+expect_clean_error f16-with-fp8 "$MODEL" --kv-dtype f16 --fp8 per-page
 expect_clean_error zack-without-calibration "$MODEL" --zack --log-level warn
 expect_clean_error missing-calibration "$MODEL" --zack --calibration "$WORK/none.cal" --log-level warn
 expect_clean_error corrupt-calibration "$MODEL" --zack --calibration "$WORK/corrupt.cal" --log-level warn
