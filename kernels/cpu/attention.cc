@@ -36,30 +36,31 @@ int64_t OutStride(const AttentionShape& s, const AttentionSequence& seq) {
   return seq.out_row_stride > 0 ? seq.out_row_stride : int64_t{s.n_heads} * s.head_dim;
 }
 
-// Query row i of `seq`, query heads [h0, h0 + nq) (nq ≤ kGroupPass) of KV head g: out =
-// softmax(q·Kᵀ/√head_dim)·V over tokens [0, start_pos + i], each page's rows read once for the
-// pass. `ws` holds nq · (start_pos + i + 1) floats.
-void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
-                 int i, int g, int h0, int nq, float* ws) {
+// Query row i of `seq`, the query heads of KV heads [g0, g1): out = softmax(q·Kᵀ/√head_dim)·V
+// over tokens [0, start_pos + i], page by page, each page's rows of the range read in one sweep.
+// `ws` holds (g1 − g0) · group · (start_pos + i + 1) floats.
+void AttendHeads(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
+                 int i, int g0, int g1, float* ws) {
   const int n_tokens = seq.start_pos + i + 1;
   const PagedKvView& kv = seq.kv;
-  const float* q[kGroupPass];
-  float* out[kGroupPass];
-  for (int j = 0; j < nq; ++j) {
-    q[j] = seq.q + i * QStride(s, seq) + s.q_offset(h0 + j);
-    out[j] = seq.out + i * OutStride(s, seq) + s.out_offset(h0 + j);
-    std::fill(out[j], out[j] + kv.v.dim(g), 0.0f);
+  const int64_t first = int64_t{g0} * s.group();
+  const int heads = (g1 - g0) * s.group();
+  float* out_row = seq.out + i * OutStride(s, seq);
+  for (int j = 0; j < heads; ++j) {
+    float* out = out_row + s.out_offset(first + j);
+    std::fill(out, out + kv.v.dim(g0 + j / s.group()), 0.0f);
   }
-  ScoreGroup(rk, s, kv, g, q, nq, n_tokens, ws, n_tokens);
-  for (int j = 0; j < nq; ++j) SoftmaxInPlace(ws + int64_t{j} * n_tokens, n_tokens);
-  auto rows = [&](int t, int p) {
-    return PageRowsOf(kv.v, kv.v.page(kv.pages[p]), kv.page_size, g,
-                      std::min(kv.page_size, n_tokens - t));
-  };
+  ScoreHeads(rk, s, kv, g0, g1, seq.q + i * QStride(s, seq), n_tokens, ws, n_tokens);
+  for (int j = 0; j < heads; ++j) SoftmaxInPlace(ws + int64_t{j} * n_tokens, n_tokens);
   for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
-    const int ahead = t + kPrefetchPages * kv.page_size;
-    if (ahead < n_tokens) PrefetchRows(rows(ahead, p + kPrefetchPages));
-    rk.accumulate(ws + t, n_tokens, nq, rows(t, p), out);
+    const uint8_t* page = kv.v.page(kv.pages[p]);
+    const int count = std::min(kv.page_size, n_tokens - t);
+    ForEachPass(s, g0, g1, [&](int g, int h0, int nq) {
+      float* out[kGroupPass];
+      for (int j = 0; j < nq; ++j) out[j] = out_row + s.out_offset(h0 + j);
+      rk.accumulate(ws + (h0 - first) * n_tokens + t, n_tokens, nq,
+                    PageRowsOf(kv.v, page, kv.page_size, g, count), out);
+    });
   }
 }
 
@@ -114,23 +115,38 @@ void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int 
          .ldc = out_stride});
 }
 
-// Passes over one KV head's query heads on the decode path.
-int GroupPasses(const AttentionShape& s) { return (s.group() + kGroupPass - 1) / kGroupPass; }
+// Decode tasks split each query row's KV heads into this many contiguous ranges: one when there
+// are enough rows to keep every thread busy (a task then sweeps whole pages), more for few rows
+// (a long single sequence), about kDecodeTasksPerThread tasks per thread in all.
+constexpr int kDecodeTasksPerThread = 4;
+int DecodeRanges(const AttentionShape& s, std::span<const AttentionSequence> sequences,
+                 int threads) {
+  int64_t rows = 0;
+  for (const AttentionSequence& seq : sequences) {
+    if (seq.n_queries < kGemmMinQueries) rows += seq.n_queries;
+  }
+  if (rows == 0) return 1;
+  const int64_t wanted = (int64_t{kDecodeTasksPerThread} * threads + rows - 1) / rows;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, s.n_kv_heads));
+}
 
-// Tasks of one sequence: per (head, query block) on the GEMM path, else per (query, KV head,
-// group pass).
-int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq) {
+// KV heads [first, end) of range r of `ranges`.
+std::pair<int, int> HeadRange(const AttentionShape& s, int r, int ranges) {
+  return {r * s.n_kv_heads / ranges, (r + 1) * s.n_kv_heads / ranges};
+}
+
+// Tasks of one sequence: per (head, query block) on the GEMM path, else per (query, range of KV
+// heads).
+int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq, int ranges) {
   if (seq.n_queries >= kGemmMinQueries) {
     return int64_t{s.n_heads} * ((seq.n_queries + kQueryBlock - 1) / kQueryBlock);
   }
-  return int64_t{seq.n_queries} * s.n_kv_heads * GroupPasses(s);
+  return int64_t{seq.n_queries} * ranges;
 }
 
-// Enough for the decode path's kGroupPass · max_context scores too (2·head_dim + kQueryBlock >
-// kGroupPass).
+// The GEMM path's blocks, or the decode path's n_heads · max_context scores, whichever is more.
 int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_size) {
-  static_assert(kQueryBlock >= kGroupPass);
-  return int64_t{max_context} * (2 * shape.head_dim + kQueryBlock) +
+  return int64_t{max_context} * std::max(2 * shape.head_dim + kQueryBlock, shape.n_heads) +
          int64_t{page_size} * shape.head_dim;
 }
 
@@ -143,38 +159,36 @@ size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, in
 
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace) {
+  const int ranges = DecodeRanges(shape, sequences, pool.size());
+  auto tasks = [&](const AttentionSequence& seq) { return TaskCount(shape, seq, ranges); };
   int64_t total = 0;
-  for (const AttentionSequence& seq : sequences) total += TaskCount(shape, seq);
+  for (const AttentionSequence& seq : sequences) total += tasks(seq);
   const size_t per_thread = workspace.size() / pool.size();
   int page_size = 0;
   for (const AttentionSequence& seq : sequences) page_size = std::max(page_size, seq.kv.page_size);
   // The context the workspace was sized for (see PerThreadFloats).
-  const int max_context = static_cast<int>((per_thread - int64_t{page_size} * shape.head_dim) /
-                                           (2 * shape.head_dim + kQueryBlock));
+  const int max_context =
+      static_cast<int>((per_thread - int64_t{page_size} * shape.head_dim) /
+                       std::max(2 * shape.head_dim + kQueryBlock, shape.n_heads));
   const DecodeRowKernels& rk = ActiveDecodeRows();
   pool.ParallelForDynamic(total, 1, [&](int64_t begin, int64_t end, int thread) {
     float* ws = workspace.data() + thread * per_thread;
     size_t s = 0;
     int64_t first = 0;  // flat index of sequences[s]'s first task
     for (int64_t task = begin; task < end; ++task) {
-      while (task >= first + TaskCount(shape, sequences[s]))
-        first += TaskCount(shape, sequences[s++]);
+      while (task >= first + tasks(sequences[s])) first += tasks(sequences[s++]);
       const AttentionSequence& seq = sequences[s];
       const int64_t index = task - first;
       if (seq.n_queries >= kGemmMinQueries) {
         // Head-major: consecutive tasks reuse one head's K/V from cache.
-        const int64_t per_head = TaskCount(shape, seq) / shape.n_heads;
+        const int64_t per_head = tasks(seq) / shape.n_heads;
         const int q_begin = static_cast<int>(index % per_head) * kQueryBlock;
         AttendBlockGemm(shape, seq, static_cast<int>(index / per_head), q_begin,
                         std::min(seq.n_queries, q_begin + kQueryBlock), max_context, ws);
         continue;
       }
-      const int passes = GroupPasses(shape);
-      const int query = static_cast<int>(index / (int64_t{shape.n_kv_heads} * passes));
-      const int g = static_cast<int>(index / passes % shape.n_kv_heads);
-      const int h0 = g * shape.group() + static_cast<int>(index % passes) * kGroupPass;
-      AttendGroup(rk, shape, seq, query, g, h0, std::min(kGroupPass, (g + 1) * shape.group() - h0),
-                  ws);
+      const auto [g0, g1] = HeadRange(shape, static_cast<int>(index % ranges), ranges);
+      AttendHeads(rk, shape, seq, static_cast<int>(index / ranges), g0, g1, ws);
     }
   });
 }

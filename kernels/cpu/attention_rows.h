@@ -43,20 +43,36 @@ inline const float* HeadRows(const KvSectionView& s, int page_size, int32_t page
 // pointers; larger groups take several passes).
 inline constexpr int kGroupPass = 16;
 
-// Scores of queries q[0, nq) (nq ≤ kGroupPass; rows of kv.k.dim(g) floats) against tokens
-// [0, n_tokens) of KV head g, page by page: scores[j·ld + t] = q[j] · k_t / √head_dim.
-inline void ScoreGroup(const DecodeRowKernels& rk, const AttentionShape& s, const PagedKvView& kv,
-                       int g, const float* const* q, int nq, int n_tokens, float* scores,
+// Calls fn(g, h0, nq) for the query heads of KV heads [g0, g1) in passes of at most kGroupPass
+// heads [h0, h0 + nq), each within one KV head g.
+template <typename Fn>
+void ForEachPass(const AttentionShape& s, int g0, int g1, Fn fn) {
+  const int group = s.group();
+  for (int g = g0; g < g1; ++g) {
+    for (int h0 = g * group; h0 < (g + 1) * group; h0 += kGroupPass) {
+      fn(g, h0, std::min(kGroupPass, (g + 1) * group - h0));
+    }
+  }
+}
+
+// Decode scores of the query heads of KV heads [g0, g1) — head h's query at q_row + q_offset(h),
+// kv.k.dim(h / group) floats — against tokens [0, n_tokens): scores[(h − g0·group)·ld + t] =
+// q_h · k_t / √head_dim. Page by page, each page's rows of the whole range in one sweep (a
+// contiguous run of the page, which the hardware prefetchers follow).
+inline void ScoreHeads(const DecodeRowKernels& rk, const AttentionShape& s, const PagedKvView& kv,
+                       int g0, int g1, const float* q_row, int n_tokens, float* scores,
                        int64_t ld) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  auto rows = [&](int t, int p) {
-    return PageRowsOf(kv.k, kv.k.page(kv.pages[p]), kv.page_size, g,
-                      std::min(kv.page_size, n_tokens - t));
-  };
+  const int64_t first = int64_t{g0} * s.group();
   for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
-    const int ahead = t + kPrefetchPages * kv.page_size;
-    if (ahead < n_tokens) PrefetchRows(rows(ahead, p + kPrefetchPages));
-    rk.score(q, nq, rows(t, p), scale, scores + t, ld);
+    const uint8_t* page = kv.k.page(kv.pages[p]);
+    const int count = std::min(kv.page_size, n_tokens - t);
+    ForEachPass(s, g0, g1, [&](int g, int h0, int nq) {
+      const float* q[kGroupPass];
+      for (int j = 0; j < nq; ++j) q[j] = q_row + s.q_offset(h0 + j);
+      rk.score(q, nq, PageRowsOf(kv.k, page, kv.page_size, g, count), scale,
+               scores + (h0 - first) * ld + t, ld);
+    });
   }
 }
 

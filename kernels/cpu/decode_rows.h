@@ -8,8 +8,6 @@
 #ifndef PDSERVE_KERNELS_CPU_DECODE_ROWS_H_
 #define PDSERVE_KERNELS_CPU_DECODE_ROWS_H_
 
-#include <immintrin.h>
-
 #include <cstdint>
 
 #include "kernels/kv_view.h"
@@ -42,23 +40,6 @@ inline PageRows PageRowsOf(const KvSectionView& s, const uint8_t* page, int page
     rows.scale_step = s.scales_per_head == 1 ? 0 : 1;
   }
   return rows;
-}
-
-// Asks for the rows (and their scales) to be brought into cache: a KV head's rows of one page are
-// a short run the hardware prefetchers do not follow from page to page, so the decode loops ask
-// for the rows kPrefetchPages pages ahead while they work on this one (far enough to cover a
-// memory latency at FP8's rate of work per page).
-inline constexpr int kPrefetchPages = 4;
-
-inline void PrefetchRows(const PageRows& rows) {
-  const int element_bytes = rows.format == RowFormat::kE4M3  ? 1
-                            : rows.format == RowFormat::kF16 ? 2
-                                                             : 4;
-  const int64_t bytes = int64_t{rows.count} * rows.dim * element_bytes;
-  for (int64_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(rows.data) + b, _MM_HINT_T0);
-  }
-  if (rows.scales != nullptr) _mm_prefetch(reinterpret_cast<const char*>(rows.scales), _MM_HINT_T0);
 }
 
 // Queries are `nq` rows of rows.dim floats (q[j]); weights and scores are nq rows `ld` floats

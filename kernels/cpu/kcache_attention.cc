@@ -16,12 +16,6 @@ int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int /*page
   return int64_t{max_context} * (shape.group() + 3);
 }
 
-// Calls fn(h0, nq) for the group's query heads in passes of at most kGroupPass.
-template <typename Fn>
-void ForEachPass(int group, Fn fn) {
-  for (int h0 = 0; h0 < group; h0 += kGroupPass) fn(h0, std::min(kGroupPass, group - h0));
-}
-
 // KV head g of one decode sequence: every query head of the group at once, so each key and each
 // fetched value page is read once per pass of kGroupPass heads.
 void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
@@ -33,12 +27,7 @@ void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
   float* total = probs + int64_t{group} * n_tokens;  // [n_tokens]
   auto* keep = reinterpret_cast<uint8_t*>(total + n_tokens);
   auto* order = reinterpret_cast<int*>(total + 2 * int64_t{n_tokens});
-  const float* q[kGroupPass];
-  float* out[kGroupPass];
-  ForEachPass(group, [&](int h0, int nq) {
-    for (int j = 0; j < nq; ++j) q[j] = seq.q + s.q_offset(g * group + h0 + j);
-    ScoreGroup(rk, s, kv, g, q, nq, n_tokens, probs + int64_t{h0} * n_tokens, n_tokens);
-  });
+  ScoreHeads(rk, s, kv, g, g + 1, seq.q, n_tokens, probs, n_tokens);
   std::fill(total, total + n_tokens, 0.0f);
   for (int j = 0; j < group; ++j) {
     float* p = probs + int64_t{j} * n_tokens;
@@ -64,9 +53,10 @@ void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
     const int count = std::min(kv.page_size, n_tokens - t);
     if (std::none_of(keep + t, keep + t + count, [](uint8_t k) { return k != 0; })) continue;
     const PageRows rows = PageRowsOf(kv.v, fetch(sequence, page, g), kv.page_size, g, count);
-    ForEachPass(group, [&](int h0, int nq) {
-      for (int j = 0; j < nq; ++j) out[j] = seq.out + s.out_offset(g * group + h0 + j);
-      rk.accumulate(probs + int64_t{h0} * n_tokens + t, n_tokens, nq, rows, out);
+    ForEachPass(s, g, g + 1, [&](int /*g*/, int h0, int nq) {
+      float* out[kGroupPass];
+      for (int j = 0; j < nq; ++j) out[j] = seq.out + s.out_offset(h0 + j);
+      rk.accumulate(probs + int64_t{h0 - g * group} * n_tokens + t, n_tokens, nq, rows, out);
     });
   }
 }
