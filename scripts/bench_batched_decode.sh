@@ -37,7 +37,7 @@ if [ ! -f "$calibration" ]; then
     --zack --zack-kept-fraction 0.5 --out "$calibration" --log-level warn > /dev/null
 fi
 
-bandwidth=$("$BUILD/kernels/kernels_benchmark" --benchmark_filter="BM_MemoryRead/threads:$THREADS\$" \
+bandwidth=$("$BUILD/kernels/kernels_benchmark" --benchmark_filter="BM_MemoryRead/threads:$THREADS/" \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_format=json |
   python3 -c "import json,sys; b=json.load(sys.stdin)['benchmarks']; print(next(x['bytes_per_second'] for x in b if x['aggregate_name']=='median'))")
 
