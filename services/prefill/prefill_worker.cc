@@ -1,6 +1,7 @@
 #include "services/prefill/prefill_worker.h"
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 #include <string>
 #include <utility>
@@ -32,6 +33,7 @@ struct PrefillWorker::Pending {
   // The allocation: slot i·pages_per_cache + p holds page p of cache layer i.
   uint64_t allocation_id = 0;
   uint64_t lease_token = 0;
+  double lease_seconds = 0;  // as granted by the store
   std::vector<uint64_t> slots;
   std::vector<uint32_t> encoded_bytes;  // per cache layer
 
@@ -183,6 +185,7 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   }
   pending.allocation_id = reply.allocation_id();
   pending.lease_token = reply.lease_token();
+  pending.lease_seconds = reply.lease_seconds();
   pending.slots.assign(reply.slot_addresses().begin(), reply.slot_addresses().end());
   if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size())) {
     Release(pending);
@@ -211,6 +214,21 @@ absl::Status PrefillWorker::Seal(Pending& pending) {
   }
   v1::SealReply reply;
   return pending.job.store->Call("Seal", &v1::KvStore::Stub::Seal, request, &reply);
+}
+
+void PrefillWorker::Renew(Pending& pending) {
+  v1::RenewRequest request;
+  request.set_allocation_id(pending.allocation_id);
+  request.set_lease_token(pending.lease_token);
+  request.set_lease_seconds(pending.lease_seconds);
+  v1::RenewReply reply;
+  const absl::Status status =
+      pending.job.store->Call("Renew", &v1::KvStore::Stub::Renew, request, &reply);
+  if (!status.ok()) {
+    // Seal will then fail and say why; the request ends there.
+    GetLogger("prefill")->warn("request {}: renewing its KV pages' lease: {}",
+                               pending.job.request_id, std::string(status.message()));
+  }
 }
 
 void PrefillWorker::Release(Pending& pending) {
@@ -276,8 +294,16 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   }
   queue_cv_.notify_one();
   {
+    // The pages' lease runs while the request waits for the batcher and computes: renewed at a
+    // third of its length, a long queue of long prompts keeps its pages until Seal.
+    const auto renew_every =
+        std::chrono::duration<double>(std::max(0.05, pending->lease_seconds / 3));
     std::unique_lock<std::mutex> lock(pending->mu);
-    pending->cv.wait(lock, [&] { return pending->finished; });
+    while (!pending->cv.wait_for(lock, renew_every, [&] { return pending->finished; })) {
+      lock.unlock();
+      Renew(*pending);
+      lock.lock();
+    }
   }
   PDSERVE_RETURN_IF_ERROR(pending->status);
   PDSERVE_RETURN_IF_ERROR(pending->write_status);

@@ -85,6 +85,8 @@ class PrefillWorker {
   absl::StatusOr<PrefillOutcome> RunJob(PrefillJob job);
   absl::Status Allocate(Pending& pending);
   absl::Status Seal(Pending& pending);
+  // Extends the allocation's lease by its granted length; failures are logged (Seal reports them).
+  void Renew(Pending& pending);
   void Release(Pending& pending);
   void BatcherLoop();
   std::vector<std::shared_ptr<Pending>> TakeBatch();

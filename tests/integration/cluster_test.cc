@@ -6,6 +6,7 @@
 //    model, the default compression profile, and --monolithic.
 //  - DefaultProfileCluster (one cluster for the suite, --lease-seconds 3): 64 concurrent streams,
 //    cancelling half of 32 streams mid-stream, bad input, health.
+//  - ShortLeaseTest: a prefill queue longer than the KV store's lease loses no pages.
 //  - DecodeWorkerDeathTest: SIGKILL a decode worker with streams in flight.
 //
 // No fixed sleeps: every wait polls a condition (GetPoolUsage, ListWorkers, stream progress) under
@@ -635,6 +636,39 @@ TEST_F(DefaultProfileCluster, BadInputIsInvalidArgumentAndAllocatesNothing) {
 
 // ---------------------------------------------------------------------------------------------
 // 4. A decode worker killed with streams in flight.
+
+// A prefill queue longer than the KV store's lease: 48 concurrent 400-token prompts queue at
+// the one prefill worker for longer than a 0.3 s lease; the worker renews each allocation while
+// its request waits and computes, so every request keeps its pages until Seal (regression: the
+// requests at the back of the queue failed NOT_FOUND, "Seal: allocation N does not exist").
+TEST(ShortLeaseTest, QueuedPrefillsKeepTheirPages) {
+  absl::StatusOr<std::unique_ptr<Cluster>> started =
+      Cluster::Start(Concat(kDefaultProfileFlags, {"--lease-seconds=0.3"}));
+  ASSERT_TRUE(started.ok()) << started.status();
+  Cluster& cluster = **started;
+  std::unique_ptr<Reference> reference = Reference::Create(DefaultProfile());
+  ASSERT_NE(reference, nullptr);
+  std::unique_ptr<Client> client = MakeClient(cluster);
+  ASSERT_NE(client, nullptr);
+  constexpr int kStreams = 48;
+  const std::vector<int> corpus = reference->tokenizer().Encode(ReadEvalText(), false);
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < kStreams; ++i) {
+    requests.push_back(TokenRequest(EvalPrompt(*reference, corpus, 7 + i * 1009u, 400), 4));
+  }
+  std::vector<StreamOutcome> outcomes(kStreams);
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back(
+        [&, i] { outcomes[i] = RunStream(*client, requests[i], WithTimeout(kCallTimeout)); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  RecordProperty("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_TRUE(outcomes[i].status.ok()) << "stream " << i << ": " << outcomes[i].status;
+  }
+}
 
 TEST(DecodeWorkerDeathTest, ClientsFailPromptlyAndTheSurvivorServes) {
   absl::StatusOr<std::unique_ptr<Cluster>> started = Cluster::Start(
