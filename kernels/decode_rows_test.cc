@@ -112,67 +112,69 @@ std::vector<Shape> Shapes() {
 const std::pair<RowFormat, int> kFormats[] = {
     {RowFormat::kF32, 0}, {RowFormat::kF16, 0}, {RowFormat::kE4M3, 1}, {RowFormat::kE4M3, 0}};
 
-TEST(DecodeRowsTest, ScoresMatchExactDots) {
+// Calls check(kernels, shape, page) for every kernel set, format and shape, on a page seeded
+// from the shape and `seed`.
+template <typename Check>
+void ForEveryCase(uint32_t seed, Check check) {
   for (const Kernels& k : AvailableKernels()) {
     for (auto [format, step] : kFormats) {
       for (const Shape& s : Shapes()) {
         SCOPED_TRACE(absl::StrCat(k.name, " format ", static_cast<int>(format), " step ", step,
                                   " count ", s.count, " dim ", s.dim, " nq ", s.nq));
-        Page page(s.count, s.dim, format, step, s.nq, s.count * 1000 + s.dim * 10 + s.nq);
-        const float scale = 0.125f;
-        std::vector<float> scores(page.w.size(), -7.0f);
-        k.set->score(page.QueryRows().data(), s.nq, page.rows, scale, scores.data(), page.ld());
-        for (int j = 0; j < s.nq; ++j) {
-          for (int r = 0; r < page.ld(); ++r) {
-            const float got = scores[j * page.ld() + r];
-            if (r >= s.count) {
-              ASSERT_EQ(got, -7.0f) << "wrote past the page's rows";
-              continue;
-            }
-            double dot = 0.0, mag = 0.0;
-            for (int c = 0; c < s.dim; ++c) {
-              dot += double{page.q[j * s.dim + c]} * page.exact[r * s.dim + c];
-              mag += std::abs(double{page.q[j * s.dim + c]} * page.exact[r * s.dim + c]);
-            }
-            ASSERT_NEAR(got, dot * scale, Tolerance(s.dim, mag * scale))
-                << "query " << j << " row " << r;
-          }
-        }
+        Page page(s.count, s.dim, format, step, s.nq, seed + s.count * 1000 + s.dim * 10 + s.nq);
+        check(k, s, page);
+        if (testing::Test::HasFatalFailure()) return;
       }
     }
   }
 }
 
-TEST(DecodeRowsTest, AccumulationMatchesExactWeightedSums) {
-  for (const Kernels& k : AvailableKernels()) {
-    for (auto [format, step] : kFormats) {
-      for (const Shape& s : Shapes()) {
-        SCOPED_TRACE(absl::StrCat(k.name, " format ", static_cast<int>(format), " step ", step,
-                                  " count ", s.count, " dim ", s.dim, " nq ", s.nq));
-        Page page(s.count, s.dim, format, step, s.nq, s.count * 777 + s.dim * 3 + s.nq);
-        // Output rows start non-zero (the kernel adds) and have a guard float after them.
-        std::vector<float> out(static_cast<size_t>(s.nq) * (s.dim + 1));
-        for (size_t i = 0; i < out.size(); ++i) out[i] = 0.5f * static_cast<float>(i % 3);
-        const std::vector<float> before = out;
-        std::vector<float*> rows_out;
-        for (int j = 0; j < s.nq; ++j) rows_out.push_back(out.data() + int64_t{j} * (s.dim + 1));
-        k.set->accumulate(page.w.data(), page.ld(), s.nq, page.rows, rows_out.data());
-        for (int j = 0; j < s.nq; ++j) {
-          for (int c = 0; c < s.dim; ++c) {
-            double sum = before[j * (s.dim + 1) + c], mag = std::abs(sum);
-            for (int r = 0; r < s.count; ++r) {
-              const double term = double{page.w[j * page.ld() + r]} * page.exact[r * s.dim + c];
-              sum += term;
-              mag += std::abs(term);
-            }
-            ASSERT_NEAR(rows_out[j][c], sum, Tolerance(s.count, mag))
-                << "query " << j << " col " << c;
-          }
-          ASSERT_EQ(rows_out[j][s.dim], before[j * (s.dim + 1) + s.dim]) << "wrote past the row";
+TEST(DecodeRowsTest, ScoresMatchExactDots) {
+  ForEveryCase(0, [](const Kernels& k, const Shape& s, Page& page) {
+    const float scale = 0.125f;
+    std::vector<float> scores(page.w.size(), -7.0f);
+    k.set->score(page.QueryRows().data(), s.nq, page.rows, scale, scores.data(), page.ld());
+    for (int j = 0; j < s.nq; ++j) {
+      for (int r = 0; r < page.ld(); ++r) {
+        const float got = scores[j * page.ld() + r];
+        if (r >= s.count) {
+          ASSERT_EQ(got, -7.0f) << "wrote past the page's rows";
+          continue;
         }
+        double dot = 0.0, mag = 0.0;
+        for (int c = 0; c < s.dim; ++c) {
+          dot += double{page.q[j * s.dim + c]} * page.exact[r * s.dim + c];
+          mag += std::abs(double{page.q[j * s.dim + c]} * page.exact[r * s.dim + c]);
+        }
+        ASSERT_NEAR(got, dot * scale, Tolerance(s.dim, mag * scale))
+            << "query " << j << " row " << r;
       }
     }
-  }
+  });
+}
+
+TEST(DecodeRowsTest, AccumulationMatchesExactWeightedSums) {
+  ForEveryCase(7, [](const Kernels& k, const Shape& s, Page& page) {
+    // Output rows start non-zero (the kernel adds) and have a guard float after them.
+    std::vector<float> out(static_cast<size_t>(s.nq) * (s.dim + 1));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = 0.5f * static_cast<float>(i % 3);
+    const std::vector<float> before = out;
+    std::vector<float*> rows_out;
+    for (int j = 0; j < s.nq; ++j) rows_out.push_back(out.data() + int64_t{j} * (s.dim + 1));
+    k.set->accumulate(page.w.data(), page.ld(), s.nq, page.rows, rows_out.data());
+    for (int j = 0; j < s.nq; ++j) {
+      for (int c = 0; c < s.dim; ++c) {
+        double sum = before[j * (s.dim + 1) + c], mag = std::abs(sum);
+        for (int r = 0; r < s.count; ++r) {
+          const double term = double{page.w[j * page.ld() + r]} * page.exact[r * s.dim + c];
+          sum += term;
+          mag += std::abs(term);
+        }
+        ASSERT_NEAR(rows_out[j][c], sum, Tolerance(s.count, mag)) << "query " << j << " col " << c;
+      }
+      ASSERT_EQ(rows_out[j][s.dim], before[j * (s.dim + 1) + s.dim]) << "wrote past the row";
+    }
+  });
 }
 
 // A NaN code poisons exactly the scores of its row and every output it is weighted into, as the
