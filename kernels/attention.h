@@ -25,10 +25,11 @@ size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, in
 
 // Splits the work across the pool: sequences with many queries (prefill) by (head, block of 64
 // queries), each block two SGEMMs (scores over the keys it sees, then values); others (decode)
-// by (query, KV head), every query head of the group sharing each K/V row read by the fused
-// f32/FP8 row kernels (kernels/cpu/decode_rows.h). Requires a workspace of
-// AttentionWorkspaceFloats(shape, pool.size(), C, P) floats where C bounds every start_pos +
-// n_queries and P every page size. Does not allocate.
+// by (query, contiguous range of KV heads: one range per query when there are enough queries for
+// the threads), sweeping each page's rows of the range once through the fused f32/f16/FP8 row
+// kernels (kernels/cpu/decode_rows.h), every query head of a group sharing each row. Requires a
+// workspace of AttentionWorkspaceFloats(shape, pool.size(), C, P) floats where C bounds every
+// start_pos + n_queries and P every page size. Does not allocate.
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace);
 
