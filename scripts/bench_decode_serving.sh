@@ -17,8 +17,10 @@ PROMPT=${PROMPT:-1536}
 GEN=${GEN:-256}
 model=$DIR/stories110M-8k-f16.gguf
 calibration=$DIR/stories110M-8k-zack-half.cal
-[ -f "$model" ] && [ -f "$calibration" ] ||
-  { echo "run scripts/bench_batched_decode.sh first (it makes $model and $calibration)" >&2; exit 1; }
+if [ ! -f "$model" ] || [ ! -f "$calibration" ]; then
+  echo "run scripts/bench_batched_decode.sh first (it makes $model and $calibration)" >&2
+  exit 1
+fi
 context=$((PROMPT + GEN + 64))
 
 # shellcheck source=scripts/cluster_lib.sh
