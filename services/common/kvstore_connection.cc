@@ -11,10 +11,12 @@
 
 namespace pdserve {
 
-absl::StatusOr<double> KvStoreConnection::Renew(uint64_t allocation_id, uint64_t lease_token) {
+absl::StatusOr<double> KvStoreConnection::Renew(uint64_t allocation_id, uint64_t lease_token,
+                                                double lease_seconds) {
   v1::RenewRequest request;
   request.set_allocation_id(allocation_id);
   request.set_lease_token(lease_token);
+  request.set_lease_seconds(lease_seconds);
   v1::RenewReply reply;
   PDSERVE_RETURN_IF_ERROR(Call("Renew", &v1::KvStore::Stub::Renew, request, &reply));
   return reply.lease_seconds();

@@ -48,8 +48,10 @@ class KvStoreConnection {
                         absl::StrCat("KV store ", address_, " ", name, ": ", status.message()));
   }
 
-  // The lease operations on one allocation: Renew returns the lease the store granted.
-  absl::StatusOr<double> Renew(uint64_t allocation_id, uint64_t lease_token);
+  // The lease operations on one allocation: Renew asks for `lease_seconds` (0 = the store's
+  // default) and returns the lease the store granted.
+  absl::StatusOr<double> Renew(uint64_t allocation_id, uint64_t lease_token,
+                               double lease_seconds = 0);
   absl::Status Release(uint64_t allocation_id, uint64_t lease_token);
 
  private:

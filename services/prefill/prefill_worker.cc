@@ -217,17 +217,12 @@ absl::Status PrefillWorker::Seal(Pending& pending) {
 }
 
 void PrefillWorker::Renew(Pending& pending) {
-  v1::RenewRequest request;
-  request.set_allocation_id(pending.allocation_id);
-  request.set_lease_token(pending.lease_token);
-  request.set_lease_seconds(pending.lease_seconds);
-  v1::RenewReply reply;
-  const absl::Status status =
-      pending.job.store->Call("Renew", &v1::KvStore::Stub::Renew, request, &reply);
-  if (!status.ok()) {
+  const absl::StatusOr<double> granted =
+      pending.job.store->Renew(pending.allocation_id, pending.lease_token, pending.lease_seconds);
+  if (!granted.ok()) {
     // Seal will then fail and say why; the request ends there.
     GetLogger("prefill")->warn("request {}: renewing its KV pages' lease: {}",
-                               pending.job.request_id, std::string(status.message()));
+                               pending.job.request_id, std::string(granted.status().message()));
   }
 }
 
