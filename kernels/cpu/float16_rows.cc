@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/tensor/float16.h"
+#include "kernels/cpu/gemv_kernels.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -28,12 +29,7 @@ void FloatsToF16Saturating(const float* x, int64_t n, uint16_t* out) {
 }
 
 void F16ToFloats(const uint16_t* h, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  }
-  for (; i < n; ++i) out[i] = F16ToF32(h[i]);
+  avx2::WidenRow(h, DType::kF16, n, out);
 }
 
 }  // namespace pdserve::kernels
