@@ -43,10 +43,18 @@ struct Simd {
   // Sign-extending the byte puts the sign in bits 8..15; shifted left by 7, [exponent:4]
   // [mantissa:3] sits where an f16's low exponent and high mantissa bits are, the sign at 15,
   // and a copy of it at 14 (the f16 exponent's top bit), cleared.
+  // A full vector is one 8-byte load; only a tail goes through memcpy (of a variable size, a
+  // library call).
   static V LoadE4M3(const uint8_t* p, int n) {
-    int64_t codes = 0;
-    std::memcpy(&codes, p, static_cast<size_t>(n));
-    const __m128i words = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(codes));
+    __m128i bytes;
+    if (n == kLanes) {
+      bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    } else {
+      int64_t codes = 0;
+      std::memcpy(&codes, p, static_cast<size_t>(n));
+      bytes = _mm_cvtsi64_si128(codes);
+    }
+    const __m128i words = _mm_cvtepi8_epi16(bytes);
     return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(words, 7), _mm_set1_epi16(-16385)));
   }
   static float Sum(V v) {
