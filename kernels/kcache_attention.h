@@ -34,8 +34,7 @@ struct TopNOptions {
 using FetchValuePage = std::function<const uint8_t*(int sequence, int page_index, int head)>;
 
 // Floats of workspace KCacheAttention needs.
-size_t KCacheWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context,
-                             int page_size);
+size_t KCacheWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context);
 
 // Every sequence must have n_queries == 1; kv.v.pool is ignored (values come from `fetch`).
 // `selected`, when not empty, receives per (sequence, KV head) the number of tokens selected.

@@ -362,8 +362,7 @@ KCacheRun RunKCache(const DecodeKv& f, int threads, const TopNOptions& options, 
   KCacheRun run;
   const AttentionShape shape = f.Shape();
   std::vector<AttentionSequence> seqs = f.Sequences(run.outs, /*poison_values=*/true);
-  std::vector<float> workspace(
-      KCacheWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(KCacheWorkspaceFloats(shape, pool.size(), f.max_context()));
   run.selected.assign(f.num_sequences() * f.n_kv(), -1);
   KCacheAttention(pool, shape, seqs, options, fetcher.Callback(), workspace, run.selected);
   for (size_t s = 0; s < f.num_sequences(); ++s) {
@@ -654,8 +653,7 @@ TEST(KCacheAttentionTest, ThreadsAndSelectedSpanDoNotChangeTheResult) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> outs;
   std::vector<AttentionSequence> seqs = f.Sequences(outs, true);
-  std::vector<float> workspace(
-      KCacheWorkspaceFloats(f.Shape(), pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(KCacheWorkspaceFloats(f.Shape(), pool.size(), f.max_context()));
   Fetcher two(f);
   KCacheAttention(pool, f.Shape(), seqs, options, two.Callback(), workspace);
   for (size_t s = 0; s < f.num_sequences(); ++s) {

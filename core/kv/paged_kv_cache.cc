@@ -50,9 +50,8 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config)
     const size_t bytes = static_cast<size_t>(total_bytes_);
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p != MAP_FAILED) {
-      // Decode reads one KV head's rows of every page of a sequence, a short run per page at a
-      // stride of the whole page: on 4 KiB pages nearly every run is a TLB miss. Advice only;
-      // failure leaves normal pages.
+      // Decode walks every page of every sequence, a pool of up to gigabytes, each step: on 4 KiB
+      // pages most of those runs start with a TLB miss. Advice only; failure leaves normal pages.
       ::madvise(p, bytes, MADV_HUGEPAGE);
       storage_ = {static_cast<uint8_t*>(p), Unmap{bytes}};
     }

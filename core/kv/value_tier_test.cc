@@ -246,7 +246,7 @@ TEST(ValueTierTest, KCacheFetchesCountOnlySelectedPages) {
     return tier.FetchHead(0, pages[page_index], head);
   };
   ThreadPool pool(1);
-  std::vector<float> workspace(kernels::KCacheWorkspaceFloats(shape, 1, context, page_size));
+  std::vector<float> workspace(kernels::KCacheWorkspaceFloats(shape, 1, context));
   std::vector<int> selected(2);
   kernels::KCacheAttention(pool, shape, {&seq, 1}, {.top_n = 3, .sink = 1, .recent = 2}, fetch,
                            workspace, selected);

@@ -1,5 +1,6 @@
 // What the attention kernels (attention.cc, kcache_attention.cc) share: one KV head's rows of a
-// page as f32 (dequantized when the cache stores FP8), for prefill's gathers and the reference,
+// page as f32 (widened or dequantized from an f16 or FP8 cache), for prefill's gathers and the
+// reference,
 // and the decode scores of a group of query heads through the fused row kernels
 // (decode_rows.h). Internal to kernels/cpu.
 #ifndef PDSERVE_KERNELS_CPU_ATTENTION_ROWS_H_

@@ -12,7 +12,7 @@ namespace {
 
 // Per-thread workspace: probabilities of the group's query heads [group, C], their sum [C], and
 // the keep mask and the selection order [C] each.
-int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int /*page_size*/) {
+int64_t PerThreadFloats(const AttentionShape& shape, int max_context) {
   return int64_t{max_context} * (shape.group() + 3);
 }
 
@@ -46,8 +46,8 @@ void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
     if (options.renormalize && mass > 0.0f) {
       for (int t = 0; t < n_tokens; ++t) p[t] /= mass;
     }
-    float* o = seq.out + s.out_offset(g * group + j);
-    std::fill(o, o + kv.v.dim(g), 0.0f);
+    float* out = seq.out + s.out_offset(g * group + j);
+    std::fill(out, out + kv.v.dim(g), 0.0f);
   }
   for (int t = 0, page = 0; t < n_tokens; t += kv.page_size, ++page) {
     const int count = std::min(kv.page_size, n_tokens - t);
@@ -85,9 +85,8 @@ int SelectTokens(const float* scores, int n_tokens, const TopNOptions& options, 
   return sink + (n_tokens - recent_begin) + take;
 }
 
-size_t KCacheWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context,
-                             int page_size) {
-  return static_cast<size_t>(num_threads) * PerThreadFloats(shape, max_context, page_size);
+size_t KCacheWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context) {
+  return static_cast<size_t>(num_threads) * PerThreadFloats(shape, max_context);
 }
 
 void KCacheAttention(ThreadPool& pool, const AttentionShape& shape,

@@ -14,10 +14,10 @@ namespace {
 
 static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
 
-// Activation rows from which the GEMM beats repeated GEMV passes over the weights: quantized
-// weights (each GEMV pass re-quantizes nothing but dots every row again) and 16-bit or f32 ones
-// (GEMV passes over an L1-resident block of rows, GemvRange, widen each weight in registers
-// instead of packing it; that wins for decode-sized batches).
+// Activation rows from which the GEMM beats repeated GEMV passes over the weights. For 16-bit and
+// f32 weights GemvRange passes over a cache-resident block of weight rows once per 4 x rows,
+// widening in registers, which beats packing every weight for the GEMM up to about 64 rows; for
+// quantized weights every pass repeats the integer dot products, so the GEMM wins from 8.
 constexpr int64_t kGemmMinRowsQuantized = 8;
 constexpr int64_t kGemmMinRowsFloat = 64;
 // Weight rows per GEMM chunk, packed (widened to fp32) at a time; threads take such chunks in

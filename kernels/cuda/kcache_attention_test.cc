@@ -200,7 +200,7 @@ void CheckAgainstCpu(const Config& c) {
                            .page_size = c.page_size}};
   }
   ThreadPool pool(1);
-  std::vector<float> cpu_workspace(KCacheWorkspaceFloats(shape, 1, max_context, c.page_size));
+  std::vector<float> cpu_workspace(KCacheWorkspaceFloats(shape, 1, max_context));
   std::vector<int> want_selected(n_seqs * c.n_kv_heads, -1);
   const FetchValuePage fetch = [&](int sequence, int page_index, int) {
     return x.v.host.data() + x.pages[sequence][page_index] * x.v.stride;
