@@ -7,13 +7,11 @@ namespace pdserve {
 const char* PdserveVersion() { return PDSERVE_VERSION; }
 
 void AddBuildInfo(MetricsRegistry& registry, const std::string& role) {
-  registry
-      .AddGauge("pdserve_build_info", "pdserve's version and this process's role; always 1",
-                {"version", "role"})
-      .WithLabels({PdserveVersion(), role})
+  registry.AddGauge("pdserve_build_info", "pdserve's version and this process's role; always 1")
+      .Add({{"version", PdserveVersion()}, {"role", role}})
       .Set(1);
   registry.AddGauge("pdserve_process_start_time_seconds", "When this process started, Unix seconds")
-      .Get()
+      .Add({})
       .Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
 }
 

@@ -1,29 +1,40 @@
-// MetricsRegistry: the metrics of one process and their rendering for /metrics. Families are
-// registered once at startup (a service builds its metrics struct from the registry) and then
-// updated lock-free from any thread; Render is safe concurrently with updates.
+// MetricsRegistry: the metrics of one process, kept by prometheus-cpp, and their rendering for
+// /metrics. A service registers its families once at startup (AddCounter, AddGauge, AddHistogram
+// return prometheus-cpp families; `family.Add(labels)` gives a series whose reference stays valid
+// as long as the registry) and updates them from any thread; Render is safe concurrently with
+// updates.
 //
-// Names follow Prometheus conventions (base units, `_total` for counters, `_seconds`, `_bytes`);
-// registering an invalid or duplicate name, or an invalid label name, is a programming error and
-// aborts with a message naming it.
+// What this layer adds to prometheus::Registry: values owned elsewhere (pool usage, queue
+// lengths) exported by callbacks read at scrape time, which prometheus-cpp has no type for; and
+// registration mistakes (an invalid or repeated name, help text the library would not escape)
+// abort with a message naming the metric instead of throwing a bare std::invalid_argument.
+// Names follow Prometheus conventions (base units, `_total` for counters, `_seconds`, `_bytes`).
 #ifndef PDSERVE_CORE_METRICS_METRICS_REGISTRY_H_
 #define PDSERVE_CORE_METRICS_METRICS_REGISTRY_H_
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/labels.h>
+#include <prometheus/registry.h>
+
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "core/metrics/counter.h"
-#include "core/metrics/gauge.h"
-#include "core/metrics/histogram.h"
-#include "core/metrics/metric_family.h"
 
 namespace pdserve {
 
+// The Content-Type of what Render returns: the text exposition format 0.0.4.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
 // One series of a metric read at scrape time.
 struct CallbackSample {
-  std::vector<std::string> label_values;
+  prometheus::Labels labels;
   double value = 0;
 };
 
@@ -34,38 +45,41 @@ class MetricsRegistry {
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
-  MetricFamily<Counter>& AddCounter(const std::string& name, const std::string& help,
-                                    std::vector<std::string> label_names = {});
-  MetricFamily<Gauge>& AddGauge(const std::string& name, const std::string& help,
-                                std::vector<std::string> label_names = {});
-  MetricFamily<Histogram>& AddHistogram(const std::string& name, const std::string& help,
-                                        std::vector<double> upper_bounds,
-                                        std::vector<std::string> label_names = {});
-  // A gauge whose series `read` returns at every scrape (for values owned elsewhere: pool usage,
-  // queue lengths). `read` runs on the scraping thread and must be thread-safe; it must not
-  // outlive what it reads — register it only from objects that outlive the registry's server.
+  // `help` is one line without backslashes (prometheus-cpp 1.0 writes it unescaped).
+  prometheus::Family<prometheus::Counter>& AddCounter(const std::string& name,
+                                                      const std::string& help);
+  prometheus::Family<prometheus::Gauge>& AddGauge(const std::string& name, const std::string& help);
+  // Each series takes its bucket bounds when added: family.Add(labels, LatencyBuckets()).
+  prometheus::Family<prometheus::Histogram>& AddHistogram(const std::string& name,
+                                                          const std::string& help);
+
+  // A gauge whose series `read` returns at every scrape. `read` runs on the scraping thread and
+  // must be thread-safe; what it reads must outlive every Render of this registry.
   void AddGaugeCallback(const std::string& name, const std::string& help,
-                        std::vector<std::string> label_names,
                         std::function<std::vector<CallbackSample>()> read);
   // The same for a counter kept elsewhere (`read` must return values that never decrease).
   void AddCounterCallback(const std::string& name, const std::string& help,
-                          std::vector<std::string> label_names,
                           std::function<std::vector<CallbackSample>()> read);
 
-  // Every family in registration order, in the text exposition format.
+  // Every series, in the text exposition format (kPrometheusContentType).
   std::string Render() const;
 
  private:
-  struct Entry;
-  static std::unique_ptr<Entry> NewEntry(const std::string& name, const std::string& help,
-                                         std::vector<std::string> label_names, const char* type);
-  void Insert(std::unique_ptr<Entry> entry);
-  void AddCallback(const std::string& name, const std::string& help,
-                   std::vector<std::string> label_names,
-                   std::function<std::vector<CallbackSample>()> read, const char* type);
+  class CallbackFamily;
 
+  // Aborts unless `name` is a valid metric name not registered before and `help` is one plain
+  // line; then reserves the name.
+  void Reserve(const std::string& name, const std::string& help);
+  template <typename Metric>
+  prometheus::Family<Metric>& Register(prometheus::detail::Builder<Metric> builder,
+                                       const std::string& name, const std::string& help);
+  void AddCallback(const std::string& name, const std::string& help, prometheus::MetricType type,
+                   std::function<std::vector<CallbackSample>()> read);
+
+  prometheus::Registry registry_;
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> names_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<CallbackFamily>> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve

@@ -17,7 +17,7 @@ httplib::Client ClientFor(const std::string& address) {
 
 TEST(HttpServerTest, ServesMetricsAndExtraRoutes) {
   MetricsRegistry registry;
-  registry.AddCounter("t_requests_total", "t").Get().Increment(4);
+  registry.AddCounter("t_requests_total", "t").Add({}).Increment(4);
   auto server = HttpServer::Start({}, registry, [](httplib::Server& routes) {
     routes.Get("/hello", [](const httplib::Request&, httplib::Response& response) {
       response.set_content("hi", "text/plain");

@@ -7,19 +7,17 @@ namespace pdserve {
 KvTransferMetrics::KvTransferMetrics(MetricsRegistry& metrics, const std::string& direction)
     : bytes_(metrics
                  .AddCounter("pdserve_kv_transfer_bytes_total",
-                             "KV page bytes moved to (put) or from (get) the KV store",
-                             {"direction"})
-                 .WithLabels({direction})),
+                             "KV page bytes moved to (put) or from (get) the KV store")
+                 .Add({{"direction", direction}})),
       pages_(metrics
                  .AddCounter("pdserve_kv_transfer_pages_total",
-                             "KV pages moved to (put) or from (get) the KV store", {"direction"})
-                 .WithLabels({direction})),
+                             "KV pages moved to (put) or from (get) the KV store")
+                 .Add({{"direction", direction}})),
       seconds_(metrics
                    .AddCounter("pdserve_kv_transfer_seconds_total",
                                "Seconds spent in KV page transfer calls; bytes / seconds is the "
-                               "achieved bandwidth",
-                               {"direction"})
-                   .WithLabels({direction})) {}
+                               "achieved bandwidth")
+                   .Add({{"direction", direction}})) {}
 
 void KvTransferMetrics::Record(int64_t bytes, int64_t pages, absl::Duration elapsed) {
   bytes_.Increment(static_cast<double>(bytes));
@@ -30,10 +28,10 @@ void KvTransferMetrics::Record(int64_t bytes, int64_t pages, absl::Duration elap
 void AddTransportInfoMetric(MetricsRegistry& metrics, const KvStoreConnections& connections) {
   metrics.AddGaugeCallback("pdserve_ucx_transport_info",
                            "1 for each UCX transport this worker's KV store connections use",
-                           {"transport"}, [&connections] {
+                           [&connections] {
                              std::vector<CallbackSample> samples;
                              for (const std::string& name : connections.TransportsInUse()) {
-                               samples.push_back({{name}, 1});
+                               samples.push_back({{{"transport", name}}, 1});
                              }
                              return samples;
                            });

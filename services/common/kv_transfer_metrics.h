@@ -23,9 +23,9 @@ class KvTransferMetrics {
   void Record(int64_t bytes, int64_t pages, absl::Duration elapsed);
 
  private:
-  Counter& bytes_;
-  Counter& pages_;
-  Counter& seconds_;
+  prometheus::Counter& bytes_;
+  prometheus::Counter& pages_;
+  prometheus::Counter& seconds_;
 };
 
 // Registers pdserve_ucx_transport_info, read from `connections` (which must outlive every scrape).

@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
         &http.metrics
              ->AddGauge("pdserve_serving",
                         "1 while the process takes new work, 0 while it starts or drains")
-             .Get();
+             .Add({});
     const ServiceServer& self = *result;
     absl::StatusOr<std::unique_ptr<HttpServer>> http_server =
         HttpServer::Start(http.options, *http.metrics, [&](httplib::Server& routes) {

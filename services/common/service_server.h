@@ -14,7 +14,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/metrics/gauge.h"
 #include "core/metrics/metrics_registry.h"
 #include "services/common/http_server.h"
 
@@ -63,7 +62,7 @@ class ServiceServer {
 
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
-  Gauge* serving_ = nullptr;  // in the HTTP endpoint's registry, when there is one
+  prometheus::Gauge* serving_ = nullptr;  // in the HTTP endpoint's registry, when there is one
   std::unique_ptr<HttpServer> http_;
   bool shut_down_ = false;
 };

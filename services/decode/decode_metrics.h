@@ -19,10 +19,10 @@ struct DecodeMetrics {
   DecodeMetrics(MetricsRegistry& metrics, std::function<v1::QueueStatus()> queue,
                 const RemoteValueTier* tier);
 
-  MetricFamily<Counter>& requests;  // {code}
-  Histogram& batch_sequences;
-  Histogram& step_seconds;
-  Counter& generated_tokens;
+  prometheus::Family<prometheus::Counter>& requests;  // {code}
+  prometheus::Histogram& batch_sequences;
+  prometheus::Histogram& step_seconds;
+  prometheus::Counter& generated_tokens;
   KvTransferMetrics transfer;  // direction "get"
 };
 

@@ -51,7 +51,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::Decod
   const grpc::Status status = Serve(context, *request, writer);
   worker_.stats()
       .requests
-      .WithLabels({absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))})
+      .Add({{"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))}})
       .Increment();
   return status;
 }

@@ -11,7 +11,8 @@ namespace pdserve {
 
 // Registers the families; `pool` must outlive every scrape of `metrics`. Returns
 // pdserve_kvstore_allocations_total{code}, for the service to count Allocate calls.
-MetricFamily<Counter>& AddKvStoreMetrics(MetricsRegistry& metrics, const PagePool& pool);
+prometheus::Family<prometheus::Counter>& AddKvStoreMetrics(MetricsRegistry& metrics,
+                                                           const PagePool& pool);
 
 }  // namespace pdserve
 

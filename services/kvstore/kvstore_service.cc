@@ -65,7 +65,8 @@ PagePoolOptions KvStoreOptions::ToPagePoolOptions() const {
 }
 
 KvStoreService::KvStoreService(PagePool& pool, const MemoryRegion& region,
-                               const Transport& transport, MetricFamily<Counter>* allocations)
+                               const Transport& transport,
+                               prometheus::Family<prometheus::Counter>* allocations)
     : pool_(pool), region_(region), transport_(transport), allocations_(allocations) {}
 
 grpc::Status KvStoreService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
@@ -84,7 +85,7 @@ grpc::Status KvStoreService::Allocate(grpc::ServerContext*, const v1::AllocateRe
                                       v1::AllocateReply* reply) {
   const absl::Status status = AllocateSlots(*request, *reply);
   if (allocations_ != nullptr) {
-    allocations_->WithLabels({absl::StatusCodeToString(status.code())}).Increment();
+    allocations_->Add({{"code", absl::StatusCodeToString(status.code())}}).Increment();
   }
   return ToGrpcStatus(status);
 }
@@ -186,7 +187,7 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   server->region_ = *std::move(region);
   PDSERVE_ASSIGN_OR_RETURN(server->pool_, PagePool::Create(pool_options, server->region_->data()));
   PagePool& pool = *server->pool_;
-  MetricFamily<Counter>& allocations = AddKvStoreMetrics(*server->metrics_, pool);
+  prometheus::Family<prometheus::Counter>& allocations = AddKvStoreMetrics(*server->metrics_, pool);
   server->service_ =
       std::make_unique<KvStoreService>(pool, *server->region_, transport, &allocations);
 

@@ -57,7 +57,7 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
   // `pool`, `region` (the registration of the pool's memory), `transport` and `allocations`
   // (Allocate calls by code; may be null) must outlive it.
   KvStoreService(PagePool& pool, const MemoryRegion& region, const Transport& transport,
-                 MetricFamily<Counter>* allocations = nullptr);
+                 prometheus::Family<prometheus::Counter>* allocations = nullptr);
 
   grpc::Status GetInfo(grpc::ServerContext* context, const pdserve::v1::GetInfoRequest* request,
                        pdserve::v1::KvStoreInfo* reply) override;
@@ -86,7 +86,7 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
   PagePool& pool_;
   const MemoryRegion& region_;
   const Transport& transport_;
-  MetricFamily<Counter>* allocations_;
+  prometheus::Family<prometheus::Counter>* allocations_;
   std::atomic<bool> draining_{false};
 };
 

@@ -17,12 +17,12 @@ struct PrefillMetrics {
   // `queue` is called at every scrape and must stay callable as long as `metrics` is scraped.
   PrefillMetrics(MetricsRegistry& metrics, std::function<v1::QueueStatus()> queue);
 
-  MetricFamily<Counter>& requests;  // {code}
-  Histogram& batch_requests;
-  Histogram& batch_tokens;
-  Histogram& forward_seconds;
-  Counter& uncompressed_bytes;
-  Counter& stored_bytes;
+  prometheus::Family<prometheus::Counter>& requests;  // {code}
+  prometheus::Histogram& batch_requests;
+  prometheus::Histogram& batch_tokens;
+  prometheus::Histogram& forward_seconds;
+  prometheus::Counter& uncompressed_bytes;
+  prometheus::Counter& stored_bytes;
   KvTransferMetrics transfer;  // direction "put"
 };
 

@@ -15,7 +15,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   const grpc::Status status = Serve(context, request, reply);
   worker_.stats()
       .requests
-      .WithLabels({absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))})
+      .Add({{"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))}})
       .Increment();
   return status;
 }

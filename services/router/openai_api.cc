@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/metrics/histogram.h"
+#include "core/metrics/buckets.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "proto/retry_hint.h"
 #include "services/router/openai_protocol.h"
@@ -103,12 +103,10 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
         created_(absl::ToUnixSeconds(absl::Now())) {
     if (options.metrics != nullptr) {
       requests_ = &options.metrics->AddCounter("pdserve_http_requests_total",
-                                               "HTTP requests answered, by route and status code",
-                                               {"path", "code"});
+                                               "HTTP requests answered, by route and status code");
       duration_ = &options.metrics->AddHistogram(
           "pdserve_http_request_duration_seconds",
-          "HTTP request duration, arrival to the last byte of the response", LatencyBuckets(),
-          {"path"});
+          "HTTP request duration, arrival to the last byte of the response");
     }
   }
 
@@ -119,9 +117,12 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
 
   // Counts a response and, with a start time, its duration.
   void Record(const char* path, int code, std::optional<absl::Time> start) {
-    if (requests_ != nullptr) requests_->WithLabels({path, absl::StrCat(code)}).Increment();
+    if (requests_ != nullptr) {
+      requests_->Add({{"path", path}, {"code", absl::StrCat(code)}}).Increment();
+    }
     if (duration_ != nullptr && start.has_value()) {
-      duration_->WithLabels({path}).Observe(absl::ToDoubleSeconds(absl::Now() - *start));
+      duration_->Add({{"path", path}}, LatencyBuckets())
+          .Observe(absl::ToDoubleSeconds(absl::Now() - *start));
     }
   }
 
@@ -149,8 +150,8 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
   const OpenAiApiOptions options_;
   const std::unique_ptr<v1::Router::Stub> stub_;
   const int64_t created_;
-  MetricFamily<Counter>* requests_ = nullptr;
-  MetricFamily<Histogram>* duration_ = nullptr;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* duration_ = nullptr;
 };
 
 std::unique_ptr<RouterCall> OpenAiApi::Start(const v1::GenerateRequest& request,

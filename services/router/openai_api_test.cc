@@ -236,7 +236,7 @@ TEST_F(OpenAiApiTest, Completion) {
 
   const std::string rendered = metrics_.Render();
   EXPECT_THAT(rendered,
-              HasSubstr(R"(pdserve_http_requests_total{path="/v1/completions",code="200"} 2)"));
+              HasSubstr(R"(pdserve_http_requests_total{code="200",path="/v1/completions"} 2)"));
   EXPECT_THAT(
       rendered,
       HasSubstr(R"(pdserve_http_request_duration_seconds_count{path="/v1/completions"} 2)"));
@@ -418,7 +418,7 @@ TEST_F(OpenAiApiTest, HttpLevelErrors) {
   res = client_->Get("/metrics");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
-  EXPECT_THAT(res->body, HasSubstr(R"(pdserve_http_requests_total{path="other",code="404"} 1)"));
+  EXPECT_THAT(res->body, HasSubstr(R"(pdserve_http_requests_total{code="404",path="other"} 1)"));
 }
 
 // A full admission queue answers 429 with Retry-After (the router's hint, in whole seconds).

@@ -1,9 +1,11 @@
 #include "services/router/router_metrics.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/metrics/buckets.h"
 
 namespace pdserve {
 namespace {
@@ -27,7 +29,7 @@ const char* Outcome(absl::StatusCode code) {
 std::vector<CallbackSample> WorkerQueues(const WorkerRegistry& workers, bool tokens) {
   std::vector<CallbackSample> samples;
   for (const WorkerSnapshot& worker : workers.List()) {
-    samples.push_back({{WorkerRoleName(worker.role), worker.address},
+    samples.push_back({{{"role", WorkerRoleName(worker.role)}, {"worker", worker.address}},
                        tokens ? static_cast<double>(worker.pending_tokens)
                               : static_cast<double>(worker.pending_requests)});
   }
@@ -39,75 +41,66 @@ std::vector<CallbackSample> WorkerQueues(const WorkerRegistry& workers, bool tok
 RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& workers,
                              const AdmissionQueue& admission)
     : requests_(metrics.AddCounter("pdserve_router_requests_total",
-                                   "Generate calls by outcome and gRPC status code",
-                                   {"outcome", "code"})),
+                                   "Generate calls by outcome and gRPC status code")),
       ttft_(metrics
                 .AddHistogram("pdserve_router_time_to_first_token_seconds",
-                              "Arrival at the router to the first token sent, completed requests",
-                              LatencyBuckets())
-                .Get()),
+                              "Arrival at the router to the first token sent, completed requests")
+                .Add({}, LatencyBuckets())),
       tpot_(metrics
                 .AddHistogram("pdserve_router_time_per_output_token_seconds",
-                              "(last token - first token) / (tokens - 1) per completed request",
-                              LatencyBuckets())
-                .Get()),
+                              "(last token - first token) / (tokens - 1) per completed request")
+                .Add({}, LatencyBuckets())),
       itl_(metrics
                .AddHistogram("pdserve_router_inter_token_latency_seconds",
-                             "Gaps between consecutive token messages of a request",
-                             LatencyBuckets())
-               .Get()),
+                             "Gaps between consecutive token messages of a request")
+               .Add({}, LatencyBuckets())),
       e2e_(metrics
                .AddHistogram("pdserve_router_e2e_request_latency_seconds",
-                             "Arrival to the final message, completed requests", LatencyBuckets())
-               .Get()),
+                             "Arrival to the final message, completed requests")
+               .Add({}, LatencyBuckets())),
       admission_wait_(metrics
                           .AddHistogram("pdserve_router_admission_wait_seconds",
                                         "Time admitted requests waited in the router's admission "
-                                        "queue (0 when admitted at once)",
-                                        LatencyBuckets())
-                          .Get()),
+                                        "queue (0 when admitted at once)")
+                          .Add({}, LatencyBuckets())),
       health_changes_(metrics.AddCounter(
           "pdserve_router_worker_health_changes_total",
-          "Changes of a worker's health seen by the router, by role and the state entered",
-          {"role", "state"})),
+          "Changes of a worker's health seen by the router, by role and the state entered")),
       prompt_tokens_(metrics
                          .AddCounter("pdserve_router_prompt_tokens_total",
                                      "Prompt tokens of completed requests")
-                         .Get()),
+                         .Add({})),
       generation_tokens_(metrics
                              .AddCounter("pdserve_router_generation_tokens_total",
                                          "Tokens generated for completed requests")
-                             .Get()) {
+                             .Add({})) {
   for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
     for (WorkerHealth health : {WorkerHealth::kHealthy, WorkerHealth::kLate, WorkerHealth::kDead}) {
-      health_changes_.WithLabels({WorkerRoleName(role), WorkerHealthName(health)});  // zeros
+      health_changes_.Add({{"role", WorkerRoleName(role)}, {"state", WorkerHealthName(health)}});
     }
   }
   metrics.AddGaugeCallback("pdserve_router_requests_inflight",
-                           "Generate calls admitted and not finished", {}, [&admission] {
+                           "Generate calls admitted and not finished", [&admission] {
                              return std::vector<CallbackSample>{{{}, double(admission.active())}};
                            });
   metrics.AddGaugeCallback("pdserve_router_admission_queued_requests",
-                           "Generate calls waiting in the router's admission queue", {},
-                           [&admission] {
+                           "Generate calls waiting in the router's admission queue", [&admission] {
                              return std::vector<CallbackSample>{{{}, double(admission.queued())}};
                            });
   metrics.AddGaugeCallback(
       "pdserve_router_admission_queued_bytes",
-      "Request data held by calls waiting in the router's admission queue", {}, [&admission] {
+      "Request data held by calls waiting in the router's admission queue", [&admission] {
         return std::vector<CallbackSample>{{{}, double(admission.queued_bytes())}};
       });
   metrics.AddGaugeCallback("pdserve_router_queue_requests",
                            "Requests pending on each worker: its last report plus those sent since",
-                           {"role", "worker"},
                            [&workers] { return WorkerQueues(workers, /*tokens=*/false); });
   metrics.AddGaugeCallback(
       "pdserve_router_queue_tokens",
       "Tokens of work pending on each worker: its last report plus those sent since",
-      {"role", "worker"}, [&workers] { return WorkerQueues(workers, /*tokens=*/true); });
+      [&workers] { return WorkerQueues(workers, /*tokens=*/true); });
   metrics.AddGaugeCallback(
-      "pdserve_router_workers", "Registered workers by role and health", {"role", "state"},
-      [&workers] {
+      "pdserve_router_workers", "Registered workers by role and health", [&workers] {
         std::vector<CallbackSample> samples;
         const std::vector<WorkerSnapshot> snapshot = workers.List();
         for (WorkerRole role :
@@ -119,21 +112,24 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
                : worker.health == WorkerHealth::kLate  ? late
                                                        : dead);
           }
-          samples.push_back({{WorkerRoleName(role), "healthy"}, double(healthy)});
-          samples.push_back({{WorkerRoleName(role), "late"}, double(late)});
-          samples.push_back({{WorkerRoleName(role), "unhealthy"}, double(dead)});
+          for (const auto& [state, count] :
+               {std::pair{"healthy", healthy}, {"late", late}, {"unhealthy", dead}}) {
+            samples.push_back({{{"role", WorkerRoleName(role)}, {"state", state}}, double(count)});
+          }
         }
         return samples;
       });
 }
 
 void RouterMetrics::RecordOutcome(const absl::Status& status) {
-  requests_.WithLabels({Outcome(status.code()), absl::StatusCodeToString(status.code())})
+  requests_
+      .Add({{"outcome", Outcome(status.code())}, {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
 }
 
 void RouterMetrics::RecordHealthChange(const HealthChange& change) {
-  health_changes_.WithLabels({WorkerRoleName(change.role), WorkerHealthName(change.to)})
+  health_changes_
+      .Add({{"role", WorkerRoleName(change.role)}, {"state", WorkerHealthName(change.to)}})
       .Increment();
 }
 

@@ -37,15 +37,15 @@ class RouterMetrics {
   void RecordHealthChange(const HealthChange& change);
 
  private:
-  MetricFamily<Counter>& requests_;
-  Histogram& ttft_;
-  Histogram& tpot_;
-  Histogram& itl_;
-  Histogram& e2e_;
-  Histogram& admission_wait_;
-  MetricFamily<Counter>& health_changes_;
-  Counter& prompt_tokens_;
-  Counter& generation_tokens_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Histogram& ttft_;
+  prometheus::Histogram& tpot_;
+  prometheus::Histogram& itl_;
+  prometheus::Histogram& e2e_;
+  prometheus::Histogram& admission_wait_;
+  prometheus::Family<prometheus::Counter>& health_changes_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generation_tokens_;
 };
 
 }  // namespace pdserve

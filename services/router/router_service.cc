@@ -111,8 +111,8 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Sched
                                          .max_queued_bytes = options.max_queued_bytes}),
       metrics_(options.metrics != nullptr ? options.metrics : std::make_shared<MetricsRegistry>()),
       stats_(*metrics_, registry_, admission_) {
-  metrics_->AddGauge("pdserve_model_info", "The model this router serves; always 1", {"model"})
-      .WithLabels({options.model_id})
+  metrics_->AddGauge("pdserve_model_info", "The model this router serves; always 1")
+      .Add({{"model", options.model_id}})
       .Set(1);
   for (const std::string& a : options_.prefill_workers) {
     registry_.AddStatic(WorkerRole::kPrefill, a, "");
