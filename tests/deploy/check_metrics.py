@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Checks every pdserve metric name the deployment uses against the contract, deploy/metrics.txt.
 
-  - metrics.txt itself: "<name> <counter|gauge|histogram> <roles>" lines, counters end in _total,
-    no name twice;
+  - metrics.txt itself: "<name> <counter|gauge|histogram> <roles> [labels=...] [buckets=...]"
+    lines, counters end in _total, no name twice, every histogram names a bucket layout that a
+    "buckets <layout> <bound>..." line defines with strictly increasing bounds;
   - the Grafana dashboard (deploy/grafana/*.json) parses as JSON, declares a datasource template
     variable and uses it in every panel and target (no hard-coded datasource);
   - every pdserve_* name in the dashboard's queries, the Prometheus rules (deploy/prometheus/
@@ -34,6 +35,8 @@ RECORDED = re.compile(r"(?<![A-Za-z0-9_:])pdserve:[A-Za-z0-9_:]+")
 
 def load_contract(path, problems):
     contract = {}
+    layouts = {}
+    wanted_layouts = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
             line = line.split("#", 1)[0].strip()
@@ -41,11 +44,19 @@ def load_contract(path, problems):
                 continue
             fields = line.split()
             where = "{}:{}".format(path, number)
-            if len(fields) != 3 or fields[1] not in TYPES:
-                problems.append("{}: '{}': want '<name> <{}> <roles>'".format(
-                    where, line, "|".join(TYPES)))
+            if fields[0] == "buckets":
+                load_layout(fields, where, layouts, problems)
                 continue
-            name, kind, _ = fields
+            if len(fields) < 3 or fields[1] not in TYPES:
+                problems.append("{}: '{}': want '<name> <{}> <roles> [labels=...] [buckets=...]'"
+                                .format(where, line, "|".join(TYPES)))
+                continue
+            name, kind = fields[0], fields[1]
+            options = dict(field.split("=", 1) for field in fields[3:] if "=" in field)
+            if any("=" not in field or field.split("=", 1)[0] not in ("labels", "buckets")
+                   for field in fields[3:]):
+                problems.append("{}: '{}': only labels= and buckets= may follow the roles".format(
+                    where, line))
             if not re.fullmatch(r"pdserve_[a-z0-9_]+", name):
                 problems.append("{}: '{}' is not a pdserve_ metric name".format(where, name))
             if name in contract:
@@ -54,10 +65,37 @@ def load_contract(path, problems):
                 problems.append("{}: counter {} must be named with _total".format(where, name))
             if kind != "counter" and name.endswith("_total"):
                 problems.append("{}: {} {} must not end in _total".format(where, kind, name))
+            if (kind == "histogram") != ("buckets" in options):
+                problems.append("{}: {}: buckets= is required for histograms and only for them"
+                                .format(where, name))
+            if "buckets" in options:
+                wanted_layouts.append((where, options["buckets"]))
             contract[name] = kind
+    for where, layout in wanted_layouts:
+        if layout not in layouts:
+            problems.append("{}: bucket layout '{}' is not defined".format(where, layout))
     if not contract:
         problems.append("{}: no metrics".format(path))
     return contract
+
+
+def load_layout(fields, where, layouts, problems):
+    """A 'buckets <layout> <bound>...' line: finite bounds, strictly increasing."""
+    if len(fields) < 3:
+        problems.append("{}: want 'buckets <layout> <upper bound>...'".format(where))
+        return
+    try:
+        bounds = [float(field) for field in fields[2:]]
+    except ValueError:
+        problems.append("{}: bucket bounds of '{}' must be numbers".format(where, fields[1]))
+        return
+    if any(b != b or b in (float("inf"), float("-inf")) for b in bounds) or any(
+            a >= b for a, b in zip(bounds, bounds[1:])):
+        problems.append("{}: bucket bounds of '{}' must be finite and strictly increasing".format(
+            where, fields[1]))
+    if fields[1] in layouts:
+        problems.append("{}: bucket layout '{}' is defined twice".format(where, fields[1]))
+    layouts[fields[1]] = bounds
 
 
 def check_names(text, where, contract, problems, used):

@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -20,13 +20,13 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/pdserve_client.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster.h"
+#include "tests/integration/metrics_contract.h"
 #include "tests/integration/prometheus_server.h"
 
 namespace pdserve::integration {
@@ -48,17 +48,12 @@ std::string Fetch(const std::string& address, const std::string& path) {
   return result && result->status == 200 ? result->body : "";
 }
 
-// The contract: one metric name per line (first word), '#' comments.
-std::vector<std::string> ContractNames() {
-  std::ifstream in(std::string(PDSERVE_SOURCE_DIR) + "/deploy/metrics.txt");
-  std::vector<std::string> names;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string name;
-    if (words >> name && name[0] != '#') names.push_back(name);
-  }
-  return names;
+std::map<std::string, ContractMetric> Contract() {
+  std::vector<std::string> errors;
+  std::map<std::string, ContractMetric> contract =
+      LoadMetricsContract(std::string(PDSERVE_SOURCE_DIR) + "/deploy/metrics.txt", errors);
+  EXPECT_THAT(errors, ::testing::IsEmpty());
+  return contract;
 }
 
 // Rule groups evaluated every second ("interval: 30s" → "interval: 1s").
@@ -216,23 +211,19 @@ TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
   ASSERT_TRUE(names_json.ok());
   const nlohmann::json names = nlohmann::json::parse(*names_json)["data"];
   std::set<std::string> present(names.begin(), names.end());
-  const std::vector<std::string> contract = ContractNames();
+  const std::map<std::string, ContractMetric> contract = Contract();
   EXPECT_GE(contract.size(), 30u) << "deploy/metrics.txt is missing or short";
-  for (const std::string& name : contract) {
+  for (const auto& [name, metric] : contract) {
     EXPECT_TRUE(present.count(name) || present.count(name + "_count"))
         << name << " (deploy/metrics.txt) is not exported by any service";
   }
-  // ... and every pdserve metric exported is in the contract.
-  const std::set<std::string> listed(contract.begin(), contract.end());
-  for (const std::string& name : present) {
-    if (name.rfind("pdserve_", 0) != 0) continue;
-    std::string base = name;
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-      if (!listed.count(base) && absl::EndsWith(base, suffix)) {
-        base = base.substr(0, base.size() - std::strlen(suffix));
-      }
-    }
-    EXPECT_TRUE(listed.count(base)) << name << " is exported but not in deploy/metrics.txt";
+  // Each process's page has exactly the contract's metrics for its role, with the contract's
+  // types, label names and bucket bounds.
+  for (const Cluster::Process& process : cluster_->processes()) {
+    const std::string role = process.name.substr(0, process.name.find('-'));
+    EXPECT_THAT(CheckMetricsPage(Fetch(process.http_address, "/metrics"), role, contract),
+                ::testing::IsEmpty())
+        << process.name;
   }
 }
 
