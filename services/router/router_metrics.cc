@@ -74,6 +74,7 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
                              .AddCounter("pdserve_router_generation_tokens_total",
                                          "Tokens generated for completed requests")
                              .Add({})) {
+  // Every (role, state) series exists from the start, at 0, so that rates see the first change.
   for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
     for (WorkerHealth health : {WorkerHealth::kHealthy, WorkerHealth::kLate, WorkerHealth::kDead}) {
       health_changes_.Add({{"role", WorkerRoleName(role)}, {"state", WorkerHealthName(health)}});
