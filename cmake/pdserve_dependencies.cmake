@@ -5,6 +5,8 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 # Metrics types, registry and text exposition (prometheus-cpp-dev; only its core library is linked).
 find_package(prometheus-cpp CONFIG REQUIRED)
+# SHA-256 for the prefix cache's page names (libssl-dev).
+find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 
 namespace pdserve {
@@ -194,6 +195,28 @@ absl::Status KvCompression::Validate() const {
         "KV elements: f16 and FP8 exclude each other (FP8 stores e4m3 codes)");
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+std::string DescribeSection(const KvSectionLayout& section) {
+  return absl::StrCat(section.page_size(), " ", KvElementName(section.element()), " ",
+                      KvScaleModeName(section.scale_mode()), " [",
+                      absl::StrJoin(section.dims(), ","), "]");
+}
+
+}  // namespace
+
+std::string DescribeKvPlanStorage(const KvPlan& plan) {
+  std::string out = absl::StrCat("swiftkv ", plan.swiftkv_layer, "; layers");
+  for (const LayerPlan& layer : plan.layers) {
+    absl::StrAppend(&out, " ", layer.cache, layer.writes_kv ? "w" : "r");
+  }
+  for (const CachePlan& cache : plan.caches) {
+    absl::StrAppend(&out, "; k ", DescribeSection(cache.layout.k), " v ",
+                    DescribeSection(cache.layout.v));
+  }
+  return out;
 }
 
 double KvPlan::kv_bytes_per_token() const {

@@ -16,6 +16,7 @@
 #ifndef PDSERVE_CORE_ENGINE_KV_PLAN_H_
 #define PDSERVE_CORE_ENGINE_KV_PLAN_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -75,6 +76,12 @@ struct KvPlan {
 // cache layers or heads, ranks out of range) or the options are invalid.
 absl::StatusOr<KvPlan> BuildKvPlan(const ModelWeights& weights, const KvCompression& compression,
                                    int page_size, const WeightFormat& format);
+
+// What a plan makes of a model's KV, as text: the SwiftKV layer, the cache layer each layer reads
+// and whether it writes it, and each cache layer's K and V layouts (page size, element, scales,
+// widths). Equal for plans that store the same KV bytes for the same weights and calibration (the
+// prefix cache's identity); KCache, which changes where V lives but not its bytes, is left out.
+std::string DescribeKvPlanStorage(const KvPlan& plan);
 
 // Stored bytes per token of the plain model's KV in fp16: the baseline compression is measured
 // against.

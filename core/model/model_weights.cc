@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/hash.h"
 #include "core/model/layer_tensors.h"
 
 namespace pdserve {
@@ -134,6 +135,42 @@ ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target) {
     for (Tensor& wk : out.swiftkv->wk) wk = PermuteHeadRows(wk, weights.config.n_kv_heads, target);
   }
   return out;
+}
+
+namespace {
+
+uint64_t HashTensor(const Tensor& tensor, uint64_t hash) {
+  const auto mix = [&hash](const void* data, size_t bytes) {
+    hash = Fnv1a64({static_cast<const uint8_t*>(data), bytes}, hash);
+  };
+  const uint8_t dtype = static_cast<uint8_t>(tensor.dtype);
+  mix(&dtype, 1);
+  mix(tensor.shape.data(), tensor.shape.size() * sizeof(int64_t));
+  if (tensor.empty()) return hash;
+  const auto* bytes = tensor.as<uint8_t>();
+  const size_t size = tensor.NumBytes();
+  constexpr size_t kSample = 256, kSamples = 16;
+  if (size <= kSample * kSamples) {
+    mix(bytes, size);
+    return hash;
+  }
+  for (size_t i = 0; i < kSamples; ++i) mix(bytes + (size - kSample) / kSamples * i, kSample);
+  mix(bytes + size - kSample, kSample);
+  return hash;
+}
+
+}  // namespace
+
+uint64_t WeightsFingerprint(const ModelWeights& weights) {
+  const std::string config = weights.config.Describe();
+  uint64_t hash = Fnv1a64({reinterpret_cast<const uint8_t*>(config.data()), config.size()});
+  hash = HashTensor(weights.token_embedding, hash);
+  for (const LayerWeights& layer : weights.layers) {
+    for (const LayerTensorSpec& spec : LayerTensorSpecs())
+      hash = HashTensor(layer.*spec.field, hash);
+  }
+  hash = HashTensor(weights.final_norm, hash);
+  return HashTensor(weights.classifier, hash);
 }
 
 }  // namespace pdserve

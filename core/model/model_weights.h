@@ -60,6 +60,13 @@ ModelWeights ConvertWeights(const ModelWeights& weights, DType dtype);
 // script). Returns `weights` unchanged when already there.
 ModelWeights WithRopePairing(const ModelWeights& weights, RopePairing target);
 
+// A fingerprint of the weights as loaded: the config, and each tensor's dtype, shape and bytes
+// (whole for tensors up to 4 KiB, else 16 evenly spaced 256-byte samples and the last 256). Two
+// loads of one file give the same value; another model, a fine-tune or another dtype gives another
+// (sampling reads ~1 MiB of a 1B model, so it is fast at startup). Fnv1a64: it tells models apart,
+// it is no defence against someone crafting weights to collide. The prefix cache's identity.
+uint64_t WeightsFingerprint(const ModelWeights& weights);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_CORE_MODEL_MODEL_WEIGHTS_H_
