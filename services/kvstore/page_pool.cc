@@ -96,9 +96,39 @@ absl::StatusOr<absl::Duration> PagePool::GrantedLease(absl::Duration lease) cons
   return std::min(lease, options_.max_lease);
 }
 
+namespace {
+
+// InvalidArgument unless `prefix` fits `page_bytes`: cache_layers equal runs of pages of one size
+// each, at least as many pages per run as names.
+absl::Status CheckPrefix(uint64_t request_id, std::span<const uint32_t> page_bytes,
+                         const PrefixPages& prefix) {
+  if (prefix.hashes.empty()) return absl::OkStatus();
+  const int64_t layers = prefix.cache_layers;
+  if (layers < 1 || static_cast<int64_t>(page_bytes.size()) % layers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": ", page_bytes.size(),
+                                                   " pages are not runs of equally many pages for ",
+                                                   layers, " cache layers"));
+  }
+  const int64_t pages = static_cast<int64_t>(page_bytes.size()) / layers;
+  if (static_cast<int64_t>(prefix.hashes.size()) > pages) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": ",
+                                                   prefix.hashes.size(), " page names for ", pages,
+                                                   " pages per cache layer"));
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(page_bytes.size()); ++i) {
+    if (page_bytes[i] != page_bytes[i / pages * pages]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", request_id, ": the pages of cache layer ", i / pages, " differ in size"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
                                                   std::span<const uint32_t> page_bytes,
-                                                  absl::Duration lease) {
+                                                  absl::Duration lease, PrefixPages prefix) {
   if (page_bytes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": no pages"));
   }
@@ -114,12 +144,19 @@ absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
                                                      options_.slot_bytes));
     }
   }
+  PDSERVE_RETURN_IF_ERROR(CheckPrefix(request_id, page_bytes, prefix));
   PDSERVE_ASSIGN_OR_RETURN(const absl::Duration granted, GrantedLease(lease));
+  const int layers = prefix.hashes.empty() ? 1 : prefix.cache_layers;
+  const int pages = static_cast<int>(page_bytes.size()) / layers;
 
   absl::MutexLock lock(&mu_);
-  const int64_t needed = static_cast<int64_t>(page_bytes.size());
+  std::vector<PrefixPageHash> reused = PinPrefixLocked(prefix, page_bytes, pages);
+  const int r = static_cast<int>(reused.size());
+  const int64_t needed = static_cast<int64_t>(page_bytes.size()) - int64_t{r} * layers;
+  EvictLocked(needed);
   const int64_t free = static_cast<int64_t>(free_slots_.size());
   if (free < needed) {
+    for (const PrefixPageHash& hash : reused) UnpinLocked(hash);
     return absl::ResourceExhaustedError(absl::StrCat("request ", request_id, ": KV pool has ", free,
                                                      " free slots, needs ", needed));
   }
@@ -129,21 +166,97 @@ absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
     result.lease_token = token_gen_();
   } while (result.lease_token == 0);
   result.lease = granted;
+  result.reused_pages = r;
+  Allocation& allocation = allocations_[result.allocation_id];
   result.slots.reserve(page_bytes.size());
-  for (int64_t i = 0; i < needed; ++i) {
+  for (size_t i = 0; i < page_bytes.size(); ++i) {
+    const int page = static_cast<int>(i) % pages;
+    if (page < r) {
+      result.slots.push_back(cached_[reused[page]].slots[i / pages]);
+      continue;
+    }
     const int64_t slot = free_slots_.back();
     free_slots_.pop_back();
     result.slots.push_back(slot);
+    allocation.slots.push_back(slot);
   }
-  Allocation& allocation = allocations_[result.allocation_id];
+  for (const PrefixPageHash& hash : reused) result.written_by.push_back(cached_[hash].written_by);
   allocation.request_id = request_id;
   allocation.lease_token = result.lease_token;
-  allocation.slots = result.slots;
   allocation.expiry = options_.clock() + granted;
+  if (!prefix.hashes.empty()) {
+    allocation.cache_layers = layers;
+    allocation.pages = pages;
+    allocation.reused = r;
+    for (int c = 0; c < layers; ++c) allocation.layer_bytes.push_back(page_bytes[c * pages]);
+    allocation.publish.assign(prefix.hashes.begin() + r, prefix.hashes.end());
+    allocation.pinned = std::move(reused);
+  }
   by_request_[request_id].push_back(result.allocation_id);
-  Log().debug("allocated {} slots for request {} (allocation {}, lease {})", needed, request_id,
-              result.allocation_id, absl::FormatDuration(granted));
+  Log().debug("allocated {} slots for request {} (allocation {}, lease {}, {} cached pages reused)",
+              needed, request_id, result.allocation_id, absl::FormatDuration(granted), r);
   return result;
+}
+
+std::vector<PrefixPageHash> PagePool::PinPrefixLocked(const PrefixPages& prefix,
+                                                      std::span<const uint32_t> page_bytes,
+                                                      int pages) {
+  std::vector<PrefixPageHash> pinned;
+  for (const PrefixPageHash& hash : prefix.hashes) {
+    auto it = cached_.find(hash);
+    if (it == cached_.end()) break;
+    CachedPage& page = it->second;
+    bool same_sizes = page.layer_bytes.size() == static_cast<size_t>(prefix.cache_layers);
+    for (int c = 0; same_sizes && c < prefix.cache_layers; ++c) {
+      same_sizes = page.layer_bytes[c] == page_bytes[c * pages];
+    }
+    if (!same_sizes) {
+      ++prefix_mismatches_;
+      Log().warn("cached page {} has other page sizes than a request naming it: not reused",
+                 PrefixHashHex(hash));
+      break;
+    }
+    if (page.pins++ == 0) idle_.erase(page.idle);
+    pinned.push_back(hash);
+  }
+  prefix_hit_pages_ += static_cast<int64_t>(pinned.size());
+  prefix_miss_pages_ += static_cast<int64_t>(prefix.hashes.size() - pinned.size());
+  return pinned;
+}
+
+void PagePool::UnpinLocked(const PrefixPageHash& hash) {
+  auto it = cached_.find(hash);
+  if (it == cached_.end()) return;
+  if (--it->second.pins == 0) it->second.idle = idle_.insert(idle_.end(), hash);
+}
+
+void PagePool::EvictLocked(int64_t needed) {
+  while (static_cast<int64_t>(free_slots_.size()) < needed && !idle_.empty()) {
+    auto it = cached_.find(idle_.front());
+    idle_.pop_front();
+    for (int64_t slot : it->second.slots) FreeSlotLocked(slot);
+    cached_.erase(it);
+    ++prefix_evictions_;
+  }
+}
+
+void PagePool::PublishLocked(Allocation& allocation) {
+  const int own = allocation.pages - allocation.reused;  // own pages per cache layer
+  for (size_t i = 0; i < allocation.publish.size(); ++i) {
+    const PrefixPageHash& hash = allocation.publish[i];
+    if (cached_.contains(hash)) continue;  // published by another request first
+    CachedPage page;
+    for (int c = 0; c < allocation.cache_layers; ++c) {
+      int64_t& slot = allocation.slots[static_cast<size_t>(c) * own + i];
+      page.slots.push_back(slot);
+      slot = -1;  // the cache's now
+    }
+    page.layer_bytes = allocation.layer_bytes;
+    page.written_by = allocation.request_id;
+    page.pins = 1;
+    cached_.emplace(hash, std::move(page));
+    allocation.pinned.push_back(hash);
+  }
 }
 
 absl::StatusOr<PagePool::Allocation*> PagePool::FindLocked(uint64_t allocation_id,
@@ -231,6 +344,7 @@ absl::Status PagePool::Seal(uint64_t allocation_id, uint64_t lease_token,
                                      allocation_id, ": ", checked.message()));
   }
   allocation->sealed = true;
+  PublishLocked(*allocation);
   Log().debug("sealed allocation {} (request {}, {} pages)", allocation_id, allocation->request_id,
               pages.size());
   return absl::OkStatus();
@@ -283,9 +397,9 @@ void PagePool::FreeLocked(uint64_t allocation_id) {
   auto it = allocations_.find(allocation_id);
   if (it == allocations_.end()) return;
   for (int64_t slot : it->second.slots) {
-    std::memset(base_ + slot * options_.slot_bytes, 0, kScrubBytes);
-    free_slots_.push_back(slot);
+    if (slot >= 0) FreeSlotLocked(slot);
   }
+  for (const PrefixPageHash& hash : it->second.pinned) UnpinLocked(hash);
   auto owner = by_request_.find(it->second.request_id);
   if (owner != by_request_.end()) {
     std::erase(owner->second, allocation_id);
@@ -294,15 +408,30 @@ void PagePool::FreeLocked(uint64_t allocation_id) {
   allocations_.erase(it);
 }
 
+void PagePool::FreeSlotLocked(int64_t slot) {
+  std::memset(base_ + slot * options_.slot_bytes, 0, kScrubBytes);
+  free_slots_.push_back(slot);
+}
+
 PagePoolUsage PagePool::Usage() const {
   absl::MutexLock lock(&mu_);
   PagePoolUsage usage;
   usage.total_slots = options_.num_slots;
   usage.free_slots = static_cast<int64_t>(free_slots_.size());
   for (const auto& [id, allocation] : allocations_) {
-    const int64_t slots = static_cast<int64_t>(allocation.slots.size());
+    const int64_t slots = std::count_if(allocation.slots.begin(), allocation.slots.end(),
+                                        [](int64_t slot) { return slot >= 0; });
     (allocation.sealed ? usage.sealed_slots : usage.allocated_slots) += slots;
   }
+  for (const auto& [hash, page] : cached_) {
+    usage.cached_slots += static_cast<int64_t>(page.slots.size());
+    usage.pinned_pages += page.pins > 0 ? 1 : 0;
+  }
+  usage.cached_pages = static_cast<int64_t>(cached_.size());
+  usage.prefix_hit_pages = prefix_hit_pages_;
+  usage.prefix_miss_pages = prefix_miss_pages_;
+  usage.prefix_mismatches = prefix_mismatches_;
+  usage.prefix_evictions = prefix_evictions_;
   usage.allocations = static_cast<int64_t>(allocations_.size());
   usage.lease_expiries_total = lease_expiries_total_;
   usage.releases_total = releases_total_;

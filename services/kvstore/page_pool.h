@@ -14,6 +14,16 @@
 // ExpireLeases, whichever comes first. Freed slots have their first bytes zeroed, so a stale
 // page never seals into a new allocation.
 //
+// Prefix cache: an allocation may name the full pages of its prompt (PrefixPageHash, chained over
+// the tokens and the model/profile identity: core/kv/prefix_hash.h). Allocate then reuses the
+// longest run of leading pages already cached under those names — the same slots, shared
+// read-only, one per cache layer — and reserves slots only for the rest; Seal publishes the
+// allocation's own named pages under their names (unless another request published the name
+// first). A cached page is pinned while any allocation that reads or published it lives; unpinned,
+// it stays until Allocate needs its slots, least recently unpinned first. Cached and request pages
+// share the one pool. A name whose cached page has another encoded size than the requester's (a
+// collision, or a bug) is not reused: counted, and the run of reused pages ends there.
+//
 // Remote access: the transport cannot enforce per-slot rights (the rkey covers the whole pool,
 // see ucx_transport.h), so the pool enforces them at the control plane: slot addresses are only
 // handed to the allocation's owner, and a page is only meant to be read once sealed.
@@ -25,7 +35,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -38,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/kv/prefix_hash.h"
 
 namespace pdserve {
 
@@ -52,11 +65,23 @@ struct PagePoolOptions {
   absl::Status Validate() const;
 };
 
+// The prompt pages an allocation names for the prefix cache. page_bytes is then cache-layer major:
+// cache_layers runs of equally many pages, page p of cache layer c at c · pages + p.
+struct PrefixPages {
+  std::span<const PrefixPageHash> hashes;  // names of pages 0, 1, ... (full pages only)
+  int cache_layers = 0;                    // ≥ 1 when hashes is not empty
+};
+
 struct PageAllocation {
   uint64_t allocation_id = 0;
   uint64_t lease_token = 0;    // random, nonzero; the capability for every later call
   std::vector<int64_t> slots;  // slot of page i, in the order of the requested page_bytes
   absl::Duration lease;        // as granted (default applied, capped at max_lease)
+  // Pages [0, reused_pages) of every cache layer are cached pages: sealed already, shared, to be
+  // read and never written; their slots are not the allocation's to seal. Their pages' headers
+  // carry the request that wrote them, written_by[p].
+  int reused_pages = 0;
+  std::vector<uint64_t> written_by;
 };
 
 // One written page as the owner describes it at Seal (a PageRef with its slot resolved).
@@ -77,6 +102,14 @@ struct PagePoolUsage {
   int64_t lease_expiries_total = 0;  // allocations freed because their lease ran out
   int64_t releases_total = 0;        // allocations freed by Release
   int64_t cancellations_total = 0;   // allocations freed by CancelRequest
+  // Prefix cache.
+  int64_t cached_slots = 0;       // slots of cached pages (pinned or not)
+  int64_t cached_pages = 0;       // names cached (each holds one slot per cache layer)
+  int64_t pinned_pages = 0;       // cached pages some live allocation reads or published
+  int64_t prefix_hit_pages = 0;   // named pages Allocate reused
+  int64_t prefix_miss_pages = 0;  // named pages Allocate found no (usable) cached page for
+  int64_t prefix_mismatches = 0;  // names found with a page of another size: refused
+  int64_t prefix_evictions = 0;   // cached pages dropped to make room
 };
 
 class PagePool {
@@ -99,18 +132,21 @@ class PagePool {
   int64_t pool_bytes() const { return options_.slot_bytes * options_.num_slots; }
   const PagePoolOptions& options() const { return options_; }
 
-  // Reserves one slot per entry of `page_bytes` for `request_id`, all or nothing. `lease` of zero
-  // means the default; longer than max_lease is capped. InvalidArgument for no pages, a page of
-  // 0 bytes or larger than a slot, more pages than the pool has slots, or a negative lease;
-  // ResourceExhausted (naming free and needed slots) when too few slots are free.
+  // Reserves one slot per entry of `page_bytes` for `request_id`, all or nothing, reusing cached
+  // pages for the longest cached run of `prefix`'s names (see the prefix cache above), and
+  // dropping unpinned cached pages when free slots run short. `lease` of zero means the default;
+  // longer than max_lease is capped. InvalidArgument for no pages, a page of 0 bytes or larger
+  // than a slot, more pages than the pool has slots, a negative lease, or names that do not fit
+  // page_bytes (more names than pages per cache layer, page_bytes not cache_layers equal runs);
+  // ResourceExhausted (naming free and needed slots) when too few slots are free even so.
   absl::StatusOr<PageAllocation> Allocate(uint64_t request_id, std::span<const uint32_t> page_bytes,
-                                          absl::Duration lease);
+                                          absl::Duration lease, PrefixPages prefix = {});
 
-  // Checks every page and marks the allocation sealed. `pages` must name each slot of the
-  // allocation exactly once; each page must pass DecodeKvPage and its header must carry the
-  // allocation's request_id and the ref's cache_layer, page_index and num_tokens. InvalidArgument
-  // naming the page otherwise (the allocation stays unsealed and may be sealed again);
-  // FailedPrecondition when already sealed.
+  // Checks every page and marks the allocation sealed, then publishes its named pages. `pages`
+  // must name each slot of the allocation exactly once (reused cached pages are not its slots);
+  // each page must pass DecodeKvPage and its header must carry the allocation's request_id and the
+  // ref's cache_layer, page_index and num_tokens. InvalidArgument naming the page otherwise (the
+  // allocation stays unsealed and may be sealed again); FailedPrecondition when already sealed.
   absl::Status Seal(uint64_t allocation_id, uint64_t lease_token,
                     std::span<const SealedPageRef> pages);
 
@@ -134,9 +170,31 @@ class PagePool {
   struct Allocation {
     uint64_t request_id = 0;
     uint64_t lease_token = 0;
-    std::vector<int64_t> slots;
+    std::vector<int64_t> slots;  // its own; page i's at i (or -1 once published to the cache)
     absl::Time expiry;
     bool sealed = false;
+    // Prefix cache: its pages are cache_layers runs of `pages`; pages [0, reused) are the cached
+    // pages `pinned` names first; publish[i] names its own page reused + i.
+    int cache_layers = 0;
+    int pages = 0;
+    int reused = 0;
+    std::vector<uint32_t> layer_bytes;  // encoded size of a page, per cache layer
+    std::vector<PrefixPageHash> publish;
+    std::vector<PrefixPageHash> pinned;  // cached pages it holds: reused, then published
+  };
+  struct CachedPage {
+    std::vector<int64_t> slots;         // per cache layer
+    std::vector<uint32_t> layer_bytes;  // per cache layer
+    uint64_t written_by = 0;            // the request whose pages these are
+    int pins = 0;
+    std::list<PrefixPageHash>::iterator idle;  // in idle_ when pins == 0
+  };
+  struct HashOf {
+    size_t operator()(const PrefixPageHash& hash) const {
+      size_t value;
+      std::memcpy(&value, hash.data(), sizeof(value));
+      return value;
+    }
   };
 
   PagePool(PagePoolOptions options, uint8_t* base, bool owns_memory);
@@ -149,6 +207,18 @@ class PagePool {
                                 std::span<const SealedPageRef> pages) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeLocked(uint64_t allocation_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeSlotLocked(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The leading pages of `prefix` cached with `page_bytes`' sizes, pinned; counts hits, misses
+  // and mismatches.
+  std::vector<PrefixPageHash> PinPrefixLocked(const PrefixPages& prefix,
+                                              std::span<const uint32_t> page_bytes, int pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpinLocked(const PrefixPageHash& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops idle cached pages, least recently used first, until `needed` slots are free or none
+  // is idle.
+  void EvictLocked(int64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the allocation's named own pages into the cache, pinned by it.
+  void PublishLocked(Allocation& allocation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PagePoolOptions options_;
   uint8_t* const base_;
@@ -163,6 +233,12 @@ class PagePool {
   int64_t lease_expiries_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t releases_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t cancellations_total_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<PrefixPageHash, CachedPage, HashOf> cached_ ABSL_GUARDED_BY(mu_);
+  std::list<PrefixPageHash> idle_ ABSL_GUARDED_BY(mu_);  // unpinned, least recently used first
+  int64_t prefix_hit_pages_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_miss_pages_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pdserve

@@ -6,10 +6,12 @@
 // with caller-provided memory (as the KV store gives it memory from Transport::Allocate).
 #include "services/kvstore/page_pool.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -374,6 +376,254 @@ TEST_P(PagePoolTest, SealRejectsMismatchedRefs) {
   EXPECT_EQ(pool_->Usage().sealed_slots, 0);
   EXPECT_TRUE(seal_with(refs).ok());
 }
+
+// ---- Prefix cache ----
+
+// A page name: `prompt` and `page` made into 16 bytes (the pool only compares names).
+PrefixPageHash Name(int prompt, int page) {
+  PrefixPageHash hash{};
+  hash[0] = static_cast<uint8_t>(prompt);
+  hash[1] = static_cast<uint8_t>(page);
+  hash[15] = 0x5a;
+  return hash;
+}
+
+std::vector<PrefixPageHash> Names(int prompt, int pages) {
+  std::vector<PrefixPageHash> names;
+  for (int p = 0; p < pages; ++p) names.push_back(Name(prompt, p));
+  return names;
+}
+
+constexpr int kLayers = 2;
+
+class PrefixCacheTest : public PagePoolTest {
+ protected:
+  // Allocates `pages` pages per cache layer for `request`, naming them `names`, and writes (and
+  // seals, when `seal`) its own pages as a prefill would.
+  absl::StatusOr<PageAllocation> Prefill(uint64_t request, int pages,
+                                         const std::vector<PrefixPageHash>& names,
+                                         bool seal = true) {
+    const uint32_t bytes = static_cast<uint32_t>(EncodedPage(request, 0, 0, 4).size());
+    const std::vector<uint32_t> sizes(static_cast<size_t>(kLayers * pages), bytes);
+    absl::StatusOr<PageAllocation> allocation =
+        pool_->Allocate(request, sizes, absl::ZeroDuration(), {names, kLayers});
+    if (!allocation.ok()) return allocation;
+    std::vector<SealedPageRef> refs;
+    for (int c = 0; c < kLayers; ++c) {
+      for (int p = allocation->reused_pages; p < pages; ++p) {
+        refs.push_back(
+            Write(allocation->slots[c * pages + p], EncodedPage(request, c, p, 4), c, p, 4));
+      }
+    }
+    if (seal) {
+      absl::Status sealed = pool_->Seal(allocation->allocation_id, allocation->lease_token, refs);
+      if (!sealed.ok()) return sealed;
+    }
+    return allocation;
+  }
+  absl::Status Release(const PageAllocation& allocation) {
+    return pool_->Release(allocation.allocation_id, allocation.lease_token);
+  }
+  // Every slot is free, allocated, sealed or cached.
+  void ExpectSlotsAddUp() {
+    const PagePoolUsage usage = pool_->Usage();
+    EXPECT_EQ(usage.free_slots + usage.allocated_slots + usage.sealed_slots + usage.cached_slots,
+              usage.total_slots);
+  }
+};
+
+TEST_P(PrefixCacheTest, ReusesTheLongestCachedRunAndPublishesTheRest) {
+  absl::StatusOr<PageAllocation> a = Prefill(1, 3, Names(1, 3));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->reused_pages, 0);
+  PagePoolUsage usage = pool_->Usage();
+  EXPECT_EQ(usage.cached_pages, 3);
+  EXPECT_EQ(usage.cached_slots, 6);
+  EXPECT_EQ(usage.pinned_pages, 3);  // by the allocation that published them
+  EXPECT_EQ(usage.sealed_slots, 0);  // all of them are the cache's now
+  ASSERT_TRUE(Release(*a).ok());
+  EXPECT_EQ(pool_->Usage().pinned_pages, 0);
+  EXPECT_EQ(pool_->Usage().cached_pages, 3);  // kept after the request ended
+  ExpectSlotsAddUp();
+
+  // Same first two pages, then another page: two reused, the rest fresh.
+  std::vector<PrefixPageHash> names = Names(1, 2);
+  names.push_back(Name(2, 2));
+  absl::StatusOr<PageAllocation> b = Prefill(2, 3, names, /*seal=*/false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->reused_pages, 2);
+  EXPECT_EQ(b->written_by, (std::vector<uint64_t>{1, 1}));
+  for (int c = 0; c < kLayers; ++c) {
+    for (int p = 0; p < 2; ++p) EXPECT_EQ(b->slots[c * 3 + p], a->slots[c * 3 + p]);
+    EXPECT_NE(b->slots[c * 3 + 2], a->slots[c * 3 + 2]);
+  }
+  usage = pool_->Usage();
+  EXPECT_EQ(usage.prefix_hit_pages, 2);
+  EXPECT_EQ(usage.prefix_miss_pages, 3 + 1);  // a's three, b's last
+  EXPECT_EQ(usage.pinned_pages, 2);
+  EXPECT_EQ(usage.allocated_slots, 2);  // only its own page's, one per cache layer
+  ExpectSlotsAddUp();
+}
+
+TEST_P(PrefixCacheTest, UnpinnedPagesMakeRoomLeastRecentlyUsedFirst) {
+  // 8 slots: three one-page prompts fill six.
+  for (int prompt = 1; prompt <= 3; ++prompt) {
+    absl::StatusOr<PageAllocation> a = Prefill(prompt, 1, Names(prompt, 1));
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(Release(*a).ok());
+  }
+  // Prompt 1 used again (its second page unnamed, so not cached): prompt 2 is now the least
+  // recently used.
+  absl::StatusOr<PageAllocation> again = Prefill(4, 2, {Name(1, 0)});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->reused_pages, 1);
+  ASSERT_TRUE(Release(*again).ok());
+  // 2 free slots; a request for 4 drops one cached page: prompt 2's.
+  absl::StatusOr<PageAllocation> big = Prefill(5, 2, {});
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(pool_->Usage().prefix_evictions, 1);
+  ASSERT_TRUE(Release(*big).ok());
+  absl::StatusOr<PageAllocation> probe = Prefill(6, 1, {Name(2, 0)}, /*seal=*/false);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->reused_pages, 0);
+  ASSERT_TRUE(Release(*probe).ok());
+  absl::StatusOr<PageAllocation> kept = Prefill(7, 1, {Name(3, 0)}, /*seal=*/false);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->reused_pages, 1);
+  ExpectSlotsAddUp();
+}
+
+TEST_P(PrefixCacheTest, PinnedPagesAreNeverDropped) {
+  absl::StatusOr<PageAllocation> a = Prefill(1, 3, Names(1, 3));  // 6 slots, pinned by a
+  ASSERT_TRUE(a.ok()) << a.status();
+  const absl::StatusOr<PageAllocation> b = Prefill(2, 2, {});  // needs 4 of 2 free
+  EXPECT_TRUE(absl::IsResourceExhausted(b.status())) << b.status();
+  EXPECT_EQ(pool_->Usage().cached_pages, 3);
+  // A reader's pins hold them too once the writer is gone.
+  absl::StatusOr<PageAllocation> reader = Prefill(3, 3, Names(1, 3), /*seal=*/false);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->reused_pages, 3);
+  ASSERT_TRUE(Release(*a).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(Prefill(4, 2, {}).status()));
+  EXPECT_EQ(pool_->Usage().cached_pages, 3);
+  // A failed allocation gave back the pins it took: once the reader ends, the pages can go.
+  ASSERT_TRUE(Release(*reader).ok());
+  EXPECT_EQ(pool_->Usage().pinned_pages, 0);
+  EXPECT_TRUE(Prefill(5, 2, {}).ok());
+  ExpectSlotsAddUp();
+}
+
+TEST_P(PrefixCacheTest, ExpiryAndCancellationUnpin) {
+  absl::StatusOr<PageAllocation> a = Prefill(1, 1, Names(1, 1));
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<PageAllocation> b = Prefill(2, 1, Names(1, 1), /*seal=*/false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(pool_->CancelRequest(2), 1);
+  clock_.now += absl::Seconds(11);
+  EXPECT_EQ(pool_->ExpireLeases(clock_.now), 1);
+  EXPECT_EQ(pool_->Usage().pinned_pages, 0);
+  EXPECT_EQ(pool_->Usage().cached_pages, 1);
+  ExpectSlotsAddUp();
+}
+
+TEST_P(PrefixCacheTest, TheFirstPublisherOfANameWins) {
+  absl::StatusOr<PageAllocation> a = Prefill(1, 2, Names(1, 2), /*seal=*/false);
+  absl::StatusOr<PageAllocation> b = Prefill(2, 2, Names(1, 2), /*seal=*/false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<SealedPageRef> refs;
+  for (int c = 0; c < kLayers; ++c) {
+    for (int p = 0; p < 2; ++p) {
+      refs.push_back(Write(b->slots[c * 2 + p], EncodedPage(2, c, p, 4), c, p, 4));
+    }
+  }
+  ASSERT_TRUE(pool_->Seal(b->allocation_id, b->lease_token, refs).ok());
+  std::vector<SealedPageRef> a_refs;
+  for (int c = 0; c < kLayers; ++c) {
+    for (int p = 0; p < 2; ++p) {
+      a_refs.push_back(Write(a->slots[c * 2 + p], EncodedPage(1, c, p, 4), c, p, 4));
+    }
+  }
+  ASSERT_TRUE(pool_->Seal(a->allocation_id, a->lease_token, a_refs).ok());
+  EXPECT_EQ(pool_->Usage().cached_pages, 2);
+  EXPECT_EQ(pool_->Usage().sealed_slots, 4);  // a's: not published, freed with a
+  ASSERT_TRUE(Release(*a).ok());
+  EXPECT_EQ(pool_->Usage().free_slots, 4);
+  absl::StatusOr<PageAllocation> c = Prefill(3, 3, Names(1, 3), /*seal=*/false);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->written_by, (std::vector<uint64_t>{2, 2}));
+  ExpectSlotsAddUp();
+}
+
+TEST_P(PrefixCacheTest, PagesOfAnotherSizeAreNotReused) {
+  ASSERT_TRUE(Prefill(1, 1, Names(1, 1)).ok());
+  const std::vector<uint32_t> other(kLayers, 1000);
+  const std::vector<PrefixPageHash> names = Names(1, 1);
+  absl::StatusOr<PageAllocation> b =
+      pool_->Allocate(2, other, absl::ZeroDuration(), {names, kLayers});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->reused_pages, 0);
+  EXPECT_EQ(pool_->Usage().prefix_mismatches, 1);
+}
+
+TEST_P(PrefixCacheTest, NamesThatDoNotFitThePagesAreRefused) {
+  const std::vector<PrefixPageHash> names = Names(1, 3);
+  const std::vector<uint32_t> four(4, 1000), three(3, 1000);
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(pool_->Allocate(1, four, absl::ZeroDuration(), {names, kLayers})
+                                  .status()));  // 3 names, 2 pages
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      pool_->Allocate(1, three, absl::ZeroDuration(), {names, kLayers}).status()));  // 3 % 2
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(pool_->Allocate(1, four, absl::ZeroDuration(), {names, 0}).status()));
+  const std::vector<uint32_t> mixed = {1000, 1000, 1000, 900};
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      pool_->Allocate(1, mixed, absl::ZeroDuration(), {Names(1, 1), kLayers}).status()));
+  ExpectSlotsAddUp();
+}
+
+// Threads allocate, read and release prompts sharing prefixes in a pool too small for all of
+// them, so that eviction runs while other allocations pin and read cached pages: every reused slot
+// must still hold the page its writer sealed there.
+TEST_P(PrefixCacheTest, EvictionNeverTakesAPageFromAReader) {
+  constexpr int kThreads = 4, kRounds = 300;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        const uint64_t request = static_cast<uint64_t>(t * kRounds + round + 1);
+        const int prompt = (t + round) % 3;  // three prompts of up to 2 pages
+        const int pages = 1 + round % 2;
+        absl::StatusOr<PageAllocation> a = Prefill(request, pages, Names(prompt, pages));
+        if (!a.ok()) {
+          if (!absl::IsResourceExhausted(a.status())) ++failures;
+          continue;
+        }
+        for (int c = 0; c < kLayers; ++c) {
+          for (int p = 0; p < a->reused_pages; ++p) {
+            const uint8_t* bytes = pool_->base() + a->slots[c * pages + p] * kSlotBytes;
+            absl::StatusOr<KvPageView> page = DecodeKvPage({bytes, EncodedPage(1, 0, 0, 4).size()});
+            if (!page.ok() || page->header.request_id != a->written_by[p] ||
+                page->header.cache_layer != c || page->header.page_index != p) {
+              ++failures;
+            }
+          }
+        }
+        if (!Release(*a).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(pool_->Usage().prefix_hit_pages, 0);
+  EXPECT_EQ(pool_->Usage().pinned_pages, 0);
+  ExpectSlotsAddUp();
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, PrefixCacheTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "CallerMemory" : "OwnMapping");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Memory, PagePoolTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
