@@ -10,11 +10,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/engine/create_engine.h"
 #include "core/formats/model_loader.h"
+#include "core/model/model_weights.h"
 #include "core/transport/ucx_transport.h"
 #include "services/common/shutdown_signal.h"
 #include "services/decode/decode_service.h"
@@ -46,6 +48,9 @@ ABSL_FLAG(int, max_sequences, 0, "Sequences per engine; 0 = 8 for prefill, 64 fo
 ABSL_FLAG(int, max_context, 0, "Tokens per sequence; 0 = the model's context");
 ABSL_FLAG(int, max_queue, 256, "prefill/decode: queued requests before RESOURCE_EXHAUSTED");
 ABSL_FLAG(bool, monolithic, false, "decode: prefill and decode in this process, no compression");
+ABSL_FLAG(bool, prefix_cache, true,
+          "prefill: reuse the KV pages of prompt prefixes the KV store holds, and publish new "
+          "ones (--noprefix_cache: compute every prompt whole)");
 ABSL_FLAG(std::string, prefill_addresses, "", "router: static prefill workers, comma separated");
 ABSL_FLAG(std::string, decode_addresses, "",
           "router: static decode workers as decode_addr@kvstore_addr, comma separated");
@@ -142,6 +147,10 @@ absl::Status RunPrefillCommand() {
   PrefillWorkerOptions worker_options;
   worker_options.max_queued_requests = absl::GetFlag(FLAGS_max_queue);
   worker_options.calibration_hash = worker.calibration_hash;
+  worker_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  worker_options.model_identity =
+      absl::StrFormat("%016x %s", WeightsFingerprint(worker.prepared.weights),
+                      DTypeName(worker.engine.weight_dtype));
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PrefillWorker> prefill,
                            PrefillWorker::Create(std::move(engine), worker_options));
   PrefillServerOptions options;

@@ -133,6 +133,7 @@ absl::Status RunUp() {
       args = {"prefill", absl::StrCat("--router=", router)};
       Forward(kModelFlags, args);
       Forward(kWorkerFlags, args);
+      Forward({"prefix_cache"}, args);
       PDSERVE_RETURN_IF_ERROR(group.Start(absl::StrCat("prefill-", i), args, startup).status());
     }
   }

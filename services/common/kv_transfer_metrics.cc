@@ -4,25 +4,28 @@
 
 namespace pdserve {
 
-KvTransferMetrics::KvTransferMetrics(MetricsRegistry& metrics, const std::string& direction)
-    : bytes_(metrics
-                 .AddCounter("pdserve_kv_transfer_bytes_total",
-                             "KV page bytes moved to (put) or from (get) the KV store")
-                 .Add({{"direction", direction}})),
-      pages_(metrics
-                 .AddCounter("pdserve_kv_transfer_pages_total",
-                             "KV pages moved to (put) or from (get) the KV store")
-                 .Add({{"direction", direction}})),
-      seconds_(metrics
-                   .AddCounter("pdserve_kv_transfer_seconds_total",
-                               "Seconds spent in KV page transfer calls; bytes / seconds is the "
-                               "achieved bandwidth")
-                   .Add({{"direction", direction}})) {}
+std::vector<KvTransferMetrics> KvTransferMetrics::Register(
+    MetricsRegistry& metrics, const std::vector<std::string>& directions) {
+  prometheus::Family<prometheus::Counter>& bytes = metrics.AddCounter(
+      "pdserve_kv_transfer_bytes_total", "KV page bytes moved to (put) or from (get) the KV store");
+  prometheus::Family<prometheus::Counter>& pages = metrics.AddCounter(
+      "pdserve_kv_transfer_pages_total", "KV pages moved to (put) or from (get) the KV store");
+  prometheus::Family<prometheus::Counter>& seconds =
+      metrics.AddCounter("pdserve_kv_transfer_seconds_total",
+                         "Seconds spent in KV page transfer calls; bytes / seconds is the "
+                         "achieved bandwidth");
+  std::vector<KvTransferMetrics> result;
+  for (const std::string& direction : directions) {
+    const prometheus::Labels labels = {{"direction", direction}};
+    result.push_back(KvTransferMetrics(bytes.Add(labels), pages.Add(labels), seconds.Add(labels)));
+  }
+  return result;
+}
 
 void KvTransferMetrics::Record(int64_t bytes, int64_t pages, absl::Duration elapsed) {
-  bytes_.Increment(static_cast<double>(bytes));
-  pages_.Increment(static_cast<double>(pages));
-  seconds_.Increment(absl::ToDoubleSeconds(elapsed));
+  bytes_->Increment(static_cast<double>(bytes));
+  pages_->Increment(static_cast<double>(pages));
+  seconds_->Increment(absl::ToDoubleSeconds(elapsed));
 }
 
 void AddTransportInfoMetric(MetricsRegistry& metrics, const KvStoreConnections& connections) {

@@ -22,7 +22,7 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& metrics, std::function<v1::QueueSt
                            .AddCounter("pdserve_decode_generated_tokens_total",
                                        "Tokens emitted, the first (prefill's) token included")
                            .Add({})),
-      transfer(metrics, "get") {
+      transfer(KvTransferMetrics::Register(metrics, {"get"})[0]) {
   auto read = [queue = std::move(queue)](bool running) {
     const v1::QueueStatus status = queue();
     return std::vector<CallbackSample>{

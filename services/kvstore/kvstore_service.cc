@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -95,14 +96,27 @@ absl::Status KvStoreService::AllocateSlots(const v1::AllocateRequest& request,
   if (draining_.load()) return absl::UnavailableError("kvstore is draining: it takes no new pages");
   PDSERVE_ASSIGN_OR_RETURN(const absl::Duration lease, LeaseFromWire(request.lease_seconds()));
   const std::vector<uint32_t> page_bytes(request.page_bytes().begin(), request.page_bytes().end());
+  std::vector<PrefixPageHash> names(static_cast<size_t>(request.prefix_hashes_size()));
+  for (int i = 0; i < request.prefix_hashes_size(); ++i) {
+    const std::string& name = request.prefix_hashes(i);
+    if (name.size() != names[i].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", request.request_id(),
+                                                     ": prefix page name ", i, " has ", name.size(),
+                                                     " bytes, not ", names[i].size()));
+    }
+    std::memcpy(names[i].data(), name.data(), name.size());
+  }
   PDSERVE_ASSIGN_OR_RETURN(PageAllocation allocation,
-                           pool_.Allocate(request.request_id(), page_bytes, lease));
+                           pool_.Allocate(request.request_id(), page_bytes, lease,
+                                          PrefixPages{names, request.cache_layers()}));
   reply.set_allocation_id(allocation.allocation_id);
   reply.set_lease_token(allocation.lease_token);
   for (int64_t slot : allocation.slots) {
     reply.add_slot_addresses(region_.address() + static_cast<uint64_t>(slot * pool_.slot_bytes()));
   }
   reply.set_lease_seconds(absl::ToDoubleSeconds(allocation.lease));
+  reply.set_reused_pages(allocation.reused_pages);
+  for (uint64_t writer : allocation.written_by) reply.add_written_by(writer);
   return absl::OkStatus();
 }
 
@@ -160,6 +174,11 @@ grpc::Status KvStoreService::GetPoolUsage(grpc::ServerContext*, const v1::PoolUs
   reply->set_allocations(static_cast<int32_t>(usage.allocations));
   reply->set_lease_expiries_total(usage.lease_expiries_total);
   reply->set_releases_total(usage.releases_total);
+  reply->set_cached_slots(static_cast<int32_t>(usage.cached_slots));
+  reply->set_cached_pages(static_cast<int32_t>(usage.cached_pages));
+  reply->set_prefix_hit_pages_total(usage.prefix_hit_pages);
+  reply->set_prefix_miss_pages_total(usage.prefix_miss_pages);
+  reply->set_prefix_evictions_total(usage.prefix_evictions);
   return grpc::Status::OK;
 }
 

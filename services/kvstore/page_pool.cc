@@ -426,6 +426,7 @@ PagePoolUsage PagePool::Usage() const {
   for (const auto& [hash, page] : cached_) {
     usage.cached_slots += static_cast<int64_t>(page.slots.size());
     usage.pinned_pages += page.pins > 0 ? 1 : 0;
+    if (page.pins == 0) usage.idle_cached_slots += static_cast<int64_t>(page.slots.size());
   }
   usage.cached_pages = static_cast<int64_t>(cached_.size());
   usage.prefix_hit_pages = prefix_hit_pages_;

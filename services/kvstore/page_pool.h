@@ -104,6 +104,7 @@ struct PagePoolUsage {
   int64_t cancellations_total = 0;   // allocations freed by CancelRequest
   // Prefix cache.
   int64_t cached_slots = 0;       // slots of cached pages (pinned or not)
+  int64_t idle_cached_slots = 0;  // of which unpinned: Allocate takes them when it must
   int64_t cached_pages = 0;       // names cached (each holds one slot per cache layer)
   int64_t pinned_pages = 0;       // cached pages some live allocation reads or published
   int64_t prefix_hit_pages = 0;   // named pages Allocate reused

@@ -8,6 +8,11 @@
 namespace pdserve {
 
 PrefillMetrics::PrefillMetrics(MetricsRegistry& metrics, std::function<v1::QueueStatus()> queue)
+    : PrefillMetrics(metrics, std::move(queue),
+                     KvTransferMetrics::Register(metrics, {"put", "get"})) {}
+
+PrefillMetrics::PrefillMetrics(MetricsRegistry& metrics, std::function<v1::QueueStatus()> queue,
+                               const std::vector<KvTransferMetrics>& transfers)
     : requests(metrics.AddCounter("pdserve_prefill_requests_total",
                                   "Prefill requests by gRPC status code")),
       batch_requests(metrics
@@ -32,7 +37,19 @@ PrefillMetrics::PrefillMetrics(MetricsRegistry& metrics, std::function<v1::Queue
                                    "Bytes of KV pages written to the KV store for completed "
                                    "prefills (after SwiftKV, ZACK, FP8 and AcrossKV)")
                        .Add({})),
-      transfer(metrics, "put") {
+      cached_tokens(
+          metrics
+              .AddCounter("pdserve_prefill_prefix_cached_tokens_total",
+                          "Prompt tokens whose KV the prefix cache gave (read from the KV "
+                          "store instead of computed)")
+              .Add({})),
+      cache_refused_pages(metrics
+                              .AddCounter("pdserve_prefill_prefix_refused_pages_total",
+                                          "Prefix-cache pages read and refused: their header, "
+                                          "layout or checksum is not what their name promises")
+                              .Add({})),
+      transfer(transfers[0]),
+      cache_read(transfers[1]) {
   auto read = [queue = std::move(queue)](bool tokens) {
     const v1::QueueStatus status = queue();
     return std::vector<CallbackSample>{

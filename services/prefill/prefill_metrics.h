@@ -6,6 +6,7 @@
 #define PDSERVE_SERVICES_PREFILL_PREFILL_METRICS_H_
 
 #include <functional>
+#include <vector>
 
 #include "core/metrics/metrics_registry.h"
 #include "pdserve/v1/common.pb.h"
@@ -23,7 +24,14 @@ struct PrefillMetrics {
   prometheus::Histogram& forward_seconds;
   prometheus::Counter& uncompressed_bytes;
   prometheus::Counter& stored_bytes;
-  KvTransferMetrics transfer;  // direction "put"
+  prometheus::Counter& cached_tokens;
+  prometheus::Counter& cache_refused_pages;
+  KvTransferMetrics transfer;    // direction "put": pages written
+  KvTransferMetrics cache_read;  // direction "get": prefix-cache pages read
+
+ private:
+  PrefillMetrics(MetricsRegistry& metrics, std::function<v1::QueueStatus()> queue,
+                 const std::vector<KvTransferMetrics>& transfers);
 };
 
 }  // namespace pdserve

@@ -43,6 +43,7 @@ grpc::Status PrefillService::Serve(grpc::ServerContext* context, const v1::Prefi
   reply->set_queue_seconds(outcome->queue_seconds);
   reply->set_compute_seconds(outcome->compute_seconds);
   reply->set_transfer_seconds(outcome->transfer_seconds);
+  reply->set_cached_tokens(outcome->cached_tokens);
   return grpc::Status::OK;
 }
 

@@ -36,6 +36,19 @@ struct PrefillWorker::Pending {
   double lease_seconds = 0;  // as granted by the store
   std::vector<uint64_t> slots;
   std::vector<uint32_t> encoded_bytes;  // per cache layer
+  // Prefix cache: the names of its full pages before the last token; the leading pages the store
+  // reused (read, not computed), who wrote them, and their bytes as read ([c · reused + p]) with
+  // their checked views.
+  std::vector<PrefixPageHash> names;
+  int reused_pages = 0;
+  std::vector<uint64_t> written_by;
+  std::vector<std::string> cached_bytes;
+  std::vector<KvPageView> cached_pages;
+
+  int CachedTokens(int page_size) const { return reused_pages * page_size; }
+  int ComputedTokens(int page_size) const {
+    return static_cast<int>(job.prompt.size()) - CachedTokens(page_size);
+  }
 
   // Set by the batcher, then `finished` under mu.
   double queue_seconds = 0;
@@ -77,7 +90,7 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
       if (!pending->status.ok()) continue;
       const int n = static_cast<int>(pending->job.prompt.size());
       std::vector<PageWrite> writes;
-      for (int p = 0; p < pending->pages_per_cache; ++p) {
+      for (int p = pending->reused_pages; p < pending->pages_per_cache; ++p) {
         absl::StatusOr<KvPageSlots> slots =
             worker_.engine_->SequencePage(sequences_[b], cache_layer, p);
         if (!slots.ok()) {
@@ -117,11 +130,22 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   if (options.max_queued_requests < 1) {
     return absl::InvalidArgumentError("max queued requests must be ≥ 1");
   }
+  if (options.prefix_cache && options.model_identity.empty()) {
+    return absl::InvalidArgumentError(
+        "prefill worker: the prefix cache needs the model's identity");
+  }
   return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(engine), options));
 }
 
 PrefillWorker::PrefillWorker(std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options)
     : engine_(std::move(engine)), options_(options) {
+  if (options_.prefix_cache) {
+    prefix_root_ = PrefixRootHash({.model = options_.model_identity,
+                                   .kv_layout = DescribeKvPlanStorage(engine_->plan()),
+                                   .calibration_hash = options_.calibration_hash,
+                                   .page_size = engine_->options().kv_page_size,
+                                   .page_format_version = kKvPageVersion});
+  }
   if (options_.metrics == nullptr) options_.metrics = std::make_shared<MetricsRegistry>();
   stats_ = std::make_unique<PrefillMetrics>(*options_.metrics, [this] { return queue(); });
   batcher_ = std::thread([this] { BatcherLoop(); });
@@ -159,6 +183,15 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   v1::AllocateRequest request;
   request.set_request_id(pending.job.request_id);
   request.set_lease_seconds(pending.job.lease_seconds);
+  if (options_.prefix_cache) {
+    // Pages wholly before the last token: at least that token is computed, for its logits.
+    const std::span<const int32_t> prompt(pending.job.prompt);
+    pending.names = PrefixPageHashes(prefix_root_, prompt.first(prompt.size() - 1), page_size);
+    for (const PrefixPageHash& name : pending.names) {
+      request.add_prefix_hashes(reinterpret_cast<const char*>(name.data()), name.size());
+    }
+    request.set_cache_layers(static_cast<int32_t>(plan.caches.size()));
+  }
   for (const CachePlan& cache : plan.caches) {
     const int64_t bytes = EncodedKvPageBytes(cache.layout);
     pending.encoded_bytes.push_back(static_cast<uint32_t>(bytes));
@@ -187,13 +220,89 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   pending.lease_token = reply.lease_token();
   pending.lease_seconds = reply.lease_seconds();
   pending.slots.assign(reply.slot_addresses().begin(), reply.slot_addresses().end());
-  if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size())) {
+  pending.reused_pages = reply.reused_pages();
+  pending.written_by.assign(reply.written_by().begin(), reply.written_by().end());
+  if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size()) ||
+      pending.reused_pages < 0 || pending.reused_pages > static_cast<int>(pending.names.size()) ||
+      pending.written_by.size() != static_cast<size_t>(pending.reused_pages)) {
     Release(pending);
-    return absl::InternalError(absl::StrCat("KV store ", pending.job.store->address(), " gave ",
-                                            pending.slots.size(), " slots for ",
-                                            request.page_bytes_size(), " pages"));
+    return absl::InternalError(absl::StrCat(
+        "KV store ", pending.job.store->address(), " gave ", pending.slots.size(), " slots for ",
+        request.page_bytes_size(), " pages, ", pending.reused_pages, " of ", pending.names.size(),
+        " named pages reused, ", pending.written_by.size(), " writers"));
   }
   return absl::OkStatus();
+}
+
+absl::Status PrefillWorker::FetchCachedPages(Pending& pending) {
+  const int reused = pending.reused_pages;
+  if (reused == 0) return absl::OkStatus();
+  const KvPlan& plan = engine_->plan();
+  const int page_size = engine_->options().kv_page_size;
+  const size_t layers = plan.caches.size();
+  pending.cached_bytes.resize(layers * reused);
+  std::vector<TransferOp> ops;
+  for (size_t c = 0; c < layers; ++c) {
+    for (int p = 0; p < reused; ++p) {
+      std::string& bytes = pending.cached_bytes[c * reused + p];
+      bytes.resize(pending.encoded_bytes[c]);
+      ops.push_back(
+          TransferOp{bytes.data(), bytes.size(), pending.slots[c * pending.pages_per_cache + p]});
+    }
+  }
+  KvStoreConnection& store = *pending.job.store;
+  const absl::Time start = absl::Now();
+  const absl::Status read = store.endpoint()->GetBatch(store.info().pool_rkey(), ops);
+  if (!read.ok()) {
+    return absl::UnavailableError(absl::StrCat("reading cached prefix pages from KV store ",
+                                               store.address(), ": ", read.message()));
+  }
+  int64_t bytes = 0;
+  for (const TransferOp& op : ops) bytes += static_cast<int64_t>(op.length);
+  stats_->cache_read.Record(bytes, static_cast<int64_t>(ops.size()), absl::Now() - start);
+  for (size_t c = 0; c < layers; ++c) {
+    for (int p = 0; p < reused; ++p) {
+      const std::string& page = pending.cached_bytes[c * reused + p];
+      absl::StatusOr<KvPageView> view =
+          DecodeKvPage({reinterpret_cast<const uint8_t*>(page.data()), page.size()});
+      std::string wrong;
+      if (!view.ok()) {
+        wrong = std::string(view.status().message());
+      } else if (view->header.request_id != pending.written_by[p] ||
+                 view->header.calibration_hash != options_.calibration_hash ||
+                 view->header.cache_layer != static_cast<int>(c) || view->header.page_index != p ||
+                 view->header.num_tokens != page_size ||
+                 !(view->header.layout == plan.caches[c].layout)) {
+        wrong = absl::StrCat("its header says request ", view->header.request_id, ", cache layer ",
+                             view->header.cache_layer, ", page ", view->header.page_index, ", ",
+                             view->header.num_tokens,
+                             " tokens, or its calibration or layout is "
+                             "not this worker's");
+      }
+      if (!wrong.empty()) {
+        stats_->cache_refused_pages.Increment();
+        return absl::DataLossError(
+            absl::StrCat("prefix-cache page ", p, " of cache layer ", c, " from KV store ",
+                         store.address(), " is not what its name promises (", wrong, "): refused"));
+      }
+      pending.cached_pages.push_back(*view);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> PrefillWorker::StartSequence(Pending& pending) {
+  const int cached = pending.CachedTokens(engine_->options().kv_page_size);
+  if (cached == 0) return engine_->AddSequence();
+  PDSERVE_ASSIGN_OR_RETURN(const int sequence, engine_->AddSequenceWithTokens(cached));
+  for (const KvPageView& page : pending.cached_pages) {
+    const absl::Status imported = ImportKvPage(*engine_, sequence, page, /*write_v=*/true);
+    if (!imported.ok()) {
+      (void)engine_->RemoveSequence(sequence);
+      return imported;
+    }
+  }
+  return sequence;
 }
 
 absl::Status PrefillWorker::Seal(Pending& pending) {
@@ -203,7 +312,7 @@ absl::Status PrefillWorker::Seal(Pending& pending) {
   const int page_size = engine_->options().kv_page_size;
   const int n = static_cast<int>(pending.job.prompt.size());
   for (size_t c = 0; c < pending.encoded_bytes.size(); ++c) {
-    for (int p = 0; p < pending.pages_per_cache; ++p) {
+    for (int p = pending.reused_pages; p < pending.pages_per_cache; ++p) {
       v1::PageRef* page = request.add_pages();
       page->set_cache_layer(static_cast<int32_t>(c));
       page->set_page_index(p);
@@ -242,12 +351,17 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::Run(PrefillJob job) {
   const int64_t tokens = static_cast<int64_t>(job.prompt.size());
   absl::StatusOr<PrefillOutcome> outcome = RunJob(std::move(job));
   if (outcome.ok()) {
+    // What this request computed and wrote: cached pages count where they were written.
     const ModelConfig& config = engine_->config();
+    const int64_t computed = tokens - outcome->cached_tokens;
     stats_->uncompressed_bytes.Increment(
-        static_cast<double>(tokens * config.n_layers * 2 * config.kv_dim() * sizeof(float)));
+        static_cast<double>(computed * config.n_layers * 2 * config.kv_dim() * sizeof(float)));
     int64_t stored = 0;
-    for (const v1::PageRef& page : outcome->manifest.pages()) stored += page.encoded_bytes();
+    for (const v1::PageRef& page : outcome->manifest.pages()) {
+      if (page.written_by() == 0) stored += page.encoded_bytes();
+    }
     stats_->stored_bytes.Increment(static_cast<double>(stored));
+    stats_->cached_tokens.Increment(static_cast<double>(outcome->cached_tokens));
   }
   return outcome;
 }
@@ -282,10 +396,12 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   }
   PDSERVE_RETURN_IF_ERROR(Allocate(*pending));
   absl::Cleanup release = [&] { Release(*pending); };
+  PDSERVE_RETURN_IF_ERROR(FetchCachedPages(*pending));
+  const int page_size = engine_->options().kv_page_size;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(pending);
-    queued_tokens_ += n;
+    queued_tokens_ += pending->ComputedTokens(page_size);
   }
   queue_cv_.notify_one();
   {
@@ -309,6 +425,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   outcome.queue_seconds = pending->queue_seconds;
   outcome.compute_seconds = pending->compute_seconds;
   outcome.transfer_seconds = std::max(0.0, Seconds(pending->writes_done - pending->compute_end));
+  outcome.cached_tokens = pending->CachedTokens(page_size);
   v1::PageManifest& manifest = outcome.manifest;
   manifest.set_request_id(pending->job.request_id);
   manifest.set_calibration_hash(options_.calibration_hash);
@@ -318,7 +435,6 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   manifest.set_pool_rkey(pending->job.store->info().pool_rkey());
   manifest.set_allocation_id(pending->allocation_id);
   manifest.set_lease_token(pending->lease_token);
-  const int page_size = engine_->options().kv_page_size;
   for (size_t c = 0; c < pending->encoded_bytes.size(); ++c) {
     for (int p = 0; p < pending->pages_per_cache; ++p) {
       v1::PageRef* page = manifest.add_pages();
@@ -327,6 +443,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
       page->set_num_tokens(std::min(page_size, n - p * page_size));
       page->set_remote_address(pending->slots[c * pending->pages_per_cache + p]);
       page->set_encoded_bytes(pending->encoded_bytes[c]);
+      if (p < pending->reused_pages) page->set_written_by(pending->written_by[p]);
     }
   }
   pending->allocation_id = 0;  // the pages now belong to the manifest's holder
@@ -340,8 +457,9 @@ std::vector<std::shared_ptr<PrefillWorker::Pending>> PrefillWorker::TakeBatch() 
   int64_t tokens = 0;
   const int budget = engine_->options().max_batch_tokens;
   const int max_sequences = engine_->options().max_sequences;
+  const int page_size = engine_->options().kv_page_size;
   while (!queue_.empty() && static_cast<int>(batch.size()) < max_sequences) {
-    const int64_t n = static_cast<int64_t>(queue_.front()->job.prompt.size());
+    const int64_t n = queue_.front()->ComputedTokens(page_size);
     if (!batch.empty() && tokens + n > budget) break;
     tokens += n;
     queued_tokens_ -= n;
@@ -365,14 +483,16 @@ void PrefillWorker::BatcherLoop() {
 absl::Status PrefillWorker::ForwardBatch(const std::vector<std::shared_ptr<Pending>>& batch,
                                          std::vector<int>& sequences) {
   for (size_t b = 0; b < batch.size(); ++b) {
-    PDSERVE_ASSIGN_OR_RETURN(int sequence, engine_->AddSequence());
+    PDSERVE_ASSIGN_OR_RETURN(int sequence, StartSequence(*batch[b]));
     sequences.push_back(sequence);
   }
   // A prompt beyond the budget runs alone: its leading chunks first, unobserved.
   const size_t budget = engine_->options().max_batch_tokens;
+  const int page_size = engine_->options().kv_page_size;
   std::vector<ForwardChunk> chunks;
   for (size_t b = 0; b < batch.size(); ++b) {
-    std::span<const int32_t> prompt(batch[b]->job.prompt);
+    std::span<const int32_t> prompt =
+        std::span<const int32_t>(batch[b]->job.prompt).subspan(batch[b]->CachedTokens(page_size));
     while (prompt.size() > budget) {
       ForwardChunk lead{sequences[b], prompt.first(budget)};
       PDSERVE_RETURN_IF_ERROR(engine_->Forward({&lead, 1}).status());
@@ -402,7 +522,8 @@ void PrefillWorker::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch)
   absl::Status status = ForwardBatch(batch, sequences);
   const double compute = Seconds(absl::Now() - start);
   int64_t tokens = 0;
-  for (const auto& pending : batch) tokens += static_cast<int64_t>(pending->job.prompt.size());
+  const int page_size = engine_->options().kv_page_size;
+  for (const auto& pending : batch) tokens += pending->ComputedTokens(page_size);
   stats_->batch_requests.Observe(static_cast<double>(batch.size()));
   stats_->batch_tokens.Observe(static_cast<double>(tokens));
   stats_->forward_seconds.Observe(compute);

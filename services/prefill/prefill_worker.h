@@ -8,6 +8,13 @@
 // sender thread, which encodes them (core/kv/kv_page.h) and writes them into their slots with
 // one-sided puts. Run then seals the pages and returns the first token and the manifest. On every
 // error path after allocation the pages are released.
+//
+// Prefix cache (PrefillWorkerOptions::prefix_cache): the allocation names the prompt's full pages
+// before its last token (core/kv/prefix_hash.h); the KV store reuses the longest run it holds.
+// Run reads those pages from the store and checks each (header, layout, checksum) before use; the
+// batcher starts the sequence with them (Engine::AddSequenceWithTokens) and computes only the rest
+// of the prompt. The manifest lists the cached pages where they are (PageRef::written_by), and
+// Seal publishes the new named pages for later requests.
 #ifndef PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_
 #define PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_
 
@@ -17,12 +24,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/engine/engine.h"
 #include "core/engine/sampler.h"
+#include "core/kv/prefix_hash.h"
 #include "core/metrics/metrics_registry.h"
 #include "pdserve/v1/common.pb.h"
 #include "services/common/admission_queue.h"
@@ -34,6 +43,11 @@ namespace pdserve {
 struct PrefillWorkerOptions {
   int max_queued_requests = 256;  // beyond this Run answers ResourceExhausted
   uint64_t calibration_hash = 0;
+  // Reuse and publish KV pages of prompt prefixes through the KV store. `model_identity` names the
+  // model as loaded (WeightsFingerprint, weight dtype): pages of prompts under another identity,
+  // KV plan or calibration never match.
+  bool prefix_cache = false;
+  std::string model_identity;
   std::shared_ptr<MetricsRegistry> metrics;  // where its metrics go; null: a private registry
 };
 
@@ -57,6 +71,7 @@ struct PrefillOutcome {
   double queue_seconds = 0;
   double compute_seconds = 0;
   double transfer_seconds = 0;  // page writes still in flight after the forward pass
+  int cached_tokens = 0;        // leading prompt tokens whose KV came from the prefix cache
 };
 
 class PrefillWorker {
@@ -84,6 +99,10 @@ class PrefillWorker {
   PrefillWorker(std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options);
   absl::StatusOr<PrefillOutcome> RunJob(PrefillJob job);
   absl::Status Allocate(Pending& pending);
+  // Reads the pages the store reused and checks each is what its name promises.
+  absl::Status FetchCachedPages(Pending& pending);
+  // A sequence holding the request's cached pages (none: an empty one).
+  absl::StatusOr<int> StartSequence(Pending& pending);
   absl::Status Seal(Pending& pending);
   // Extends the allocation's lease by its granted length; failures are logged (Seal reports them).
   void Renew(Pending& pending);
@@ -100,6 +119,7 @@ class PrefillWorker {
   std::unique_ptr<Engine> engine_;
   PrefillWorkerOptions options_;  // metrics set
   std::unique_ptr<PrefillMetrics> stats_;
+  PrefixPageHash prefix_root_{};  // the identity's root name, with the prefix cache on
 
   // Requests ask the KV store for their pages one at a time, in arrival order; while its pool is
   // full the first keeps asking and the others wait behind it (fair: none is overtaken).

@@ -234,6 +234,7 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
   call.timings.set_queue_seconds(Seconds(prefill_start - call.arrival) +
                                  prefill_reply.queue_seconds());
   call.timings.set_prefill_seconds(prefill_reply.compute_seconds());
+  call.timings.set_cached_prompt_tokens(prefill_reply.cached_tokens());
   call.timings.set_transfer_seconds(prefill_reply.transfer_seconds());
 
   v1::DecodeRequest decode_request;

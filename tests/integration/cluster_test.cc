@@ -77,9 +77,10 @@ bool WaitUntil(absl::Duration timeout, const std::function<bool()>& condition,
   }
 }
 
+// No request holds a page: every slot is free or holds an unpinned prefix-cache page.
 bool PoolIdle(const v1::PoolUsage& usage) {
-  return usage.free_slots() == usage.total_slots() && usage.allocations() == 0 &&
-         usage.allocated_slots() == 0 && usage.sealed_slots() == 0;
+  return usage.free_slots() + usage.cached_slots() == usage.total_slots() &&
+         usage.allocations() == 0 && usage.allocated_slots() == 0 && usage.sealed_slots() == 0;
 }
 
 std::string Describe(const absl::StatusOr<v1::PoolUsage>& usage) {
@@ -272,6 +273,47 @@ void ExpectGreedyMatchesInProcess(const Cluster& cluster, Reference& reference) 
   }
 }
 
+// The prefix cache: a prompt sent again, one that extends it and one that shares only its first
+// pages reuse the whole pages the KV store holds (the timings say how many tokens, when
+// `cache_on`), and every answer equals in-process Generate's: the answer without the cache.
+// `offset` picks corpus text no other test of the cluster sends.
+void ExpectPrefixReuseKeepsAnswers(const Cluster& cluster, Reference& reference, bool cache_on,
+                                   size_t offset) {
+  constexpr int kPage = 16;  // the workers' kv_page_size
+  const std::vector<int> corpus = reference.tokenizer().Encode(ReadEvalText(), false);
+  ASSERT_GT(corpus.size(), offset + 300);
+  const auto text = [&](size_t from, size_t count) {
+    return std::vector<int>(corpus.begin() + from, corpus.begin() + from + count);
+  };
+  std::vector<int> base = {reference.tokenizer().bos_id()};
+  for (int id : text(offset, 99)) base.push_back(id);  // 100 tokens: 6 whole pages before the last
+  std::vector<int> extended = base;
+  for (int id : text(offset + 99, 60)) extended.push_back(id);
+  std::vector<int> diverging(base.begin(), base.begin() + 40);  // 2 whole pages in common
+  for (int id : text(offset + 200, 60)) diverging.push_back(id);
+  struct Case {
+    const char* name;
+    std::vector<int> prompt;
+    int cached;  // tokens the prefix cache must give
+  };
+  const Case cases[] = {{"first", base, 0},
+                        {"again", base, 6 * kPage},
+                        {"extended", extended, 6 * kPage},  // the base's pages, not its tail
+                        {"diverging", diverging, 2 * kPage}};
+  std::unique_ptr<Client> client = MakeClient(cluster);
+  ASSERT_NE(client, nullptr);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.name, ": ", c.prompt.size(), " prompt tokens"));
+    v1::GenerateRequest request = TokenRequest(c.prompt, 24);
+    request.mutable_stop()->set_ignore_eos(true);
+    const Expected expected = reference.Run(c.prompt, request);
+    absl::StatusOr<GenerateResult> result = client->Generate(request, WithTimeout(kCallTimeout));
+    ASSERT_TRUE(result.ok()) << result.status() << "\n" << cluster.LogTail();
+    EXPECT_EQ(result->token_ids, expected.tokens);
+    EXPECT_EQ(result->final.timings().cached_prompt_tokens(), cache_on ? c.cached : 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The harness itself: a cluster that cannot start fails with its log; stopping one leaves no
 // process behind.
@@ -311,6 +353,15 @@ TEST(GreedyEquivalenceTest, PlainModelMatchesInProcessGenerate) {
   std::unique_ptr<Reference> reference = Reference::Create(CompressionProfile());
   ASSERT_NE(reference, nullptr);
   ExpectGreedyMatchesInProcess(**cluster, *reference);
+  ExpectPrefixReuseKeepsAnswers(**cluster, *reference, /*cache_on=*/true, /*offset=*/0);
+}
+
+TEST(GreedyEquivalenceTest, PrefixCacheOffComputesEveryPrompt) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--prefix-cache=false"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::unique_ptr<Reference> reference = Reference::Create(CompressionProfile());
+  ASSERT_NE(reference, nullptr);
+  ExpectPrefixReuseKeepsAnswers(**cluster, *reference, /*cache_on=*/false, /*offset=*/0);
 }
 
 TEST(GreedyEquivalenceTest, MonolithicMatchesInProcessGenerate) {
@@ -364,6 +415,12 @@ class DefaultProfileCluster : public ::testing::Test {
 Cluster* DefaultProfileCluster::cluster_ = nullptr;
 Reference* DefaultProfileCluster::reference_ = nullptr;
 std::string* DefaultProfileCluster::start_error_ = nullptr;
+
+// The prefix cache under the default profile (SwiftKV, FP8, KCache): cached pages are read into
+// the prefill engine, the rest computed, and decode reads cached and new pages alike.
+TEST_F(DefaultProfileCluster, PrefixReuseKeepsAnswers) {
+  ExpectPrefixReuseKeepsAnswers(*cluster_, *reference_, /*cache_on=*/true, /*offset=*/20000);
+}
 
 // 6. Health: every process answers grpc.health.v1 Check with SERVING; the router lists its
 // workers as healthy.

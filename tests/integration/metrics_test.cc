@@ -170,15 +170,22 @@ TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
   EXPECT_OK(p.WaitForValue(R"(pdserve_prefill_requests_total{code="OK"})", kRequests));
   EXPECT_OK(p.WaitForValue(R"(pdserve_decode_requests_total{code="OK"})", kRequests));
   EXPECT_OK(p.WaitForValue("pdserve_decode_generated_tokens_total", kRequests * kMaxTokens));
-  // Pages put equal pages read, bytes too (decode reads K-only parts of KCache pages, so fewer).
+  // Every page decode read was either put by prefill or read by prefill from the prefix cache
+  // (the prompts share their first page): pages exactly, bytes at most (decode reads K-only parts
+  // of KCache pages).
   absl::StatusOr<std::vector<PrometheusServer::Sample>> put =
       p.Query(R"(pdserve_kv_transfer_pages_total{direction="put"})");
   ASSERT_TRUE(put.ok() && put->size() == 1);
   EXPECT_GT((*put)[0].value, 0);
-  EXPECT_OK(p.WaitForValue(R"(pdserve_kv_transfer_pages_total{direction="get"})", (*put)[0].value));
-  EXPECT_OK(p.WaitForValue(R"(sum(pdserve_kv_transfer_bytes_total{direction="put"}) >= bool )"
-                           R"(sum(pdserve_kv_transfer_bytes_total{direction="get"}))",
+  EXPECT_OK(p.WaitForValue(R"(sum(pdserve_kv_transfer_pages_total{direction="get",job="decode"}) )"
+                           R"(- sum(pdserve_kv_transfer_pages_total{job="prefill"}))",
+                           0));
+  EXPECT_OK(p.WaitForValue(R"(sum(pdserve_kv_transfer_bytes_total{job="prefill"}) >= bool )"
+                           R"(sum(pdserve_kv_transfer_bytes_total{direction="get",job="decode"}))",
                            1));
+  EXPECT_OK(p.WaitForValue("pdserve_prefill_prefix_cached_tokens_total > bool 0", 1));
+  EXPECT_OK(
+      p.WaitForValue(R"(pdserve_kvstore_prefix_lookups_pages_total{result="hit"} > bool 0)", 1));
   // SwiftKV + FP8 store less than the plain fp32 KV; the stored bytes are what was put.
   EXPECT_OK(
       p.WaitForValue("pdserve_prefill_kv_uncompressed_bytes_total > bool "
@@ -192,9 +199,10 @@ TEST_F(MetricsTest, PrometheusSeesTheTrafficOnEveryService) {
       p.Query("pdserve_ucx_transport_info == 1");
   ASSERT_TRUE(transports.ok());
   EXPECT_FALSE(transports->empty()) << "no worker reports the UCX transports it uses";
-  // The KV store: every page back, nothing expired, every allocation counted.
-  EXPECT_OK(p.WaitForValue(R"(pdserve_kvstore_slots{state="free"} - ignoring(state) )"
-                           R"(sum without(state) (pdserve_kvstore_slots))",
+  // The KV store: every page back (free, or an idle prefix-cache page), nothing expired, every
+  // allocation counted.
+  EXPECT_OK(p.WaitForValue(R"(sum without(state) (pdserve_kvstore_slots{state=~"free|cached"}) )"
+                           R"(- sum without(state) (pdserve_kvstore_slots))",
                            0));
   EXPECT_OK(p.WaitForValue("pdserve_kvstore_leases_active", 0));
   EXPECT_OK(p.WaitForValue("pdserve_kvstore_lease_expiries_total", 0));
