@@ -62,6 +62,11 @@ ABSL_FLAG(int, prompt_tokens_max, 0,
           "loadgen: prompt lengths uniform over [--prompt-tokens, this] (0 = fixed)");
 ABSL_FLAG(int, gen_tokens_max, 0,
           "loadgen: output lengths uniform over [--gen-tokens, this] (0 = fixed)");
+ABSL_FLAG(int, shared_prefix_tokens, 0,
+          "loadgen: every prompt starts with its group's shared prefix of this many tokens (a "
+          "system prompt), then tokens of its own up to its length (0 = no shared prefix)");
+ABSL_FLAG(int, prefix_groups, 1,
+          "loadgen: distinct shared prefixes; request i uses prefix i mod this");
 ABSL_FLAG(std::string, trace, "",
           "loadgen: Mooncake-format JSONL trace (timestamp ms, input_length, output_length, "
           "hash_ids of 512-token blocks); lengths and arrivals from it");
@@ -117,6 +122,7 @@ struct Config {
   int requests = 0;
   int warmup = 0;
   loadgen::LengthSpec prompt, output;
+  int shared_prefix = 0, prefix_groups = 1;
   std::string trace;
   double trace_speedup = 1;
   int vocab = 512;
@@ -169,7 +175,15 @@ absl::StatusOr<Config> ConfigFromFlags() {
   PDSERVE_ASSIGN_OR_RETURN(c.output,
                            Lengths("gen-tokens", absl::GetFlag(FLAGS_gen_tokens), "gen-tokens-max",
                                    absl::GetFlag(FLAGS_gen_tokens_max), 1));
+  c.shared_prefix = absl::GetFlag(FLAGS_shared_prefix_tokens);
+  c.prefix_groups = absl::GetFlag(FLAGS_prefix_groups);
+  if (c.shared_prefix < 0) return absl::InvalidArgumentError("--shared-prefix-tokens must be ≥ 0");
+  if (c.prefix_groups < 1) return absl::InvalidArgumentError("--prefix-groups must be ≥ 1");
   c.trace = absl::GetFlag(FLAGS_trace);
+  if (!c.trace.empty() && c.shared_prefix > 0) {
+    return absl::InvalidArgumentError(
+        "--shared-prefix-tokens is for synthetic prompts; a trace shares blocks by its hash_ids");
+  }
   c.trace_speedup = absl::GetFlag(FLAGS_trace_speedup);
   if (!(c.trace_speedup > 0)) return absl::InvalidArgumentError("--trace-speedup must be > 0");
   // Token ids in [3, vocab): 512 (stories260K's vocabulary) unless --vocab is given.
@@ -243,8 +257,8 @@ absl::StatusOr<std::vector<loadgen::RequestSpec>> BuildWorkload(const Config& c,
     }
     specs = loadgen::TraceWorkload(trace, c.vocab, c.seed, c.trace_speedup);
   } else {
-    specs =
-        loadgen::SyntheticWorkload({c.warmup + c.requests, c.prompt, c.output, c.vocab, c.seed});
+    specs = loadgen::SyntheticWorkload({c.warmup + c.requests, c.prompt, c.output, c.vocab, c.seed,
+                                        c.shared_prefix, c.prefix_groups});
   }
   if (use_rate) {
     const std::vector<double> offsets =
@@ -271,6 +285,8 @@ nlohmann::json ConfigJson(const Config& c, const loadgen::Backend& backend, doub
       {"warmup", c.warmup},
       {"prompt_tokens", c.trace.empty() ? c.prompt.Describe() : "trace"},
       {"output_tokens", c.trace.empty() ? c.output.Describe() : "trace"},
+      {"shared_prefix_tokens", c.shared_prefix},
+      {"prefix_groups", c.prefix_groups},
       {"trace", c.trace},
       {"trace_speedup", c.trace_speedup},
       {"vocab", c.vocab},

@@ -522,6 +522,8 @@ Json UsageJson(const v1::GenerateResponse::Final& final) {
   usage["prompt_tokens"] = final.prompt_tokens();
   usage["completion_tokens"] = final.completion_tokens();
   usage["total_tokens"] = final.prompt_tokens() + final.completion_tokens();
+  // OpenAI's field for prompt tokens served from a cache.
+  usage["prompt_tokens_details"] = {{"cached_tokens", final.timings().cached_prompt_tokens()}};
   return usage;
 }
 

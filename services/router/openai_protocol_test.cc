@@ -303,5 +303,17 @@ TEST(OpenAiProtocolTest, IdsAreUniqueAndPrefixed) {
   EXPECT_GT(a.created, 1600000000);
 }
 
+TEST(OpenAiUsageTest, CountsTokensAndThePrefixCacheHits) {
+  v1::GenerateResponse::Final final;
+  final.set_prompt_tokens(100);
+  final.set_completion_tokens(7);
+  final.mutable_timings()->set_cached_prompt_tokens(96);
+  const Json usage = UsageJson(final);
+  EXPECT_EQ(usage["prompt_tokens"], 100);
+  EXPECT_EQ(usage["completion_tokens"], 7);
+  EXPECT_EQ(usage["total_tokens"], 107);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 96);
+}
+
 }  // namespace
 }  // namespace pdserve

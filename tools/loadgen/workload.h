@@ -58,6 +58,11 @@ struct SyntheticOptions {
   LengthSpec output;
   int vocab = 512;
   uint64_t seed = 0;
+  // Shared prefixes (system prompts): request i's prompt starts with the `shared_prefix` tokens of
+  // group i mod prefix_groups, then its own tokens up to its drawn length (at least one of its
+  // own). 0 = no shared prefix.
+  int shared_prefix = 0;
+  int prefix_groups = 1;
 };
 
 // `count` requests with lengths drawn from the specs (arrival offsets left at 0).

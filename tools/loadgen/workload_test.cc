@@ -134,5 +134,23 @@ TEST(SyntheticWorkload, LengthsStayInRangeAndAreSeeded) {
   EXPECT_EQ(LengthSpec({5, 9}).Describe(), "uniform[5,9]");
 }
 
+TEST(SyntheticWorkload, GroupsShareTheirPrefixAndNothingMore) {
+  SyntheticOptions options{9, {40, 40}, {3, 3}, 512, 7};
+  options.shared_prefix = 30;
+  options.prefix_groups = 3;
+  const std::vector<RequestSpec> specs = SyntheticWorkload(options);
+  const auto prefix = [](const RequestSpec& s, size_t n) {
+    return std::vector<int>(s.prompt.begin(), s.prompt.begin() + n);
+  };
+  for (const RequestSpec& s : specs) ASSERT_EQ(s.prompt.size(), 40u);
+  EXPECT_EQ(prefix(specs[0], 30), prefix(specs[3], 30));  // group 0
+  EXPECT_EQ(prefix(specs[1], 30), prefix(specs[7], 30));  // group 1
+  EXPECT_NE(prefix(specs[0], 30), prefix(specs[1], 30));
+  EXPECT_NE(specs[0].prompt, specs[3].prompt);  // each its own tail
+  // A prompt shorter than the prefix still gets one token of its own.
+  options.prompt = {10, 10};
+  for (const RequestSpec& s : SyntheticWorkload(options)) EXPECT_EQ(s.prompt.size(), 31u);
+}
+
 }  // namespace
 }  // namespace pdserve::loadgen
