@@ -242,9 +242,10 @@ absl::StatusOr<std::unique_ptr<loadgen::Backend>> MakeBackend(const Config& c) {
 }
 
 // The requests of one run: lengths from the trace or the specs, the first `warmup` flagged, and
-// arrival offsets (trace timestamps unless a rate is given).
+// arrival offsets (trace timestamps unless a rate is given). `seed` draws prompts, lengths and
+// arrivals; the shared prefixes come from c.seed, so every run shares the same system prompts.
 absl::StatusOr<std::vector<loadgen::RequestSpec>> BuildWorkload(const Config& c, double rate,
-                                                                bool use_rate) {
+                                                                bool use_rate, uint64_t seed) {
   std::vector<loadgen::RequestSpec> specs;
   if (!c.trace.empty()) {
     PDSERVE_ASSIGN_OR_RETURN(std::vector<loadgen::TraceEntry> trace, loadgen::ReadTrace(c.trace));
@@ -255,14 +256,14 @@ absl::StatusOr<std::vector<loadgen::RequestSpec>> BuildWorkload(const Config& c,
       return absl::InvalidArgumentError(absl::StrCat(
           c.trace, " has ", trace.size(), " requests, not more than --warmup ", c.warmup));
     }
-    specs = loadgen::TraceWorkload(trace, c.vocab, c.seed, c.trace_speedup);
+    specs = loadgen::TraceWorkload(trace, c.vocab, seed, c.trace_speedup);
   } else {
-    specs = loadgen::SyntheticWorkload({c.warmup + c.requests, c.prompt, c.output, c.vocab, c.seed,
-                                        c.shared_prefix, c.prefix_groups});
+    specs = loadgen::SyntheticWorkload({c.warmup + c.requests, c.prompt, c.output, c.vocab, seed,
+                                        c.shared_prefix, c.prefix_groups, c.seed});
   }
   if (use_rate) {
     const std::vector<double> offsets =
-        loadgen::ArrivalOffsets(c.arrival, rate, static_cast<int>(specs.size()), c.seed);
+        loadgen::ArrivalOffsets(c.arrival, rate, static_cast<int>(specs.size()), seed);
     for (size_t i = 0; i < specs.size(); ++i) specs[i].arrival_s = offsets[i];
   }
   for (size_t i = 0; i < specs.size(); ++i) specs[i].warmup = static_cast<int>(i) < c.warmup;
@@ -311,12 +312,12 @@ absl::Status EnsureOutDir(const Config& c) {
   return absl::OkStatus();
 }
 
-// One run at `rate` (open loop) or closed loop; prints its table, returns the report and the
-// records.
+// One run at `rate` (open loop) or closed loop with the workload of `seed`; prints its table,
+// returns the report and the records.
 absl::StatusOr<std::pair<Report, std::vector<loadgen::RequestRecord>>> RunOnce(
-    const Config& c, loadgen::Backend& backend, double rate, bool use_rate) {
+    const Config& c, loadgen::Backend& backend, double rate, bool use_rate, uint64_t seed) {
   PDSERVE_ASSIGN_OR_RETURN(std::vector<loadgen::RequestSpec> specs,
-                           BuildWorkload(c, rate, use_rate));
+                           BuildWorkload(c, rate, use_rate, seed));
   const int measured = static_cast<int>(specs.size()) - c.warmup;
   std::string how = c.closed_loop ? absl::StrCat("closed loop, ", c.concurrency, " clients")
                     : use_rate    ? absl::StrFormat("%s arrivals at %.4g req/s",
@@ -326,7 +327,7 @@ absl::StatusOr<std::pair<Report, std::vector<loadgen::RequestRecord>>> RunOnce(
               backend.Describe().c_str(), measured, c.warmup, how.c_str(),
               c.trace.empty() ? c.prompt.Describe().c_str() : c.trace.c_str(),
               c.trace.empty() ? c.output.Describe().c_str() : "from trace",
-              static_cast<unsigned long long>(c.seed));
+              static_cast<unsigned long long>(seed));
   std::fflush(stdout);
   std::vector<loadgen::RequestRecord> records = loadgen::RunWorkload(backend, specs, c.run);
   Report report = loadgen::ComputeReport(records, c.slo);
@@ -338,9 +339,13 @@ absl::StatusOr<std::pair<Report, std::vector<loadgen::RequestRecord>>> RunOnce(
   return std::make_pair(std::move(report), std::move(records));
 }
 
+// Each rate draws its own prompts (seed + its index in the sweep), so that no rate is served from a
+// cache an earlier rate filled; shared prefixes stay the same.
 absl::Status Sweep(const Config& c, loadgen::Backend& backend) {
+  std::vector<uint64_t> seeds;
   auto run_at = [&](double rate) -> absl::StatusOr<Report> {
-    PDSERVE_ASSIGN_OR_RETURN(auto run, RunOnce(c, backend, rate, /*use_rate=*/true));
+    seeds.push_back(c.seed + seeds.size());
+    PDSERVE_ASSIGN_OR_RETURN(auto run, RunOnce(c, backend, rate, /*use_rate=*/true, seeds.back()));
     PDSERVE_RETURN_IF_ERROR(loadgen::WriteFile(
         InDir(c, absl::StrFormat("requests_rate%g.csv", rate)), loadgen::RequestsCsv(run.second)));
     std::printf("\n");
@@ -365,6 +370,7 @@ absl::Status Sweep(const Config& c, loadgen::Backend& backend) {
   nlohmann::json json = loadgen::SweepJson(sweep, c.slo);
   json["config"] = ConfigJson(c, backend, 0, c.requests);
   json["config"]["rate"] = c.sweep_rates;
+  json["config"]["seeds"] = seeds;  // per rate, in the order run
   PDSERVE_RETURN_IF_ERROR(loadgen::WriteFile(InDir(c, "sweep.json"), json.dump(2) + "\n"));
   if (!c.json.empty()) PDSERVE_RETURN_IF_ERROR(loadgen::WriteFile(c.json, json.dump(2) + "\n"));
   PDSERVE_RETURN_IF_ERROR(loadgen::WriteFile(InDir(c, "sweep.csv"), loadgen::SweepCsv(sweep)));
@@ -400,7 +406,7 @@ absl::Status RunLoadgen() {
   nlohmann::json json;
   if (c.requests > 0) {
     const bool use_rate = !c.closed_loop && (c.trace.empty() || c.rate_given);
-    PDSERVE_ASSIGN_OR_RETURN(auto run, RunOnce(c, *backend, c.rate, use_rate));
+    PDSERVE_ASSIGN_OR_RETURN(auto run, RunOnce(c, *backend, c.rate, use_rate, c.seed));
     json = loadgen::ReportJson(run.first, c.slo);
     json["config"] = ConfigJson(c, *backend, c.rate, run.first.measured);
     const std::string csv = loadgen::RequestsCsv(run.second);

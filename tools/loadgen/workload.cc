@@ -112,7 +112,7 @@ std::vector<RequestSpec> SyntheticWorkload(const SyntheticOptions& options) {
     spec.prompt.reserve(static_cast<size_t>(std::max(prompt_length, options.shared_prefix + 1)));
     if (options.shared_prefix > 0) {
       const uint64_t group = static_cast<uint64_t>(i % std::max(1, options.prefix_groups));
-      std::mt19937_64 group_rng(Mix(options.seed ^ 0x243f6a8885a308d3ULL, group));
+      std::mt19937_64 group_rng(Mix(options.prefix_seed ^ 0x243f6a8885a308d3ULL, group));
       AppendRandom(group_rng, options.vocab, options.shared_prefix, spec.prompt);
     }
     const int own = std::max(1, prompt_length - static_cast<int>(spec.prompt.size()));

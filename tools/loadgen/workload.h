@@ -63,6 +63,7 @@ struct SyntheticOptions {
   // own). 0 = no shared prefix.
   int shared_prefix = 0;
   int prefix_groups = 1;
+  uint64_t prefix_seed = 0;  // draws the shared prefixes
 };
 
 // `count` requests with lengths drawn from the specs (arrival offsets left at 0).

@@ -147,6 +147,12 @@ TEST(SyntheticWorkload, GroupsShareTheirPrefixAndNothingMore) {
   EXPECT_EQ(prefix(specs[1], 30), prefix(specs[7], 30));  // group 1
   EXPECT_NE(prefix(specs[0], 30), prefix(specs[1], 30));
   EXPECT_NE(specs[0].prompt, specs[3].prompt);  // each its own tail
+  // Another seed (a sweep's next rate) keeps the prefixes of prefix_seed and draws new tails.
+  SyntheticOptions next = options;
+  next.seed = 8;
+  const std::vector<RequestSpec> again = SyntheticWorkload(next);
+  EXPECT_EQ(prefix(again[0], 30), prefix(specs[0], 30));
+  EXPECT_NE(again[0].prompt, specs[0].prompt);
   // A prompt shorter than the prefix still gets one token of its own.
   options.prompt = {10, 10};
   for (const RequestSpec& s : SyntheticWorkload(options)) EXPECT_EQ(s.prompt.size(), 31u);
