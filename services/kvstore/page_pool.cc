@@ -399,7 +399,10 @@ void PagePool::FreeLocked(uint64_t allocation_id) {
   for (int64_t slot : it->second.slots) {
     if (slot >= 0) FreeSlotLocked(slot);
   }
-  for (const PrefixPageHash& hash : it->second.pinned) UnpinLocked(hash);
+  // Deepest pages first into the idle list, so that they are dropped before the pages they extend:
+  // a prompt's cached run shortens from its end instead of losing its head (and with it the run).
+  const std::vector<PrefixPageHash>& pinned = it->second.pinned;
+  for (auto hash = pinned.rbegin(); hash != pinned.rend(); ++hash) UnpinLocked(*hash);
   auto owner = by_request_.find(it->second.request_id);
   if (owner != by_request_.end()) {
     std::erase(owner->second, allocation_id);

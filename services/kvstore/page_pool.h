@@ -20,7 +20,8 @@
 // read-only, one per cache layer — and reserves slots only for the rest; Seal publishes the
 // allocation's own named pages under their names (unless another request published the name
 // first). A cached page is pinned while any allocation that reads or published it lives; unpinned,
-// it stays until Allocate needs its slots, least recently unpinned first. Cached and request pages
+// it stays until Allocate needs its slots, least recently unpinned first (an allocation unpins its
+// deepest pages first, so a prompt's cached run shortens from its end). Cached and request pages
 // share the one pool. A name whose cached page has another encoded size than the requester's (a
 // collision, or a bug) is not reused: counted, and the run of reused pages ends there.
 //

@@ -493,6 +493,17 @@ TEST_P(PrefixCacheTest, UnpinnedPagesMakeRoomLeastRecentlyUsedFirst) {
   ExpectSlotsAddUp();
 }
 
+TEST_P(PrefixCacheTest, APromptsCachedRunShortensFromItsEnd) {
+  absl::StatusOr<PageAllocation> a = Prefill(1, 3, Names(1, 3));  // 6 of 8 slots
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(Release(*a).ok());
+  ASSERT_TRUE(Release(*Prefill(2, 2, {})).ok());  // needs 4: drops one page, the deepest
+  EXPECT_EQ(pool_->Usage().prefix_evictions, 1);
+  absl::StatusOr<PageAllocation> b = Prefill(3, 3, Names(1, 3), /*seal=*/false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->reused_pages, 2);
+}
+
 TEST_P(PrefixCacheTest, PinnedPagesAreNeverDropped) {
   absl::StatusOr<PageAllocation> a = Prefill(1, 3, Names(1, 3));  // 6 slots, pinned by a
   ASSERT_TRUE(a.ok()) << a.status();
