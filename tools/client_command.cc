@@ -58,12 +58,13 @@ absl::Status RunClient() {
   if (absl::GetFlag(FLAGS_timings)) {
     const v1::Timings& t = final.timings();
     std::fprintf(stderr,
-                 "request %s: %d prompt + %d generated tokens, finished by %s\n"
+                 "request %s: %d prompt (%d from the prefix cache) + %d generated tokens, "
+                 "finished by %s\n"
                  "  prefill on %s, decode on %s\n"
                  "  queue %.1f ms, prefill %.1f ms, transfer %.1f ms, first token %.1f ms, "
                  "decode %.1f ms, total %.1f ms\n",
-                 final.request_id().c_str(), final.prompt_tokens(), final.completion_tokens(),
-                 FinishReasonName(final.finish_reason()),
+                 final.request_id().c_str(), final.prompt_tokens(), t.cached_prompt_tokens(),
+                 final.completion_tokens(), FinishReasonName(final.finish_reason()),
                  final.prefill_worker().empty() ? "-" : final.prefill_worker().c_str(),
                  final.decode_worker().c_str(), t.queue_seconds() * 1e3, t.prefill_seconds() * 1e3,
                  t.transfer_seconds() * 1e3, t.first_token_seconds() * 1e3,

@@ -224,6 +224,23 @@ TEST_F(KvStoreServiceTest, BadInputsGetDocumentedCodes) {
   EXPECT_EQ(Allocate(1, {10}, -1, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Allocate(1, {10}, std::numeric_limits<double>::quiet_NaN(), &reply).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    // Prefix-cache names are 16 bytes, at most one per page of each cache layer.
+    v1::AllocateRequest request;
+    request.set_request_id(1);
+    request.add_page_bytes(10);
+    request.add_page_bytes(10);
+    request.set_cache_layers(2);
+    request.add_prefix_hashes(std::string(15, 'x'));
+    grpc::ClientContext context;
+    EXPECT_EQ(stub_->Allocate(&context, request, &reply).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    request.set_prefix_hashes(0, std::string(16, 'x'));
+    request.add_prefix_hashes(std::string(16, 'y'));  // two names, one page per layer
+    grpc::ClientContext again;
+    EXPECT_EQ(stub_->Allocate(&again, request, &reply).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
   EXPECT_EQ(Usage().free_slots(), kSlots);
 
   v1::AllocateReply big;

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Prefix cache on against off (issue 20), in one run: the disaggregated cluster with the default
+# profile (--swiftkv-layer 4 --fp8 per-token --kcache-topn 32, one prefill and one decode worker, a
+# 1 GiB KV pool) on a stories42M-shaped f16 GGUF (random weights, context 2048), loaded by
+# `pdserve loadgen` with prompts whose first SHARED of PROMPT tokens are one of GROUPS system
+# prompts (PREFIX_GROUPS of them; 75 % of the prompt by default) and GEN generated tokens. For each mode: `pdserve up` → a low-rate run
+# (TTFT without queueing) → a rate sweep (each rate its own prompts; SLO TTFT ≤ SLO_TTFT_MS and
+# TPOT ≤ SLO_TPOT_MS for ≥ 90 % of requests) → the KV store's hit and miss counters → stop. Ends
+# with a table of both modes. Artefacts in $WORK/{on,off}/. About 6 minutes on 2 cores.
+#
+#   scripts/bench_prefix_cache.sh [build-dir]     (default build/release; pdserve built if needed)
+#   PROMPT=1024 SHARED=768 RATES=0.5:1.5:5 scripts/bench_prefix_cache.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build/release}
+PDSERVE=$BUILD/tools/pdserve
+WORK=${WORK:-/tmp/pdserve_bench_prefix}
+MODEL=${MODEL:-/tmp/pdserve-bench/stories42M-2k-f16.gguf}
+PROMPT=${PROMPT:-2000}
+SHARED=${SHARED:-1500}
+PREFIX_GROUPS=${PREFIX_GROUPS:-4}
+GEN=${GEN:-32}
+LOW_RATE=${LOW_RATE:-0.3}
+LOW_REQUESTS=${LOW_REQUESTS:-16}
+RATES=${RATES:-0.4:1.5:5}
+REQUESTS=${REQUESTS:-20}
+WARMUP=${WARMUP:-4}
+SLO_TTFT_MS=${SLO_TTFT_MS:-2000}
+SLO_TPOT_MS=${SLO_TPOT_MS:-100}
+SEED=${SEED:-1}
+PROFILE=(--swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
+mkdir -p "$WORK"
+
+if [[ ! -x $PDSERVE ]]; then
+  ninja -C "$BUILD" -j2 pdserve > "$WORK/build.log" || { tail -30 "$WORK/build.log" >&2; exit 1; }
+fi
+if [[ ! -f $MODEL ]]; then
+  mkdir -p "$(dirname "$MODEL")"
+  "$PDSERVE" make-model --shape stories42M --format gguf --dtype f16 --seq-len 2048 --out "$MODEL" \
+    > "$WORK/make-model.log" 2>&1
+fi
+# shellcheck source=scripts/cluster_lib.sh
+source scripts/cluster_lib.sh
+
+WORKLOAD=(--prompt-tokens "$PROMPT" --gen-tokens "$GEN" --shared-prefix-tokens "$SHARED"
+          --prefix-groups "$PREFIX_GROUPS" --warmup "$WARMUP")
+for mode in off on; do
+  cache=$([[ $mode == on ]] && echo true || echo false)
+  echo "=== prefix cache $mode: $PROMPT-token prompts, $SHARED shared ($PREFIX_GROUPS groups) ($(date +%T))"
+  start_cluster "$WORK/$mode.log" --model "$MODEL" --threads 1 --pool-mib 1024 "${PROFILE[@]}" \
+    --prefix-cache="$cache"
+  mkdir -p "$WORK/$mode"
+  "$PDSERVE" loadgen --router "$ROUTER" --rate "$LOW_RATE" --requests "$LOW_REQUESTS" \
+    "${WORKLOAD[@]}" --seed "$SEED" --json "$WORK/$mode/low_rate.json" \
+    > "$WORK/$mode.low_rate.txt"
+  # Seeds SEED + 1, + 2, ... (one per rate): no rate reuses another's prompts (the shared
+  # prefixes differ from the low-rate run's too, so the first request of each group misses).
+  "$PDSERVE" loadgen --router "$ROUTER" --sweep-rates "$RATES" --requests "$REQUESTS" \
+    "${WORKLOAD[@]}" --seed "$((SEED + 1))" --slo-ttft-ms "$SLO_TTFT_MS" \
+    --slo-tpot-ms "$SLO_TPOT_MS" --out-dir "$WORK/$mode" > "$WORK/$mode.sweep.txt"
+  kvstore_http=$(awk '$1 == "kvstore" {print $3}' "$WORK/$mode.log")
+  curl -s "http://$kvstore_http/metrics" > "$WORK/$mode/kvstore_metrics.txt"
+  cleanup
+done
+
+python3 - "$WORK" "$PROMPT" "$SHARED" <<'PY'
+import json, re, sys
+work, prompt, shared = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def ms(x): return "-" if x is None else f"{x * 1000:.0f}"
+low = {m: json.load(open(f"{work}/{m}/low_rate.json")) for m in ("off", "on")}
+sweeps = {m: json.load(open(f"{work}/{m}/sweep.json")) for m in ("off", "on")}
+print(f"\nlow rate ({low['on']['config']['rate']} req/s, no queueing):")
+print("| prefix cache | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms |")
+print("|---|---|---|---|")
+for m, r in low.items():
+    print(f"| {m} | {ms(r['ttft_s']['p50'])} | {ms(r['ttft_s']['p90'])} | {ms(r['tpot_s']['p50'])} |")
+ratio = low["off"]["ttft_s"]["p50"] / low["on"]["ttft_s"]["p50"]
+print(f"TTFT p50 off / on: {ratio:.2f}")
+slo = sweeps["on"]["slo"]
+print(f"\nsweep (SLO TTFT <= {slo['ttft_ms']} ms, TPOT <= {slo['tpot_ms']} ms, "
+      f">= {sweeps['on']['attainment_target'] * 100:.0f} %):")
+print("| prefix cache | rate req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | attainment | goodput req/s |")
+print("|---|---|---|---|---|---|---|")
+best = {}
+for m, sweep in sweeps.items():
+    for p in sweep["points"]:
+        print(f"| {m} | {p['rate']:.2f} | {ms(p['ttft_s']['p50'])} | {ms(p['ttft_s']['p99'])} "
+              f"| {ms(p['tpot_s']['p50'])} | {p['slo_attainment']:.2f} | {p['goodput']:.2f} |")
+    best[m] = max((p["goodput"] for p in sweep["points"] if p["slo_attainment"] >= sweep["attainment_target"]),
+                  default=0.0)
+print(f"best goodput meeting the SLO: off {best['off']:.2f}, on {best['on']:.2f} req/s"
+      + (f" ({best['on'] / best['off']:.2f}x)" if best["off"] > 0 else ""))
+text = open(f"{work}/on/kvstore_metrics.txt").read()
+def counter(result):
+    m = re.search(r'pdserve_kvstore_prefix_lookups_pages_total\{result="%s"\} (\S+)' % result, text)
+    return float(m.group(1)) if m else 0.0
+hit, miss = counter("hit"), counter("miss")
+page = 16
+reusable = (shared // page) / ((prompt - 1) // page)
+print(f"store hit rate (pages): {hit / max(hit + miss, 1) * 100:.1f} % "
+      f"({hit:.0f} hit, {miss:.0f} miss); reusable share of named pages: {reusable * 100:.1f} %")
+PY
