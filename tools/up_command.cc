@@ -19,6 +19,7 @@
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/process_group.h"
+#include "tools/profile_flags.h"
 
 ABSL_DECLARE_FLAG(bool, monolithic);
 ABSL_DECLARE_FLAG(std::string, listen);
@@ -83,9 +84,15 @@ absl::Status WaitForWorkers(const std::string& router, int expected, absl::Durat
 // A KV store slot that fits one page of `config` in the largest form a page takes (f32 K and V,
 // 16 tokens, header): the store knows nothing of the model, so `up` sizes it unless --slot-kib
 // says otherwise.
-int64_t SlotKibFor(const ModelConfig& config) {
+int64_t SlotKibFor(const ModelConfig& config, const CompressionProfile& profile) {
+  // The largest page the workers write: 16 tokens of K and V at full head width (ZACK only narrows
+  // them) in the profile's element type, FP8's per-token scales, and room for the header. A slot
+  // no larger than that lets the pool (and the prefix cache in it) hold as many pages as it can.
   constexpr int64_t kPageTokens = 16;
-  const int64_t bytes = 2 * kPageTokens * int64_t{config.kv_dim()} * 4 + 4096;
+  const bool fp8 = profile.fp8 != KvScaleMode::kNone;
+  const int64_t element = fp8 ? 1 : profile.f16_kv ? 2 : 4;
+  const int64_t scales = fp8 ? 2 * kPageTokens * int64_t{config.n_kv_heads} * 4 : 0;
+  const int64_t bytes = 2 * kPageTokens * int64_t{config.kv_dim()} * element + scales + 4096;
   return std::max<int64_t>(4, (bytes + 4095) / 4096 * 4);
 }
 
@@ -125,7 +132,8 @@ absl::Status RunUp() {
     if (absl::FindCommandLineFlag("slot_kib")->CurrentValue() ==
         absl::FindCommandLineFlag("slot_kib")->DefaultValue()) {
       PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(absl::GetFlag(FLAGS_model)));
-      args.push_back(absl::StrCat("--slot-kib=", SlotKibFor(weights.config)));
+      PDSERVE_ASSIGN_OR_RETURN(const CompressionProfile profile, ProfileFromFlags());
+      args.push_back(absl::StrCat("--slot-kib=", SlotKibFor(weights.config, profile)));
     }
     Forward({"log_level", "drain_seconds"}, args);
     PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", args, startup));
