@@ -422,6 +422,33 @@ TEST_F(DefaultProfileCluster, PrefixReuseKeepsAnswers) {
   ExpectPrefixReuseKeepsAnswers(*cluster_, *reference_, /*cache_on=*/true, /*offset=*/20000);
 }
 
+// A multi-turn conversation: each turn's prompt is the whole history (every earlier prompt and
+// answer) plus a new user message. Every answer equals in-process Generate's on the same history,
+// and each turn reuses at least the whole pages of the previous turn's prompt (the pages of
+// generated tokens are decode's and not published).
+TEST_F(DefaultProfileCluster, MultiTurnConversationKeepsAnswers) {
+  constexpr int kPage = 16;
+  const std::vector<int> corpus = reference_->tokenizer().Encode(ReadEvalText(), false);
+  ASSERT_GT(corpus.size(), 30400u);
+  std::vector<int> history = {reference_->tokenizer().bos_id()};
+  size_t previous_prompt = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    SCOPED_TRACE(absl::StrCat("turn ", turn));
+    const size_t message = 30000 + static_cast<size_t>(turn) * 100;  // the user's new message
+    history.insert(history.end(), corpus.begin() + message, corpus.begin() + message + 37);
+    v1::GenerateRequest request = TokenRequest(history, 20);
+    request.mutable_stop()->set_ignore_eos(true);
+    const Expected expected = reference_->Run(history, request);
+    absl::StatusOr<GenerateResult> result = client_->Generate(request, WithTimeout(kCallTimeout));
+    ASSERT_TRUE(result.ok()) << result.status() << "\n" << cluster_->LogTail();
+    EXPECT_EQ(result->token_ids, expected.tokens);
+    EXPECT_GE(result->final.timings().cached_prompt_tokens(),
+              static_cast<int>(previous_prompt) / kPage * kPage);
+    previous_prompt = history.size();
+    history.insert(history.end(), result->token_ids.begin(), result->token_ids.end());
+  }
+}
+
 // 6. Health: every process answers grpc.health.v1 Check with SERVING; the router lists its
 // workers as healthy.
 TEST_F(DefaultProfileCluster, EveryProcessIsServing) {
