@@ -276,8 +276,7 @@ absl::Status PrefillWorker::FetchCachedPages(Pending& pending) {
         wrong = absl::StrCat("its header says request ", view->header.request_id, ", cache layer ",
                              view->header.cache_layer, ", page ", view->header.page_index, ", ",
                              view->header.num_tokens,
-                             " tokens, or its calibration or layout is "
-                             "not this worker's");
+                             " tokens, or its calibration or layout is not this worker's");
       }
       if (!wrong.empty()) {
         stats_->cache_refused_pages.Increment();
@@ -302,6 +301,9 @@ absl::StatusOr<int> PrefillWorker::StartSequence(Pending& pending) {
       return imported;
     }
   }
+  // In the engine now: the bytes read from the store are not needed any more.
+  pending.cached_pages.clear();
+  pending.cached_bytes.clear();
   return sequence;
 }
 
