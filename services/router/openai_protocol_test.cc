@@ -264,7 +264,7 @@ TEST(OpenAiProtocolTest, ResponseShapes) {
             R"({"id":"cmpl-1","object":"text_completion","created":1700000000,)"
             R"("model":"stories260K","choices":[{"index":0,"text":"abc","logprobs":null,)"
             R"("finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":4,)"
-            R"("total_tokens":7}})");
+            R"("total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
   final.set_finish_reason(v1::FINISH_REASON_STOP_STRING);
   const Json chat = CompletionResponse(kChat, identity, "hi", final);
   EXPECT_EQ(chat["object"], "chat.completion");
