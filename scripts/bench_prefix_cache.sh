@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prefix cache on against off (issue 20), in one run: the disaggregated cluster with the default
 # profile (--swiftkv-layer 4 --fp8 per-token --kcache-topn 32, one prefill and one decode worker, a
-# 1 GiB KV pool) on a stories42M-shaped f16 GGUF (random weights, context 2048), loaded by
+# KV pool of POOL_MIB, default 256 as `pdserve up`'s) on a stories42M-shaped f16 GGUF (random weights, context 2048), loaded by
 # `pdserve loadgen` with prompts whose first SHARED of PROMPT tokens are one of GROUPS system
 # prompts (PREFIX_GROUPS of them; 75 % of the prompt by default) and GEN generated tokens. For each mode: `pdserve up` → a low-rate run
 # (TTFT without queueing) → a rate sweep (each rate its own prompts; SLO TTFT ≤ SLO_TTFT_MS and
@@ -28,6 +28,7 @@ WARMUP=${WARMUP:-4}
 SLO_TTFT_MS=${SLO_TTFT_MS:-2000}
 SLO_TPOT_MS=${SLO_TPOT_MS:-100}
 SEED=${SEED:-1}
+POOL_MIB=${POOL_MIB:-256}
 PROFILE=(--swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
 mkdir -p "$WORK"
 
@@ -47,7 +48,7 @@ WORKLOAD=(--prompt-tokens "$PROMPT" --gen-tokens "$GEN" --shared-prefix-tokens "
 for mode in off on; do
   cache=$([[ $mode == on ]] && echo true || echo false)
   echo "=== prefix cache $mode: $PROMPT-token prompts, $SHARED shared ($PREFIX_GROUPS groups) ($(date +%T))"
-  start_cluster "$WORK/$mode.log" --model "$MODEL" --threads 1 --pool-mib 1024 "${PROFILE[@]}" \
+  start_cluster "$WORK/$mode.log" --model "$MODEL" --threads 1 --pool-mib "$POOL_MIB" "${PROFILE[@]}" \
     --prefix-cache="$cache"
   mkdir -p "$WORK/$mode"
   "$PDSERVE" loadgen --router "$ROUTER" --rate "$LOW_RATE" --requests "$LOW_REQUESTS" \
