@@ -63,7 +63,7 @@ for tls in $TRANSPORTS; do
   for memory in $MEMORIES; do
     out=""
     for ((r = 0; r < REPEATS; ++r)); do
-      out+=$("$BENCH" --transports="$tls" --peer_failure_detection=$pfd --sizes="${SIZES// /,}" \
+      out+=$("$BENCH" --transports="$tls" --peer_failure_detection="$pfd" --sizes="${SIZES// /,}" \
                --depths="$DEPTHS" --ops="${OPS// /,}" --target_memory="$memory" --trials=5 \
                --mib_per_trial="$MIB" 2>/dev/null || true)$'\n'
     done

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the serving benchmarks: start and stop one `pdserve up` cluster at a time.
 #   start_cluster LOG ARGS...   runs `$PDSERVE up ARGS` in the background, waits for its ready
 #                               line; sets UP_PID, ROUTER (gRPC), ROUTER_HTTP and MONO (the first
@@ -29,6 +30,8 @@ start_cluster() {
     fi
     sleep 0.1; waited=$((waited + 1))
   done
+  # shellcheck disable=SC2034  # ROUTER_HTTP and MONO are for the scripts that source this file
   ROUTER_HTTP=$(awk '/^PDSERVE_READY up / {print $4}' "$log")
+  # shellcheck disable=SC2034
   MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
 }
