@@ -8,8 +8,13 @@
 # TPOT ≤ SLO_TPOT_MS for ≥ 90 % of requests) → the KV store's hit and miss counters → stop. Ends
 # with a table of both modes. Artefacts in $WORK/{on,off}/. About 6 minutes on 2 cores.
 #
+# With LLAMA_BIN (llama.cpp's bin folder, ../shared/peers/build-llama-server.sh), llama-server runs
+# the same load on the same file too (`-t 2 -np 4`, 2048 tokens per slot, its prompt cache on as
+# by default), and every run goes over HTTP (pdserve's OpenAI API on the router) instead of gRPC.
+#
 #   scripts/bench_prefix_cache.sh [build-dir]     (default build/release; pdserve built if needed)
 #   PROMPT=1024 SHARED=768 RATES=0.5:1.5:5 scripts/bench_prefix_cache.sh
+#   LLAMA_BIN=/tmp/pdserve-peers/llama.cpp-server/bin scripts/bench_prefix_cache.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/release}
@@ -45,33 +50,60 @@ source scripts/cluster_lib.sh
 
 WORKLOAD=(--prompt-tokens "$PROMPT" --gen-tokens "$GEN" --shared-prefix-tokens "$SHARED"
           --prefix-groups "$PREFIX_GROUPS" --warmup "$WARMUP")
-for mode in off on; do
-  cache=$([[ $mode == on ]] && echo true || echo false)
-  echo "=== prefix cache $mode: $PROMPT-token prompts, $SHARED shared ($PREFIX_GROUPS groups) ($(date +%T))"
-  start_cluster "$WORK/$mode.log" --model "$MODEL" --threads 1 --pool-mib "$POOL_MIB" "${PROFILE[@]}" \
-    --prefix-cache="$cache"
+MODES=(off on)
+if [[ -n ${LLAMA_BIN:-} ]]; then MODES+=(llama); fi
+PEER_PID=
+stop_peer() {
+  if [[ -n $PEER_PID ]]; then kill -TERM "$PEER_PID" 2>/dev/null || true; wait "$PEER_PID" || true; fi
+  PEER_PID=
+}
+trap 'cleanup; stop_peer' EXIT
+for mode in "${MODES[@]}"; do
+  echo "=== $mode: $PROMPT-token prompts, $SHARED shared ($PREFIX_GROUPS groups) ($(date +%T))"
+  if [[ $mode == llama ]]; then
+    LD_LIBRARY_PATH=$LLAMA_BIN "$LLAMA_BIN/llama-server" -m "$MODEL" -t 2 -np 4 -c 8192 \
+      --host 127.0.0.1 --port 8093 > "$WORK/$mode.log" 2>&1 &
+    PEER_PID=$!
+    until curl -sf http://127.0.0.1:8093/health > /dev/null; do
+      kill -0 "$PEER_PID" 2>/dev/null || { tail -20 "$WORK/$mode.log" >&2; exit 1; }
+      sleep 0.5
+    done
+    TARGET=(--protocol http --url 127.0.0.1:8093)
+  else
+    cache=$([[ $mode == on ]] && echo true || echo false)
+    start_cluster "$WORK/$mode.log" --model "$MODEL" --threads 1 --pool-mib "$POOL_MIB" \
+      "${PROFILE[@]}" --prefix-cache="$cache"
+    TARGET=(--router "$ROUTER")
+    if [[ -n ${LLAMA_BIN:-} ]]; then TARGET=(--protocol http --url "$ROUTER_HTTP"); fi
+  fi
   mkdir -p "$WORK/$mode"
-  "$PDSERVE" loadgen --router "$ROUTER" --rate "$LOW_RATE" --requests "$LOW_REQUESTS" \
+  "$PDSERVE" loadgen "${TARGET[@]}" --rate "$LOW_RATE" --requests "$LOW_REQUESTS" \
     "${WORKLOAD[@]}" --seed "$SEED" --json "$WORK/$mode/low_rate.json" \
     > "$WORK/$mode.low_rate.txt"
   # Seeds SEED + 1, + 2, ... (one per rate): no rate reuses another's prompts (the shared
   # prefixes differ from the low-rate run's too, so the first request of each group misses).
-  "$PDSERVE" loadgen --router "$ROUTER" --sweep-rates "$RATES" --requests "$REQUESTS" \
+  "$PDSERVE" loadgen "${TARGET[@]}" --sweep-rates "$RATES" --requests "$REQUESTS" \
     "${WORKLOAD[@]}" --seed "$((SEED + 1))" --slo-ttft-ms "$SLO_TTFT_MS" \
     --slo-tpot-ms "$SLO_TPOT_MS" --out-dir "$WORK/$mode" > "$WORK/$mode.sweep.txt"
-  kvstore_http=$(awk '$1 == "kvstore" {print $3}' "$WORK/$mode.log")
-  curl -s "http://$kvstore_http/metrics" > "$WORK/$mode/kvstore_metrics.txt"
-  cleanup
+  if [[ $mode == llama ]]; then
+    stop_peer
+  else
+    kvstore_http=$(awk '$1 == "kvstore" {print $3}' "$WORK/$mode.log")
+    curl -s "http://$kvstore_http/metrics" > "$WORK/$mode/kvstore_metrics.txt"
+    cleanup
+  fi
 done
 
 python3 - "$WORK" "$PROMPT" "$SHARED" <<'PY'
 import json, re, sys
 work, prompt, shared = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def ms(x): return "-" if x is None else f"{x * 1000:.0f}"
-low = {m: json.load(open(f"{work}/{m}/low_rate.json")) for m in ("off", "on")}
-sweeps = {m: json.load(open(f"{work}/{m}/sweep.json")) for m in ("off", "on")}
+import os
+modes = [m for m in ("off", "on", "llama") if os.path.exists(f"{work}/{m}/sweep.json")]
+low = {m: json.load(open(f"{work}/{m}/low_rate.json")) for m in modes}
+sweeps = {m: json.load(open(f"{work}/{m}/sweep.json")) for m in modes}
 print(f"\nlow rate ({low['on']['config']['rate']} req/s, no queueing):")
-print("| prefix cache | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms |")
+print("| server | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms |")
 print("|---|---|---|---|")
 for m, r in low.items():
     print(f"| {m} | {ms(r['ttft_s']['p50'])} | {ms(r['ttft_s']['p90'])} | {ms(r['tpot_s']['p50'])} |")
@@ -80,7 +112,7 @@ print(f"TTFT p50 off / on: {ratio:.2f}")
 slo = sweeps["on"]["slo"]
 print(f"\nsweep (SLO TTFT <= {slo['ttft_ms']} ms, TPOT <= {slo['tpot_ms']} ms, "
       f">= {sweeps['on']['attainment_target'] * 100:.0f} %):")
-print("| prefix cache | rate req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | attainment | goodput req/s |")
+print("| server | rate req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | attainment | goodput req/s |")
 print("|---|---|---|---|---|---|---|")
 best = {}
 for m, sweep in sweeps.items():
@@ -90,7 +122,11 @@ for m, sweep in sweeps.items():
     best[m] = max((p["goodput"] for p in sweep["points"] if p["slo_attainment"] >= sweep["attainment_target"]),
                   default=0.0)
 print(f"best goodput meeting the SLO: off {best['off']:.2f}, on {best['on']:.2f} req/s"
-      + (f" ({best['on'] / best['off']:.2f}x)" if best["off"] > 0 else ""))
+      + (f" ({best['on'] / best['off']:.2f}x)" if best["off"] > 0 else "")
+      + (f"; llama-server {best['llama']:.2f} req/s" if "llama" in best else ""))
+if "llama" in low:
+    print(f"TTFT p50 llama-server / pdserve (cache on): "
+          f"{low['llama']['ttft_s']['p50'] / low['on']['ttft_s']['p50']:.2f}")
 text = open(f"{work}/on/kvstore_metrics.txt").read()
 def counter(result):
     m = re.search(r'pdserve_kvstore_prefix_lookups_pages_total\{result="%s"\} (\S+)' % result, text)
