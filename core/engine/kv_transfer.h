@@ -22,6 +22,12 @@ namespace pdserve {
 // Pages holding num_tokens tokens: ⌈num_tokens / page_size⌉ (0 for num_tokens ≤ 0).
 int NumKvPages(int num_tokens, int page_size);
 
+// Whether a received page's header names it page `page_index` of cache layer `cache_layer`, written
+// by request `request_id` under calibration `calibration_hash`: what a receiver checks before it
+// uses a page it was pointed at (the layout and token count ImportKvPage checks).
+bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t calibration_hash,
+              int cache_layer, int page_index);
+
 // Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
 // for that cache layer and num_tokens = the sequence's tokens in that page. Reads what
 // Engine::SequencePage holds: on an engine with a host mirror (the GPU engine), only pages of a

@@ -25,8 +25,8 @@ using PrefixPageHash = std::array<uint8_t, 16>;
 // Everything besides the tokens that decides a page's bytes. Each string is hashed with its length,
 // so no two different identities serialize alike.
 struct PrefixCacheIdentity {
-  std::string model;      // the model's weights as loaded (see ModelFileFingerprint) and dtype
-  std::string kv_layout;  // every cache layer's layout, in order (KvPlanLayoutDescription)
+  std::string model;      // the model's weights as loaded (WeightsFingerprint) and their dtype
+  std::string kv_layout;  // what the KV plan stores per cache layer (DescribeKvPlanStorage)
   uint64_t calibration_hash = 0;
   int32_t page_size = 0;
   uint32_t page_format_version = 0;

@@ -247,10 +247,8 @@ absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
     }
     const uint64_t writer =
         page.ref.written_by() != 0 ? page.ref.written_by() : manifest.request_id();
-    if (view->header.request_id != writer ||
-        view->header.calibration_hash != manifest.calibration_hash() ||
-        view->header.cache_layer != page.ref.cache_layer() ||
-        view->header.page_index != page.ref.page_index()) {
+    if (!IsPageOf(view->header, writer, manifest.calibration_hash(), page.ref.cache_layer(),
+                  page.ref.page_index())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "page at ", page.ref.remote_address(), " is not page ", page.ref.page_index(),
           " of cache layer ", page.ref.cache_layer(), " of request ", writer));

@@ -36,10 +36,8 @@ struct PrefillWorker::Pending {
   double lease_seconds = 0;  // as granted by the store
   std::vector<uint64_t> slots;
   std::vector<uint32_t> encoded_bytes;  // per cache layer
-  // Prefix cache: the names of its full pages before the last token; the leading pages the store
-  // reused (read, not computed), who wrote them, and their bytes as read ([c · reused + p]) with
-  // their checked views.
-  std::vector<PrefixPageHash> names;
+  // Prefix cache: the leading pages the store reused (read, not computed), who wrote them, and
+  // their bytes as read ([c · reused + p]) with their checked views.
   int reused_pages = 0;
   std::vector<uint64_t> written_by;
   std::vector<std::string> cached_bytes;
@@ -186,8 +184,8 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   if (options_.prefix_cache) {
     // Pages wholly before the last token: at least that token is computed, for its logits.
     const std::span<const int32_t> prompt(pending.job.prompt);
-    pending.names = PrefixPageHashes(prefix_root_, prompt.first(prompt.size() - 1), page_size);
-    for (const PrefixPageHash& name : pending.names) {
+    for (const PrefixPageHash& name :
+         PrefixPageHashes(prefix_root_, prompt.first(prompt.size() - 1), page_size)) {
       request.add_prefix_hashes(reinterpret_cast<const char*>(name.data()), name.size());
     }
     request.set_cache_layers(static_cast<int32_t>(plan.caches.size()));
@@ -223,13 +221,14 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   pending.reused_pages = reply.reused_pages();
   pending.written_by.assign(reply.written_by().begin(), reply.written_by().end());
   if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size()) ||
-      pending.reused_pages < 0 || pending.reused_pages > static_cast<int>(pending.names.size()) ||
+      pending.reused_pages < 0 || pending.reused_pages > request.prefix_hashes_size() ||
       pending.written_by.size() != static_cast<size_t>(pending.reused_pages)) {
     Release(pending);
-    return absl::InternalError(absl::StrCat(
-        "KV store ", pending.job.store->address(), " gave ", pending.slots.size(), " slots for ",
-        request.page_bytes_size(), " pages, ", pending.reused_pages, " of ", pending.names.size(),
-        " named pages reused, ", pending.written_by.size(), " writers"));
+    return absl::InternalError(
+        absl::StrCat("KV store ", pending.job.store->address(), " gave ", pending.slots.size(),
+                     " slots for ", request.page_bytes_size(), " pages, ", pending.reused_pages,
+                     " of ", request.prefix_hashes_size(), " named pages reused, ",
+                     pending.written_by.size(), " writers"));
   }
   return absl::OkStatus();
 }
@@ -268,9 +267,8 @@ absl::Status PrefillWorker::FetchCachedPages(Pending& pending) {
       std::string wrong;
       if (!view.ok()) {
         wrong = std::string(view.status().message());
-      } else if (view->header.request_id != pending.written_by[p] ||
-                 view->header.calibration_hash != options_.calibration_hash ||
-                 view->header.cache_layer != static_cast<int>(c) || view->header.page_index != p ||
+      } else if (!IsPageOf(view->header, pending.written_by[p], options_.calibration_hash,
+                           static_cast<int>(c), p) ||
                  view->header.num_tokens != page_size ||
                  !(view->header.layout == plan.caches[c].layout)) {
         wrong = absl::StrCat("its header says request ", view->header.request_id, ", cache layer ",

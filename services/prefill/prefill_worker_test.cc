@@ -20,22 +20,12 @@ namespace {
 
 constexpr int kPage = 4;
 
-ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.dim = 48;
-  c.hidden_dim = 100;
-  c.n_layers = 3;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.vocab_size = 300;
-  c.max_seq_len = 128;
-  return c;
-}
-
 class PrefillPrefixCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    weights_ = MakeRandomModel(SmallConfig(), 5);
+    const absl::StatusOr<ModelConfig> shape = ShapeByName("stories260K");  // GQA, 5 layers
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    weights_ = MakeRandomModel(*shape, 5);
     KvStoreOptions store;
     store.pool_bytes = 64 * 4096;
     store.slot_bytes = 4096;
