@@ -1,0 +1,229 @@
+#include "core/kv/token_retention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pdserve {
+namespace {
+
+const char* PolicyName(RetentionPolicy policy) {
+  switch (policy) {
+    case RetentionPolicy::kRecent:
+      return "recent";
+    case RetentionPolicy::kImportance:
+      return "snapkv";
+    case RetentionPolicy::kKvCrush:
+      return "kvcrush";
+  }
+  return "?";
+}
+
+const char* AnchorName(AnchorMode anchor) {
+  switch (anchor) {
+    case AnchorMode::kRandom:
+      return "random";
+    case AnchorMode::kZeros:
+      return "zeros";
+    case AnchorMode::kOnes:
+      return "ones";
+    case AnchorMode::kMean:
+      return "mean";
+    case AnchorMode::kAlternate:
+      return "alternate";
+  }
+  return "?";
+}
+
+// The prompt cut into units (tokens or pages) with their scores summed.
+struct Units {
+  int size = 1;   // tokens per unit
+  int count = 0;  // units
+  int first(int u) const { return u * size; }
+};
+
+// Indices of the `k` largest of `scores` among `from` (ties to the lower index), in any order.
+std::vector<int> TopK(std::span<const int> from, std::span<const double> scores, int k) {
+  std::vector<int> order(from.begin(), from.end());
+  k = std::min<int>(k, static_cast<int>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+  });
+  order.resize(k);
+  return order;
+}
+
+std::vector<uint8_t> Anchor(std::span<const int> candidates, std::span<const uint8_t> bits,
+                            int n_heads, AnchorMode mode, uint64_t seed) {
+  std::vector<uint8_t> anchor(n_heads, 0);
+  std::mt19937_64 random(seed);
+  for (int h = 0; h < n_heads; ++h) {
+    switch (mode) {
+      case AnchorMode::kRandom:
+        anchor[h] = static_cast<uint8_t>(random() & 1);
+        break;
+      case AnchorMode::kZeros:
+        break;
+      case AnchorMode::kOnes:
+        anchor[h] = 1;
+        break;
+      case AnchorMode::kMean: {
+        int ones = 0;
+        for (int u : candidates) ones += bits[int64_t{u} * n_heads + h];
+        anchor[h] = 2 * ones >= static_cast<int>(candidates.size()) ? 1 : 0;
+        break;
+      }
+      case AnchorMode::kAlternate:
+        anchor[h] = static_cast<uint8_t>(h % 2);
+        break;
+    }
+  }
+  return anchor;
+}
+
+// Per unit and head, 1 when the unit is in that head's top half (⌊units/2⌋ best, ties to the
+// lower index) by the head's score summed over the unit's tokens: [units, n_heads].
+std::vector<uint8_t> HeadBehaviourBits(std::span<const float> importance, int n_heads, int n_tokens,
+                                       const Units& units) {
+  std::vector<uint8_t> bits(static_cast<size_t>(units.count) * n_heads, 0);
+  std::vector<double> head_scores(units.count);
+  std::vector<int> all(units.count);
+  std::iota(all.begin(), all.end(), 0);
+  for (int h = 0; h < n_heads; ++h) {
+    std::fill(head_scores.begin(), head_scores.end(), 0.0);
+    for (int t = 0; t < n_tokens; ++t) {
+      head_scores[t / units.size] += importance[int64_t{h} * n_tokens + t];
+    }
+    for (int u : TopK(all, head_scores, units.count / 2)) bits[int64_t{u} * n_heads + h] = 1;
+  }
+  return bits;
+}
+
+}  // namespace
+
+int RetentionOptions::BudgetFor(int n_tokens) const {
+  if (budget > 0) return std::min(n_tokens, budget);
+  const int from_fraction = static_cast<int>(std::ceil(fraction * n_tokens));
+  return fraction > 0.0 ? std::min(n_tokens, std::max(1, from_fraction)) : n_tokens;
+}
+
+absl::Status RetentionOptions::Validate() const {
+  if (budget < 0) return absl::InvalidArgumentError(absl::StrCat("budget ", budget, " < 0"));
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("fraction ", fraction, " is outside [0, 1]"));
+  }
+  if (!(kvcrush_ratio >= 0.0 && kvcrush_ratio <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kvcrush ratio ", kvcrush_ratio, " is outside [0, 1]"));
+  }
+  if (window < 1) return absl::InvalidArgumentError(absl::StrCat("window ", window, " < 1"));
+  if (sink < 0 || recent < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sink ", sink, " and recent ", recent, " must be ≥ 0"));
+  }
+  return absl::OkStatus();
+}
+
+std::string RetentionOptions::Describe() const {
+  std::string size =
+      budget > 0 ? absl::StrCat(budget, " tokens") : absl::StrFormat("%g%%", fraction * 100.0);
+  std::string text = absl::StrCat(PolicyName(policy), " ", size,
+                                  granularity == RetentionGranularity::kPage ? " page" : " token");
+  if (policy == RetentionPolicy::kKvCrush) {
+    absl::StrAppend(&text, absl::StrFormat(" ratio=%g anchor=%s seed=%d", kvcrush_ratio,
+                                           AnchorName(anchor), seed));
+  }
+  if (policy != RetentionPolicy::kRecent) absl::StrAppend(&text, " window=", window);
+  absl::StrAppend(&text, " sink=", sink, " recent=", recent);
+  return text;
+}
+
+std::vector<int> PickRepresentatives(std::span<const int> candidates, std::span<const uint8_t> bits,
+                                     int n_heads, int count, AnchorMode anchor_mode,
+                                     uint64_t seed) {
+  const int m = static_cast<int>(candidates.size());
+  count = std::min(count, m);
+  if (count <= 0) return {};
+  const std::vector<uint8_t> anchor = Anchor(candidates, bits, n_heads, anchor_mode, seed);
+  std::vector<std::pair<int, int>> sorted;  // (Hamming distance, unit)
+  sorted.reserve(m);
+  for (int u : candidates) {
+    int distance = 0;
+    for (int h = 0; h < n_heads; ++h) distance += bits[int64_t{u} * n_heads + h] != anchor[h];
+    sorted.emplace_back(distance, u);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> picked(count);
+  for (int i = 0; i < count; ++i) picked[i] = sorted[int64_t{i} * m / count].second;
+  return picked;
+}
+
+std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_heads, int n_tokens,
+                                      int page_size, const RetentionOptions& options) {
+  const int budget_tokens = options.BudgetFor(n_tokens);
+  std::vector<int> kept_tokens;
+  if (budget_tokens >= n_tokens) {
+    kept_tokens.resize(n_tokens);
+    std::iota(kept_tokens.begin(), kept_tokens.end(), 0);
+    return kept_tokens;
+  }
+  Units units;
+  units.size = options.granularity == RetentionGranularity::kPage ? page_size : 1;
+  units.count = (n_tokens + units.size - 1) / units.size;
+  const int budget = std::min(units.count, std::max(1, budget_tokens / units.size));
+  const auto units_of = [&](int tokens) { return (tokens + units.size - 1) / units.size; };
+
+  // Forced: sink units first, then recent units from the end, within the budget.
+  std::vector<uint8_t> kept(units.count, 0);
+  int n_kept = 0;
+  const int sink = std::min(units_of(options.sink), budget);
+  for (int u = 0; u < sink; ++u) kept[u] = 1, ++n_kept;
+  const int recent = units_of(options.recent);
+  for (int u = units.count - 1; u >= 0 && n_kept < budget && u >= units.count - recent; --u) {
+    if (!kept[u]) kept[u] = 1, ++n_kept;
+  }
+  std::vector<int> free_units;
+  for (int u = 0; u < units.count; ++u) {
+    if (!kept[u]) free_units.push_back(u);
+  }
+  const int rest = budget - n_kept;
+
+  std::vector<double> scores(units.count, 0.0);
+  if (options.policy == RetentionPolicy::kRecent) {
+    for (int u = 0; u < units.count; ++u) scores[u] = u;  // newest first
+  } else {
+    for (int h = 0; h < n_heads; ++h) {
+      for (int t = 0; t < n_tokens; ++t) {
+        scores[t / units.size] += importance[int64_t{h} * n_tokens + t];
+      }
+    }
+  }
+  const int representatives = options.policy == RetentionPolicy::kKvCrush
+                                  ? static_cast<int>(options.kvcrush_ratio * rest)
+                                  : 0;
+  for (int u : TopK(free_units, scores, rest - representatives)) kept[u] = 1;
+  if (representatives > 0) {
+    std::vector<int> candidates;
+    for (int u : free_units) {
+      if (!kept[u]) candidates.push_back(u);
+    }
+    const std::vector<uint8_t> bits = HeadBehaviourBits(importance, n_heads, n_tokens, units);
+    for (int u : PickRepresentatives(candidates, bits, n_heads, representatives, options.anchor,
+                                     options.seed)) {
+      kept[u] = 1;
+    }
+  }
+  for (int u = 0; u < units.count; ++u) {
+    if (!kept[u]) continue;
+    for (int t = units.first(u); t < std::min(n_tokens, units.first(u + 1)); ++t) {
+      kept_tokens.push_back(t);
+    }
+  }
+  return kept_tokens;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,74 @@
+// Token retention (KVCrush, research/algorithms.md §5): which of a prompt's tokens keep their KV
+// once the prompt is in the cache. Each KV head scores every token (SnapKV: attention of the
+// prompt's last queries, see kernels/attention_importance.h); the budget is split into
+//
+//  - forced units: the first `sink` and last `recent` tokens;
+//  - an importance part: the best-scored other units (score summed over heads);
+//  - with KVCrush, a representative part (kvcrush_ratio of what the forced units leave): every
+//    remaining candidate gets a binary head-behaviour vector (bit h set when the unit is in head
+//    h's top half by that head's score), candidates are sorted by Hamming distance to an anchor
+//    vector and representatives are taken uniformly spaced along that order, one per group of
+//    similar head behaviour, so that evicted regions keep a proxy.
+//
+// A unit is a token (kToken) or a page of page_size tokens (kPage: scores and bits summed per
+// page, the last page possibly partial). The budget is counted in units: tokens, or whole pages
+// (budget / page_size, at least one). Pure functions; deterministic for a given seed.
+#ifndef PDSERVE_CORE_KV_TOKEN_RETENTION_H_
+#define PDSERVE_CORE_KV_TOKEN_RETENTION_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pdserve {
+
+enum class RetentionPolicy {
+  kRecent,      // sink and the newest tokens only (StreamingLLM)
+  kImportance,  // sink, recent, then the best-scored tokens (SnapKV / H2O)
+  kKvCrush,     // kImportance plus KVCrush representatives of the rest
+};
+enum class RetentionGranularity { kToken, kPage };
+enum class AnchorMode { kRandom, kZeros, kOnes, kMean, kAlternate };
+
+struct RetentionOptions {
+  RetentionPolicy policy = RetentionPolicy::kKvCrush;
+  RetentionGranularity granularity = RetentionGranularity::kToken;
+  // Tokens kept per cache layer; when 0, `fraction` of the prompt (rounded up). Both 0 = off.
+  int budget = 0;
+  double fraction = 0.0;
+  double kvcrush_ratio = 0.25;  // share of the non-forced budget given to representatives
+  int window = 32;              // observation window: the prompt's last queries that score tokens
+  int sink = 4;
+  int recent = 32;
+  AnchorMode anchor = AnchorMode::kRandom;
+  uint64_t seed = 0;  // for AnchorMode::kRandom
+
+  bool enabled() const { return budget > 0 || fraction > 0.0; }
+  // Tokens an n_tokens prompt keeps: min(n_tokens, budget or ⌈fraction · n_tokens⌉).
+  int BudgetFor(int n_tokens) const;
+  // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1], window < 1.
+  absl::Status Validate() const;
+  // "kvcrush 25% token ratio=0.25 window=32 sink=4 recent=32 anchor=random seed=0": for reports
+  // and the compression profile's identity.
+  std::string Describe() const;
+};
+
+// Indices (ascending) of the tokens of an n_tokens prompt to keep, from per-head scores
+// `importance` ([n_heads, n_tokens] row-major; kRecent ignores it and takes n_heads = 0). Keeps
+// every token when the budget covers the prompt. Requires options.Validate().ok(), page_size ≥ 1.
+std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_heads, int n_tokens,
+                                      int page_size, const RetentionOptions& options);
+
+// The units KVCrush adds as representatives, exposed for tests: from `candidates` (unit indices),
+// whose binary head-behaviour vectors are rows of `bits` ([n_units, n_heads], 0/1), `count`
+// representatives uniformly spaced along the candidates sorted by (Hamming distance to the
+// anchor, index). Returns min(count, candidates.size()) units, in the order picked.
+std::vector<int> PickRepresentatives(std::span<const int> candidates, std::span<const uint8_t> bits,
+                                     int n_heads, int count, AnchorMode anchor, uint64_t seed);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_CORE_KV_TOKEN_RETENTION_H_

@@ -1,0 +1,194 @@
+#include "core/kv/token_retention.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+std::vector<float> RandomImportance(int n_heads, int n_tokens, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> importance(static_cast<size_t>(n_heads) * n_tokens);
+  for (float& x : importance) x = uniform(random);
+  return importance;
+}
+
+RetentionOptions Crush(int budget) {
+  RetentionOptions o;
+  o.budget = budget;
+  o.kvcrush_ratio = 0.5;
+  o.sink = 2;
+  o.recent = 4;
+  return o;
+}
+
+bool IsStrictlyAscending(const std::vector<int>& v) {
+  return std::adjacent_find(v.begin(), v.end(), std::greater_equal<int>()) == v.end();
+}
+
+TEST(RetentionOptionsTest, ValidateNamesTheField) {
+  RetentionOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.fraction = 1.5;
+  EXPECT_NE(o.Validate().message().find("fraction"), std::string::npos);
+  o = {};
+  o.kvcrush_ratio = -0.1;
+  EXPECT_NE(o.Validate().message().find("ratio"), std::string::npos);
+  o = {};
+  o.window = 0;
+  EXPECT_NE(o.Validate().message().find("window"), std::string::npos);
+  o = {};
+  o.budget = -1;
+  EXPECT_NE(o.Validate().message().find("budget"), std::string::npos);
+}
+
+TEST(RetentionOptionsTest, BudgetForTokensOrFraction) {
+  RetentionOptions o;
+  EXPECT_FALSE(o.enabled());
+  EXPECT_EQ(o.BudgetFor(100), 100);
+  o.fraction = 0.25;
+  EXPECT_TRUE(o.enabled());
+  EXPECT_EQ(o.BudgetFor(100), 25);
+  EXPECT_EQ(o.BudgetFor(101), 26);  // rounded up
+  o.budget = 40;                    // a token budget wins over the fraction
+  EXPECT_EQ(o.BudgetFor(100), 40);
+  EXPECT_EQ(o.BudgetFor(30), 30);
+}
+
+TEST(TokenRetentionTest, FullBudgetKeepsEveryToken) {
+  const std::vector<float> importance = RandomImportance(4, 50, 1);
+  for (RetentionPolicy policy :
+       {RetentionPolicy::kRecent, RetentionPolicy::kImportance, RetentionPolicy::kKvCrush}) {
+    RetentionOptions o = Crush(50);
+    o.policy = policy;
+    const std::vector<int> kept = SelectRetainedTokens(importance, 4, 50, 16, o);
+    ASSERT_EQ(kept.size(), 50u);
+    for (int t = 0; t < 50; ++t) EXPECT_EQ(kept[t], t);
+  }
+}
+
+TEST(TokenRetentionTest, KeepsBudgetSinkAndRecentInOrder) {
+  const int n = 200;
+  const std::vector<float> importance = RandomImportance(4, n, 2);
+  for (int budget : {6, 7, 20, 61, 199}) {
+    const std::vector<int> kept = SelectRetainedTokens(importance, 4, n, 16, Crush(budget));
+    ASSERT_EQ(static_cast<int>(kept.size()), budget);
+    EXPECT_TRUE(IsStrictlyAscending(kept));
+    EXPECT_EQ(kept.front(), 0);
+    EXPECT_EQ(kept[1], 1);
+    for (int t = n - 4; t < n; ++t) EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), t));
+  }
+}
+
+TEST(TokenRetentionTest, ImportanceKeepsTheBestScoredTokens) {
+  const int n = 64;
+  std::vector<float> importance(2 * n, 0.0f);
+  for (int t : {10, 20, 30}) importance[t] = 1.0f;  // head 0
+  importance[n + 40] = 2.0f;                        // head 1
+  RetentionOptions o = Crush(2 + 4 + 4);
+  o.policy = RetentionPolicy::kImportance;
+  const std::vector<int> kept = SelectRetainedTokens(importance, 2, n, 16, o);
+  EXPECT_EQ(kept, (std::vector<int>{0, 1, 10, 20, 30, 40, 60, 61, 62, 63}));
+}
+
+TEST(TokenRetentionTest, RecentKeepsSinkThenTheNewest) {
+  RetentionOptions o = Crush(10);
+  o.policy = RetentionPolicy::kRecent;
+  const std::vector<int> kept = SelectRetainedTokens({}, 0, 100, 16, o);
+  EXPECT_EQ(kept, (std::vector<int>{0, 1, 92, 93, 94, 95, 96, 97, 98, 99}));
+}
+
+TEST(TokenRetentionTest, DeterministicForASeed) {
+  const std::vector<float> importance = RandomImportance(8, 300, 3);
+  RetentionOptions o = Crush(60);
+  o.seed = 7;
+  const std::vector<int> a = SelectRetainedTokens(importance, 8, 300, 16, o);
+  EXPECT_EQ(a, SelectRetainedTokens(importance, 8, 300, 16, o));
+  // Another seed draws another anchor, and so (almost surely, for this input) other
+  // representatives.
+  o.seed = 8;
+  EXPECT_NE(a, SelectRetainedTokens(importance, 8, 300, 16, o));
+}
+
+TEST(TokenRetentionTest, KvCrushAddsRepresentativesOfTheEvicted) {
+  const int n = 300;
+  const std::vector<float> importance = RandomImportance(8, n, 4);
+  RetentionOptions snapkv = Crush(60);
+  snapkv.policy = RetentionPolicy::kImportance;
+  snapkv.budget = 60 - 27;  // what SnapKV keeps of KVCrush's 60 (27 = ⌊0.5 · 54⌋ representatives)
+  const std::vector<int> important = SelectRetainedTokens(importance, 8, n, 16, snapkv);
+  const std::vector<int> crushed = SelectRetainedTokens(importance, 8, n, 16, Crush(60));
+  ASSERT_EQ(crushed.size(), 60u);
+  // KVCrush = the same importance selection plus 27 tokens SnapKV evicts.
+  EXPECT_TRUE(std::includes(crushed.begin(), crushed.end(), important.begin(), important.end()));
+}
+
+TEST(TokenRetentionTest, PageGranularityKeepsWholePages) {
+  const int n = 16 * 20 + 5, page = 16;  // 21 pages, the last partial
+  const std::vector<float> importance = RandomImportance(4, n, 5);
+  RetentionOptions o = Crush(16 * 6 + 3);  // 6 pages
+  o.granularity = RetentionGranularity::kPage;
+  const std::vector<int> kept = SelectRetainedTokens(importance, 4, n, page, o);
+  std::set<int> pages;
+  for (int t : kept) pages.insert(t / page);
+  EXPECT_EQ(pages.size(), 6u);
+  EXPECT_TRUE(pages.count(0));   // sink
+  EXPECT_TRUE(pages.count(20));  // recent (partial page)
+  int expected_tokens = 0;
+  for (int p : pages) expected_tokens += p == 20 ? 5 : page;
+  EXPECT_EQ(static_cast<int>(kept.size()), expected_tokens);
+  EXPECT_TRUE(IsStrictlyAscending(kept));
+}
+
+// Distances to the alternate anchor 0101 of the units 0..7 below: 0 2 1 4 1 1 2 3, so the sorted
+// order is 0, 2, 4, 5, 1, 6, 7, 3.
+const std::vector<uint8_t> kBits = {
+    0, 1, 0, 1,  // 0
+    1, 1, 1, 1,  // 1
+    0, 1, 0, 0,  // 2
+    1, 0, 1, 0,  // 3
+    0, 1, 1, 1,  // 4
+    1, 1, 0, 1,  // 5
+    0, 0, 0, 0,  // 6
+    1, 0, 1, 1,  // 7
+};
+
+TEST(PickRepresentativesTest, HandBuiltPatternGivesTheKnownSelection) {
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(PickRepresentatives(all, kBits, 4, 4, AnchorMode::kAlternate, 0),
+            (std::vector<int>{0, 4, 1, 7}));  // every second of the sorted order
+  EXPECT_EQ(PickRepresentatives(all, kBits, 4, 3, AnchorMode::kAlternate, 0),
+            (std::vector<int>{0, 4, 6}));  // sorted positions 0, 2, 5
+  // Anchor 1111: distances 2 0 3 2 1 1 4 1 → sorted 1, 4, 5, 7, 0, 3, 2, 6.
+  EXPECT_EQ(PickRepresentatives(all, kBits, 4, 2, AnchorMode::kOnes, 0), (std::vector<int>{1, 0}));
+}
+
+TEST(PickRepresentativesTest, SubsetOfCandidatesAtMostTheirCount) {
+  const std::vector<int> some = {1, 3, 6};
+  const std::vector<int> picked = PickRepresentatives(some, kBits, 4, 10, AnchorMode::kZeros, 0);
+  EXPECT_EQ(std::set<int>(picked.begin(), picked.end()), std::set<int>(some.begin(), some.end()));
+  EXPECT_TRUE(PickRepresentatives(some, kBits, 4, 0, AnchorMode::kZeros, 0).empty());
+  EXPECT_TRUE(PickRepresentatives({}, kBits, 4, 3, AnchorMode::kMean, 0).empty());
+}
+
+TEST(PickRepresentativesTest, UniformlySpacedAlongTheSortedOrder) {
+  // Unit u has ⌊u/5⌋ bits set: its distance to the zero anchor is ⌊u/5⌋, so the sorted order is
+  // 0..59 and 6 representatives are every tenth.
+  const int heads = 12, m = 60;
+  std::vector<uint8_t> bits(static_cast<size_t>(m) * heads, 0);
+  std::vector<int> candidates(m);
+  for (int u = 0; u < m; ++u) {
+    candidates[u] = u;
+    for (int h = 0; h < u / 5; ++h) bits[u * heads + h] = 1;  // distance u / 5: sorted = 0..59
+  }
+  const std::vector<int> picked =
+      PickRepresentatives(candidates, bits, heads, 6, AnchorMode::kZeros, 0);
+  EXPECT_EQ(picked, (std::vector<int>{0, 10, 20, 30, 40, 50}));
+}
+
+}  // namespace
+}  // namespace pdserve
