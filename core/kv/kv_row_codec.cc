@@ -100,4 +100,25 @@ void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, 
   kernels::DequantizeE4M3(src, dim, scale, row);
 }
 
+void CompactKvRows(const KvSectionLayout& layout, std::span<const int32_t> pages,
+                   std::span<const int> kept, absl::FunctionRef<uint8_t*(int32_t)> page_bytes) {
+  const int page_size = layout.page_size();
+  const bool scales = layout.scale_mode() == KvScaleMode::kPerTokenHead;
+  for (int i = 0; i < static_cast<int>(kept.size()); ++i) {
+    const int from = kept[i];
+    if (from == i) continue;
+    const uint8_t* source = page_bytes(pages[from / page_size]);
+    uint8_t* target = page_bytes(pages[i / page_size]);
+    const int from_slot = from % page_size, to_slot = i % page_size;
+    for (int g = 0; g < layout.n_heads(); ++g) {
+      std::memmove(target + layout.row_offset(g, to_slot), source + layout.row_offset(g, from_slot),
+                   static_cast<size_t>(layout.dim(g)) * layout.element_bytes());
+      if (scales) {
+        std::memmove(target + layout.scale_offset(g) + int64_t{to_slot} * 4,
+                     source + layout.scale_offset(g) + int64_t{from_slot} * 4, 4);
+      }
+    }
+  }
+}
+
 }  // namespace pdserve

@@ -13,7 +13,9 @@
 #define PDSERVE_CORE_KV_KV_ROW_CODEC_H_
 
 #include <cstdint>
+#include <span>
 
+#include "absl/functional/function_ref.h"
 #include "core/kv/kv_layout.h"
 
 namespace pdserve {
@@ -25,6 +27,15 @@ void WriteKvRow(const KvSectionLayout& layout, uint8_t* section, int head, int s
 // row: layout.dim(head) floats, dequantized.
 void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, int slot,
                float* row);
+
+// Token retention's compaction of one section of a sequence: moves the row of token kept[i] of
+// every head, with its per-token scale, to row i, so that the sequence's first kept.size() rows
+// hold the kept tokens in order (rows beyond are left as they were). Token t lives in slot
+// t % page_size of page pages[t / page_size], whose section page_bytes(page id) returns. Requires
+// kept ascending and a scale mode other than kPerPageHead (a row cannot change pages under
+// another page's scale).
+void CompactKvRows(const KvSectionLayout& layout, std::span<const int32_t> pages,
+                   std::span<const int> kept, absl::FunctionRef<uint8_t*(int32_t)> page_bytes);
 
 }  // namespace pdserve
 
