@@ -14,6 +14,7 @@
 #include "core/calib/linalg.h"
 #include "core/compress/calibrator.h"
 #include "core/compress/profile.h"
+#include "core/compress/techniques_testing.h"
 #include "core/engine/llama_engine.h"
 #include "core/engine/logits_testing.h"
 #include "core/model/random_model.h"
@@ -26,95 +27,13 @@
 namespace pdserve {
 namespace {
 
-ModelConfig Config() {
-  ModelConfig c;
-  c.dim = 48;
-  c.hidden_dim = 96;
-  c.n_layers = 4;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.vocab_size = 200;
-  c.max_seq_len = 128;
-  c.tied_embeddings = false;
-  return c;
-}
-
-const ModelWeights& Model() {
-  static const ModelWeights* weights = new ModelWeights(MakeRandomModel(Config(), 7));
-  return *weights;
-}
-
-std::vector<int32_t> Tokens(int n, int salt = 0) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = 1 + (i * 37 + salt * 101) % (Config().vocab_size - 1);
-  return t;
-}
-
-// A calibration (SwiftKV recovery for (layer, group) and ZACK bases for that model, ρ = 0), made
-// once per (layer, group).
-const Calibration& TestCalibration(int layer, int group) {
-  static std::map<std::pair<int, int>, Calibration>* cache =
-      new std::map<std::pair<int, int>, Calibration>;
-  auto [it, inserted] = cache->try_emplace({layer, group});
-  if (inserted) {
-    std::vector<std::vector<int32_t>> sequences;
-    for (int s = 0; s < 6; ++s) sequences.push_back(Tokens(96, s + 10));
-    CalibrateOptions options;
-    options.swiftkv_layer = layer;
-    options.across_kv = group;
-    options.zack = true;
-    options.zack_rho = 0.0;
-    options.num_threads = 1;
-    absl::StatusOr<Calibration> calibration = Calibrate(Model(), sequences, options, "test");
-    EXPECT_TRUE(calibration.ok()) << calibration.status();
-    it->second = *calibration;
-  }
-  return it->second;
-}
-
-std::unique_ptr<LlamaEngine> Engine(const CompressionProfile& profile,
-                                    const Calibration* calibration = nullptr) {
-  absl::StatusOr<PreparedModel> prepared = PrepareModel(Model(), profile, calibration);
-  EXPECT_TRUE(prepared.ok()) << prepared.status();
-  EngineOptions o;
-  o.num_threads = 2;
-  o.max_batch_tokens = 128;
-  o.max_sequences = 2;
-  o.kv_page_size = 8;
-  o.compression = prepared->compression;
-  absl::StatusOr<std::unique_ptr<LlamaEngine>> engine = LlamaEngine::Create(prepared->weights, o);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return std::move(*engine);
-}
-
-// Logits of a prompt's last token (or of every token) in chunks of `chunk` tokens (0 = one), then
-// of `decode` teacher-forced decode steps on fixed tokens; all rows concatenated.
-std::vector<float> RunPrompt(LlamaEngine& engine, const std::vector<int32_t>& prompt, int decode,
-                             bool all_logits = false, int chunk = 0) {
-  const int sequence = *engine.AddSequence();
-  std::vector<float> out;
-  auto forward = [&](std::span<const int32_t> tokens, bool all) {
-    ForwardChunk c{sequence, tokens, all};
-    absl::StatusOr<std::span<const float>> logits = engine.Forward({&c, 1});
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    return *logits;
-  };
-  const int step = chunk > 0 ? chunk : static_cast<int>(prompt.size());
-  std::span<const float> last;
-  for (size_t begin = 0; begin < prompt.size(); begin += step) {
-    const size_t n = std::min<size_t>(step, prompt.size() - begin);
-    last = forward(std::span(prompt).subspan(begin, n), all_logits);
-    if (all_logits) out.insert(out.end(), last.begin(), last.end());
-  }
-  if (!all_logits) out.insert(out.end(), last.begin(), last.end());
-  const std::vector<int32_t> next = Tokens(decode, 99);
-  for (int i = 0; i < decode; ++i) {
-    std::span<const float> logits = forward(std::span(next).subspan(i, 1), false);
-    out.insert(out.end(), logits.begin(), logits.end());
-  }
-  EXPECT_TRUE(engine.RemoveSequence(sequence).ok());
-  return out;
-}
+using techniques_testing::Config;
+using techniques_testing::Engine;
+using techniques_testing::Everything;
+using techniques_testing::Model;
+using techniques_testing::RunPrompt;
+using techniques_testing::TestCalibration;
+using techniques_testing::Tokens;
 
 TEST(TechniquesTest, IdentitySettingsReproduceThePlainEngine) {
   const std::vector<float> plain = RunPrompt(*Engine({}), Tokens(40), 10);
@@ -166,20 +85,6 @@ TEST(TechniquesTest, SwiftKvSkipPathEqualsDenseSwiftKvPass) {
     // SwiftKV really changes the model here (else the test would prove nothing).
     EXPECT_GT(MaxRelativeError(skip, RunPrompt(*Engine({}), prompt, 4)), 1e-3);
   }
-}
-
-// Every technique at once (SwiftKV l=2 with AcrossKV G=2 and recovery, ZACK ρ = 0.05, FP8
-// per-token, KCache N = 8).
-CompressionProfile Everything() {
-  CompressionProfile p;
-  p.swiftkv_layer = 2;
-  p.across_kv = 2;
-  p.swiftkv_recovery = true;
-  p.zack = true;
-  p.zack_rho = 0.05;
-  p.fp8 = KvScaleMode::kPerTokenHead;
-  p.kcache = {.top_n = 8, .full_layers = 1, .sink = 2, .recent = 4};
-  return p;
 }
 
 TEST(TechniquesTest, ChunkedPrefillEqualsOneShot) {
