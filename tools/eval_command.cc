@@ -78,8 +78,9 @@ absl::Status DecodeChunk(Engine& engine, std::span<const int32_t> chunk, int fir
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
   absl::Status status;
   for (int j = first; j < static_cast<int>(chunk.size()) - 1 && status.ok(); ++j) {
-    const ForwardChunk step = j == first ? ForwardChunk{sequence, chunk.subspan(0, first + 1)}
-                                         : ForwardChunk{sequence, chunk.subspan(j, 1)};
+    ForwardChunk step = j == first ? ForwardChunk{sequence, chunk.subspan(0, first + 1)}
+                                   : ForwardChunk{sequence, chunk.subspan(j, 1)};
+    step.retain = j == first;  // the prompt (token retention keeps part of it)
     absl::StatusOr<std::span<const float>> logits = engine.Forward({&step, 1});
     status = logits.status();
     if (status.ok()) on_logits(j, *logits);

@@ -1,6 +1,7 @@
 #include "tools/profile_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -25,6 +26,23 @@ ABSL_FLAG(int, kcache_sink, 4, "KCache: first tokens always kept");
 ABSL_FLAG(int, kcache_recent, 16, "KCache: newest tokens always kept");
 ABSL_FLAG(bool, kcache_renormalize, false,
           "KCache: renormalize the kept probabilities instead of using the full softmax's");
+ABSL_FLAG(
+    std::string, kvcrush_budget, "off",
+    "Token retention (KVCrush): prompt tokens each cache layer keeps, as a count (\"256\") or "
+    "a share of the prompt (\"25%\"); off = every token");
+ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
+          "Token retention: kvcrush (SnapKV + representatives of the evicted), snapkv (importance "
+          "only) or recent (sink and newest tokens only)");
+ABSL_FLAG(double, kvcrush_ratio, 0.25,
+          "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
+ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
+ABSL_FLAG(int, kvcrush_sink, 4, "Token retention: first tokens always kept");
+ABSL_FLAG(int, kvcrush_recent, 32, "Token retention: newest prompt tokens always kept (≥ 1)");
+ABSL_FLAG(std::string, kvcrush_granularity, "token",
+          "Token retention: select single tokens (token) or whole KV pages (page)");
+ABSL_FLAG(std::string, kvcrush_anchor, "random",
+          "KVCrush anchor: random (seeded), zeros, ones, mean or alternate");
+ABSL_FLAG(uint64_t, kvcrush_seed, 0, "KVCrush: seed of the random anchor");
 
 namespace pdserve::cli {
 namespace {
@@ -42,6 +60,68 @@ absl::StatusOr<bool> ParseKvDtype(const std::string& value) {
   if (value == "f16") return true;
   return absl::InvalidArgumentError(
       absl::StrCat("--kv-dtype '", value, "' is not one of f32, f16"));
+}
+
+// "off", a token count or a percentage into options.budget / options.fraction.
+absl::Status ParseRetentionBudget(const std::string& value, RetentionOptions& options) {
+  if (value == "off") return absl::OkStatus();
+  const bool percent = !value.empty() && value.back() == '%';
+  const std::string number = percent ? value.substr(0, value.size() - 1) : value;
+  double share = 0.0;
+  int tokens = 0;
+  if (percent ? absl::SimpleAtod(number, &share) && share > 0.0 && share <= 100.0
+              : absl::SimpleAtoi(number, &tokens) && tokens > 0) {
+    options.fraction = share / 100.0;
+    options.budget = tokens;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--kvcrush-budget '", value, "' is not off, a token count ≥ 1 or a percentage in (0, 100]"));
+}
+
+template <typename Enum, size_t N>
+absl::StatusOr<Enum> ParseChoice(const char* flag, const std::string& value,
+                                 const std::pair<const char*, Enum> (&choices)[N]) {
+  std::string names;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) return choice;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " '", value, "' is not one of ", names));
+}
+
+absl::StatusOr<RetentionOptions> RetentionFromFlags() {
+  RetentionOptions o;
+  PDSERVE_RETURN_IF_ERROR(ParseRetentionBudget(absl::GetFlag(FLAGS_kvcrush_budget), o));
+  static constexpr std::pair<const char*, RetentionPolicy> kPolicies[] = {
+      {"kvcrush", RetentionPolicy::kKvCrush},
+      {"snapkv", RetentionPolicy::kImportance},
+      {"recent", RetentionPolicy::kRecent}};
+  PDSERVE_ASSIGN_OR_RETURN(
+      o.policy, ParseChoice("kvcrush-policy", absl::GetFlag(FLAGS_kvcrush_policy), kPolicies));
+  static constexpr std::pair<const char*, RetentionGranularity> kGranularities[] = {
+      {"token", RetentionGranularity::kToken}, {"page", RetentionGranularity::kPage}};
+  PDSERVE_ASSIGN_OR_RETURN(
+      o.granularity,
+      ParseChoice("kvcrush-granularity", absl::GetFlag(FLAGS_kvcrush_granularity), kGranularities));
+  static constexpr std::pair<const char*, AnchorMode> kAnchors[] = {
+      {"random", AnchorMode::kRandom},
+      {"zeros", AnchorMode::kZeros},
+      {"ones", AnchorMode::kOnes},
+      {"mean", AnchorMode::kMean},
+      {"alternate", AnchorMode::kAlternate}};
+  PDSERVE_ASSIGN_OR_RETURN(
+      o.anchor, ParseChoice("kvcrush-anchor", absl::GetFlag(FLAGS_kvcrush_anchor), kAnchors));
+  o.kvcrush_ratio = absl::GetFlag(FLAGS_kvcrush_ratio);
+  o.window = absl::GetFlag(FLAGS_kvcrush_window);
+  o.sink = absl::GetFlag(FLAGS_kvcrush_sink);
+  o.recent = absl::GetFlag(FLAGS_kvcrush_recent);
+  o.seed = absl::GetFlag(FLAGS_kvcrush_seed);
+  if (absl::Status status = o.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kvcrush-*: ", status.message()));
+  }
+  return o;
 }
 
 }  // namespace
@@ -65,6 +145,7 @@ absl::StatusOr<CompressionProfile> ProfileFromFlags() {
   p.kcache.sink = absl::GetFlag(FLAGS_kcache_sink);
   p.kcache.recent = absl::GetFlag(FLAGS_kcache_recent);
   p.kcache.renormalize = absl::GetFlag(FLAGS_kcache_renormalize);
+  PDSERVE_ASSIGN_OR_RETURN(p.retention, RetentionFromFlags());
   if (p.swiftkv_layer < -1 || p.across_kv < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--swiftkv-layer ", p.swiftkv_layer,
                                                    " must be ≥ -1 and --across-kv ", p.across_kv,

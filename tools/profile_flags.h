@@ -1,5 +1,5 @@
-// Flags that choose the KV techniques (SwiftKV, AcrossKV, ZACK, FP8, KCache) for generate, eval
-// and bench, and the calibration file they may need.
+// Flags that choose the KV techniques (SwiftKV, AcrossKV, ZACK, FP8, KCache, token retention) for
+// generate, eval and bench, and the calibration file they may need.
 #ifndef PDSERVE_TOOLS_PROFILE_FLAGS_H_
 #define PDSERVE_TOOLS_PROFILE_FLAGS_H_
 

@@ -125,6 +125,7 @@ std::string CompressionProfile::Describe() const {
     add(absl::StrCat("kcache N=", kcache.top_n, " full=", kcache.full_layers, " sink=", kcache.sink,
                      " recent=", kcache.recent, kcache.renormalize ? " renormalized" : ""));
   }
+  if (retention.enabled()) add(retention.Describe());
   return out.empty() ? "plain" : out;
 }
 
@@ -144,6 +145,7 @@ absl::StatusOr<PreparedModel> PrepareModel(const ModelWeights& weights,
   prepared.compression.fp8 = profile.fp8;
   prepared.compression.f16 = profile.f16_kv;
   prepared.compression.kcache = profile.kcache;
+  prepared.compression.retention = profile.retention;
   PDSERVE_RETURN_IF_ERROR(prepared.compression.Validate());
   return prepared;
 }

@@ -7,7 +7,7 @@
 //    the closed-form projections fitted by `pdserve calibrate` for that same (l, G).
 //  - ZACK: bases and ranks from the calibration; zack_rho ≥ 0 re-chooses every rank from the stored
 //    eigenvalues.
-//  - FP8, f16 KV and KCache pass through to KvCompression.
+//  - FP8, f16 KV, KCache and token retention pass through to KvCompression.
 #ifndef PDSERVE_CORE_COMPRESS_PROFILE_H_
 #define PDSERVE_CORE_COMPRESS_PROFILE_H_
 
@@ -29,6 +29,7 @@ struct CompressionProfile {
   KvScaleMode fp8 = KvScaleMode::kNone;
   bool f16_kv = false;  // f16 KV elements instead of f32 (without FP8)
   KCacheOptions kcache;
+  RetentionOptions retention;  // token retention (KVCrush); off unless enabled()
 
   bool needs_calibration() const { return swiftkv_recovery || zack; }
   // "swiftkv l=3 G=1 +recovery, zack rho=0.1, fp8 per-token, kcache N=32": for reports.

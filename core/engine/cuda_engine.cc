@@ -91,6 +91,11 @@ absl::Status CheckSupported(const ModelConfig& c, const EngineOptions& o, const 
         "cuda engine: an f16 KV cache runs on the CPU only for now; use --kv-dtype f32, --fp8, or "
         "--device cpu");
   }
+  if (o.compression.retention.enabled()) {
+    return absl::UnimplementedError(
+        "cuda engine: token retention (--kv-retention) runs on the CPU only for now; use "
+        "--device cpu");
+  }
   if (o.max_sequences > cu::kMaxBatchSequences) {
     return absl::InvalidArgumentError(absl::StrCat("cuda engine: max_sequences ", o.max_sequences,
                                                    " exceeds ", cu::kMaxBatchSequences));

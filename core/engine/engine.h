@@ -89,6 +89,10 @@ struct ForwardChunk {
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token, not only the last
   // A chunk of one token is a decode step: with KCache its later layers select what to read.
+  // The prompt ends with this chunk: with token retention (KvCompression::retention) the
+  // sequence then keeps only the tokens retention selects, scored by this chunk's last
+  // retention.window queries. Retained tokens keep their positions (SequencePosition).
+  bool retain = false;
 };
 
 class Engine {
@@ -110,11 +114,14 @@ class Engine {
   virtual absl::Status RemoveSequence(int sequence) = 0;
   // Tokens in the sequence's cache, or -1 for an unknown id.
   virtual int SequenceLength(int sequence) const = 0;
+  // The position of the sequence's next token: SequenceLength plus the tokens token retention
+  // dropped (max_context bounds it), or -1 for an unknown id.
+  virtual int SequencePosition(int sequence) const { return SequenceLength(sequence); }
 
   // Appends every chunk's tokens to its sequence and returns logits [rows, vocab]: per chunk in
   // order, one row per token when all_logits, else one row for its last token. InvalidArgument for
   // unknown or repeated sequences, empty chunks, token ids outside the vocabulary, more than
-  // max_batch_tokens tokens or a sequence beyond max_context; ResourceExhausted when the KV pool is
+  // max_batch_tokens tokens or a position beyond max_context; ResourceExhausted when the KV pool is
   // full. On error no sequence changes. The span (host memory) is valid until the next Forward.
   virtual absl::StatusOr<std::span<const float>> Forward(std::span<const ForwardChunk> chunks) = 0;
 
@@ -124,6 +131,15 @@ class Engine {
   // when no sequence slot or not enough pages are free (then nothing is taken);
   // FailedPrecondition when the pool is not host-visible (EngineOptions::host_kv_pages).
   virtual absl::StatusOr<int> AddSequenceWithTokens(int num_tokens) = 0;
+  // Token retention across engines: the cache of `sequence` holds the tokens a prompt kept, and its
+  // next token takes `position` (SequencePosition), the tokens in between having been dropped.
+  // InvalidArgument unless SequenceLength ≤ position ≤ max_context; NotFound for an unknown
+  // sequence; Unimplemented where the engine has no token retention (the CUDA engine).
+  virtual absl::Status SetSequencePosition(int sequence, int position) {
+    (void)sequence;
+    (void)position;
+    return absl::UnimplementedError("engine: token retention is not supported on this device");
+  }
   // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
   // sequence in host memory, for reading (export) or writing (import); valid until the sequence is
   // removed. Reading sees what a Forward stored once CacheLayerStored was called for the layer;

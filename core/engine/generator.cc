@@ -23,6 +23,7 @@ absl::StatusOr<std::span<const float>> Prefill(Engine& engine, int sequence,
   for (size_t begin = 0; begin < tokens.size(); begin += chunk_size) {
     ForwardChunk chunk{sequence,
                        tokens.subspan(begin, std::min(chunk_size, tokens.size() - begin))};
+    chunk.retain = begin + chunk_size >= tokens.size();  // the prompt's last chunk
     PDSERVE_ASSIGN_OR_RETURN(logits, engine.Forward({&chunk, 1}));
   }
   return logits;

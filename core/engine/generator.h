@@ -33,8 +33,9 @@ absl::StatusOr<GenerationResult> Generate(Engine& engine, std::span<const int32_
                                           const GenerationParams& params,
                                           const std::function<void(int32_t)>& on_token);
 
-// Runs `tokens` into `sequence` in chunks of at most max_batch_tokens and returns the logits of
-// the last token (valid until the engine's next Forward).
+// Runs `tokens` into `sequence` in chunks of at most max_batch_tokens, the last marked as the
+// prompt's end (ForwardChunk::retain), and returns the logits of the last token (valid until the
+// engine's next Forward).
 absl::StatusOr<std::span<const float>> Prefill(Engine& engine, int sequence,
                                                std::span<const int32_t> tokens);
 

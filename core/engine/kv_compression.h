@@ -1,6 +1,6 @@
 // KvCompression: how an engine stores and reads its KV cache beyond the model's own structure
 // (SwiftKV/AcrossKV live in the weights, ModelWeights::swiftkv). Identity settings — ZACK off,
-// FP8 off, KCache off — give the plain engine bit for bit.
+// FP8 off, KCache off, retention off — give the plain engine bit for bit.
 #ifndef PDSERVE_CORE_ENGINE_KV_COMPRESSION_H_
 #define PDSERVE_CORE_ENGINE_KV_COMPRESSION_H_
 
@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "core/calib/calibration.h"
 #include "core/kv/kv_layout.h"
+#include "core/kv/token_retention.h"
 
 namespace pdserve {
 
@@ -34,6 +35,9 @@ struct KvCompression {
   // finite values beyond ±65504 saturate. CPU engine only.
   bool f16 = false;
   KCacheOptions kcache;
+  // Token retention (KVCrush): after a prompt's last chunk (ForwardChunk::retain) each cache layer
+  // keeps only the tokens it selects. Off when !retention.enabled().
+  RetentionOptions retention;
 
   absl::Status Validate() const;
 };

@@ -194,6 +194,19 @@ absl::Status KvCompression::Validate() const {
     return absl::InvalidArgumentError(
         "KV elements: f16 and FP8 exclude each other (FP8 stores e4m3 codes)");
   }
+  if (!retention.enabled()) return absl::OkStatus();
+  if (absl::Status status = retention.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("token retention: ", status.message()));
+  }
+  if (retention.recent < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("token retention: recent ", retention.recent,
+                                                   " must be ≥ 1 (the prompt's last token stays)"));
+  }
+  if (fp8 == KvScaleMode::kPerPageHead) {
+    return absl::InvalidArgumentError(
+        "token retention moves rows between pages, which FP8 per-page scales cannot follow; use "
+        "per-token scales");
+  }
   return absl::OkStatus();
 }
 

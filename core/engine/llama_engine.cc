@@ -10,6 +10,7 @@
 #include "core/base/system_memory.h"
 #include "core/kv/kv_row_codec.h"
 #include "kernels/attention.h"
+#include "kernels/attention_importance.h"
 #include "kernels/basis_projection.h"
 #include "kernels/embedding.h"
 #include "kernels/kcache_attention.h"
@@ -202,6 +203,10 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   b.attention.reserve(options.max_sequences);
   b.kcache.reserve(options.max_sequences);
   b.projected.resize(static_cast<size_t>(pool_.size()) * c.head_dim());
+  if (options.compression.retention.enabled()) {
+    importance_workspace_.resize(
+        kernels::AttentionImportanceWorkspaceFloats(shape, pool_.size(), max_context));
+  }
 }
 
 LlamaEngine::~LlamaEngine() = default;
@@ -232,6 +237,12 @@ absl::Status LlamaEngine::RemoveSequence(int sequence) { return table_->Remove(s
 
 int LlamaEngine::SequenceLength(int sequence) const { return table_->Length(sequence); }
 
+int LlamaEngine::SequencePosition(int sequence) const { return table_->Position(sequence); }
+
+absl::Status LlamaEngine::SetSequencePosition(int sequence, int position) {
+  return table_->SetPosition(sequence, position);
+}
+
 absl::Status LlamaEngine::CheckTier(std::span<const ForwardChunk> chunks) const {
   if (tier_ == nullptr || local_tier_ != nullptr) return absl::OkStatus();
   for (const ForwardChunk& chunk : chunks) {
@@ -253,6 +264,7 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
   PDSERVE_ASSIGN_OR_RETURN(segments_, table_->Begin(chunks, b.tokens.data(), b.positions.data()));
   int n = 0;
   for (const Segment& segment : segments_) n += segment.n;
+  BeginRetention();
   kernels::EmbeddingLookup(weights_.token_embedding, b.tokens.data(), n, b.x.data());
   for (int layer = 0; layer < config().n_layers; ++layer) {
     if (layer == plan_.swiftkv_layer) {
@@ -261,6 +273,7 @@ absl::StatusOr<std::span<const float>> LlamaEngine::Forward(std::span<const Forw
     }
     Layer(layer, n);
   }
+  RetainTokens();
   const int rows = ComputeLogits(CompactToLogitRows());
   return std::span<const float>(b.logits.data(), static_cast<size_t>(rows) * config().vocab_size);
 }
@@ -312,7 +325,7 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
         }
       });
       StoreKv(plan.cache, k, k + c.kv_dim(), width, n);
-      if (layer_observer_ != nullptr) layer_observer_->CacheLayerStored(plan.cache);
+      CacheLayerStored(plan.cache);
       return;
     }
     case LayerStep::kQueryRope:
@@ -320,11 +333,10 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
       return;
     case LayerStep::kAttention: {
       const CachePlan& cache = plan_.caches[plan.cache];
-      if (cache.zack()) {
-        Attend(layer, b.q_packed.data(), cache.q_width);
-      } else {
-        Attend(layer, b.qkv.data(), width);
-      }
+      const float* q = cache.zack() ? b.q_packed.data() : b.qkv.data();
+      const int64_t q_stride = cache.zack() ? cache.q_width : width;
+      Attend(layer, q, q_stride);
+      ObserveImportance(layer, q, q_stride);
       return;
     }
     case LayerStep::kOutputProjection:
@@ -410,8 +422,7 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
     StoreKv(plan_.swiftkv_layer + i, b.swiftkv.data() + int64_t{i} * c.kv_dim(),
             v_base + plan_.swiftkv_v_offsets[i], width, n);
   }
-  if (layer_observer_ == nullptr) return;
-  for (int i = 0; i < leaders; ++i) layer_observer_->CacheLayerStored(plan_.swiftkv_layer + i);
+  for (int i = 0; i < leaders; ++i) CacheLayerStored(plan_.swiftkv_layer + i);
 }
 
 int LlamaEngine::CompactToLogitRows() {
@@ -520,8 +531,16 @@ kernels::PagedKvView LlamaEngine::CacheView(int cache_index, const BlockTable& t
   return view;
 }
 
-void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
+kernels::AttentionShape LlamaEngine::CacheShape(int cache_index) const {
   const ModelConfig& c = config();
+  const CachePlan& cache = plan_.caches[cache_index];
+  kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  shape.q_offsets = cache.q_offsets.data();
+  shape.out_offsets = cache.out_offsets.data();
+  return shape;
+}
+
+void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
   const int cache_index = plan_.layers[layer].cache;
   const CachePlan& cache = plan_.caches[cache_index];
   Buffers& b = *buffers_;
@@ -534,9 +553,7 @@ void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
     // KCache selects for decode steps; prompts (even their last token alone) attend densely.
     (cache.kcache && segment.decode ? b.kcache : b.attention).push_back(seq);
   }
-  kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  shape.q_offsets = cache.q_offsets.data();
-  shape.out_offsets = cache.out_offsets.data();
+  const kernels::AttentionShape shape = CacheShape(cache_index);
   if (!b.attention.empty()) {
     kernels::Attention(pool_, shape, b.attention, b.attention_workspace);
   }

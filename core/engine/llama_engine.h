@@ -14,6 +14,11 @@
 // allocates only small bookkeeping (page lists, task closures). Not thread-safe: one caller drives
 // an engine.
 //
+// Token retention (KvCompression::retention, KVCrush): a Forward with retain chunks scores each
+// such sequence's tokens per cache layer from the chunk's last queries as its layers run, then
+// compacts the kept rows to the front of the sequence's pages and frees the rest; a
+// CacheLayerObserver then hears of every cache layer only after that compaction.
+//
 // Disaggregation (Engine::SequencePage, core/engine/kv_transfer.h): its pool is host memory, so
 // pages are exported and imported in place. Its KCache V pages may live in a value tier of the
 // caller's (EngineOptions::value_tier_factory).
@@ -70,6 +75,8 @@ class LlamaEngine : public Engine {
   absl::StatusOr<int> AddSequenceWithTokens(int num_tokens) override;
   absl::Status RemoveSequence(int sequence) override;
   int SequenceLength(int sequence) const override;
+  int SequencePosition(int sequence) const override;
+  absl::Status SetSequencePosition(int sequence, int position) override;
 
   const KvPlan& plan() const override { return plan_; }
   // Pages in place: K in the pool, V in the value tier for a KCache cache layer.
@@ -119,6 +126,24 @@ class LlamaEngine : public Engine {
   void ForTokens(int n, const ThreadPool::RangeFn& fn);
   void Attend(int layer, const float* q, int64_t q_stride);
   kernels::PagedKvView CacheView(int cache, const BlockTable& table) const;
+  kernels::AttentionShape CacheShape(int cache) const;
+  // Tells the layer observer that `cache` is stored, or, in a Forward that retains, remembers to
+  // once RetainTokens has compacted it.
+  void CacheLayerStored(int cache);
+
+  // Token retention, in llama_engine_retention.cc. A retaining sequence of this Forward: its
+  // segment, its tokens and their importance [caches, n_kv_heads, tokens].
+  struct Retaining {
+    int segment = 0;
+    int tokens = 0;
+    std::vector<float> importance;
+  };
+  // Picks this Forward's retaining sequences (retain chunks holding more than the budget).
+  void BeginRetention();
+  // Adds the importance of each retaining segment's window queries for `layer`'s cache.
+  void ObserveImportance(int layer, const float* q, int64_t q_stride);
+  // Selects, compacts and truncates every retaining sequence; then tells the layer observer.
+  void RetainTokens();
   int ComputeLogits(int n);
 
   ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
@@ -138,6 +163,8 @@ class LlamaEngine : public Engine {
   std::unique_ptr<Buffers> buffers_;
   ForwardObserver* observer_ = nullptr;
   CacheLayerObserver* layer_observer_ = nullptr;
+  std::vector<Retaining> retaining_;         // of the current Forward
+  std::vector<float> importance_workspace_;  // AttentionImportance's, with retention only
 };
 
 }  // namespace pdserve

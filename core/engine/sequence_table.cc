@@ -61,6 +61,7 @@ absl::Status SequenceTable::Remove(int sequence) {
   }
   sequences_[sequence].table.Release(pool_);
   sequences_[sequence].live = false;
+  sequences_[sequence].dropped = 0;
   return absl::OkStatus();
 }
 
@@ -88,6 +89,30 @@ int SequenceTable::Length(int sequence) const {
   return sequences_[sequence].table.num_tokens();
 }
 
+int SequenceTable::Position(int sequence) const {
+  const int length = Length(sequence);
+  return length < 0 ? -1 : length + sequences_[sequence].dropped;
+}
+
+void SequenceTable::Truncate(int sequence, int tokens) {
+  Sequence& s = sequences_[sequence];
+  s.dropped += s.table.num_tokens() - tokens;
+  s.table.set_num_tokens(tokens);
+  s.table.ShrinkTo(pool_, (tokens + pool_.page_size() - 1) / pool_.page_size());
+}
+
+absl::Status SequenceTable::SetPosition(int sequence, int position) {
+  const int length = Length(sequence);
+  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  if (position < length || position > limits_.max_context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: position ", position, " for a sequence of ", length,
+                     " tokens; must be in [", length, ", ", limits_.max_context, "]"));
+  }
+  sequences_[sequence].dropped = position - length;
+  return absl::OkStatus();
+}
+
 absl::Status SequenceTable::Validate(std::span<const ForwardChunk> chunks) {
   if (chunks.empty()) return absl::InvalidArgumentError("engine: no chunks to run");
   if (chunks.size() > sequences_.size()) {
@@ -98,7 +123,7 @@ absl::Status SequenceTable::Validate(std::span<const ForwardChunk> chunks) {
   int64_t total = 0;
   std::fill(seen_.begin(), seen_.end(), 0);
   for (const ForwardChunk& chunk : chunks) {
-    const int length = Length(chunk.sequence);
+    const int length = Position(chunk.sequence);
     if (length < 0) {
       return absl::InvalidArgumentError(absl::StrCat("engine: unknown sequence ", chunk.sequence));
     }
@@ -152,12 +177,13 @@ absl::StatusOr<std::span<Segment>> SequenceTable::Begin(std::span<const ForwardC
   segments_.clear();
   for (const ForwardChunk& chunk : chunks) {
     BlockTable& table = sequences_[chunk.sequence].table;
-    const int start = table.num_tokens();
+    const int start = table.num_tokens(), dropped = sequences_[chunk.sequence].dropped;
     const int count = static_cast<int>(chunk.tokens.size());
-    segments_.push_back({chunk.sequence, n, count, start, chunk.all_logits, count == 1});
+    segments_.push_back(
+        {chunk.sequence, n, count, start, chunk.all_logits, count == 1, chunk.retain});
     for (int i = 0; i < count; ++i, ++n) {
       tokens[n] = chunk.tokens[i];
-      positions[n] = start + i;
+      positions[n] = start + dropped + i;
     }
     table.set_num_tokens(start + count);
   }

@@ -18,7 +18,8 @@
 
 namespace pdserve {
 
-// Rows [row, row + n) of a batch belong to `sequence` at positions [start_pos, start_pos + n).
+// Rows [row, row + n) of a batch belong to `sequence`, at cache rows [start_pos, start_pos + n)
+// (positions differ by the tokens retention dropped: SequenceTable::Position).
 struct Segment {
   int sequence = -1;
   int row = 0;
@@ -26,6 +27,7 @@ struct Segment {
   int start_pos = 0;
   bool all_logits = false;
   bool decode = false;  // a one-token chunk: a decode step (KCache selects for these)
+  bool retain = false;  // ForwardChunk::retain
 };
 
 // The attention kernels' view of a segment's queries: its rows of `q` (q_stride floats apart) and
@@ -54,6 +56,14 @@ class SequenceTable {
   absl::Status Remove(int sequence);
   // Tokens in the sequence's cache, or -1 for an unknown id.
   int Length(int sequence) const;
+  // Length plus the tokens Truncate dropped: the next token's position; -1 for an unknown id.
+  int Position(int sequence) const;
+  // Token retention: the live sequence keeps only its first `tokens` rows (the caller moved the
+  // kept ones there), frees the pages beyond them and counts the rest as dropped. Requires
+  // 0 ≤ tokens ≤ Length(sequence).
+  void Truncate(int sequence, int tokens);
+  // Engine::SetSequencePosition: the next token of the sequence takes `position`.
+  absl::Status SetPosition(int sequence, int position);
   // Requires Length(sequence) ≥ 0.
   const BlockTable& table(int sequence) const { return sequences_[sequence].table; }
   // The pool page holding page page_index of cache layer cache_layer (of num_cache_layers, which
@@ -64,8 +74,8 @@ class SequenceTable {
 
   // Checks a batch as Engine::Forward promises, reserves its pages (all or nothing), advances the
   // sequences' lengths and returns the batch's segments in chunk order; tokens[r] and
-  // positions[r] receive row r's token and position (room for max_batch_tokens rows). On error
-  // nothing changes.
+  // positions[r] receive row r's token and position (room for max_batch_tokens rows). Positions,
+  // not lengths, are bounded by max_context. On error nothing changes.
   absl::StatusOr<std::span<Segment>> Begin(std::span<const ForwardChunk> chunks, int32_t* tokens,
                                            int32_t* positions);
 
@@ -79,6 +89,7 @@ class SequenceTable {
   struct Sequence {
     bool live = false;
     BlockTable table;
+    int dropped = 0;  // tokens Truncate removed
   };
   absl::Status Validate(std::span<const ForwardChunk> chunks);
   absl::Status Reserve(std::span<const ForwardChunk> chunks);

@@ -177,11 +177,13 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
   const int budget = std::min(units.count, std::max(1, budget_tokens / units.size));
   const auto units_of = [&](int tokens) { return (tokens + units.size - 1) / units.size; };
 
-  // Forced: sink units first, then recent units from the end, within the budget.
+  // Forced: the last unit, sink units, then recent units from the end, within the budget.
   std::vector<uint8_t> kept(units.count, 0);
-  int n_kept = 0;
-  const int sink = std::min(units_of(options.sink), budget);
-  for (int u = 0; u < sink; ++u) kept[u] = 1, ++n_kept;
+  kept[units.count - 1] = 1;
+  int n_kept = 1;
+  for (int u = 0; u < units_of(options.sink) && n_kept < budget; ++u) {
+    if (!kept[u]) kept[u] = 1, ++n_kept;
+  }
   const int recent = units_of(options.recent);
   for (int u = units.count - 1; u >= 0 && n_kept < budget && u >= units.count - recent; --u) {
     if (!kept[u]) kept[u] = 1, ++n_kept;

@@ -2,7 +2,7 @@
 // once the prompt is in the cache. Each KV head scores every token (SnapKV: attention of the
 // prompt's last queries, see kernels/attention_importance.h); the budget is split into
 //
-//  - forced units: the first `sink` and last `recent` tokens;
+//  - forced units: the last token's unit, then the first `sink` and last `recent` tokens;
 //  - an importance part: the best-scored other units (score summed over heads);
 //  - with KVCrush, a representative part (kvcrush_ratio of what the forced units leave): every
 //    remaining candidate gets a binary head-behaviour vector (bit h set when the unit is in head
@@ -12,7 +12,9 @@
 //
 // A unit is a token (kToken) or a page of page_size tokens (kPage: scores and bits summed per
 // page, the last page possibly partial). The budget is counted in units: tokens, or whole pages
-// (budget / page_size, at least one). Pure functions; deterministic for a given seed.
+// (budget / page_size, at least one). As the last unit is always kept, the number of tokens kept
+// depends only on the prompt's length, the page size and the options — never on the scores — so
+// every cache layer of a sequence keeps as many. Pure functions; deterministic for a given seed.
 #ifndef PDSERVE_CORE_KV_TOKEN_RETENTION_H_
 #define PDSERVE_CORE_KV_TOKEN_RETENTION_H_
 

@@ -15,8 +15,8 @@ void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
                          std::span<float> workspace) {
   const DecodeRowKernels& rk = ActiveDecodeRows();
   const int group = shape.group(), n_keys = sequence.start_pos + sequence.n_queries;
-  const int64_t q_stride = sequence.q_row_stride != 0 ? sequence.q_row_stride
-                                                      : int64_t{shape.n_heads} * shape.head_dim;
+  const int64_t q_stride =
+      sequence.q_row_stride != 0 ? sequence.q_row_stride : int64_t{shape.n_heads} * shape.head_dim;
   const int64_t per_thread = static_cast<int64_t>(workspace.size()) / pool.size();
   const float weight = 1.0f / static_cast<float>(group);
   pool.ParallelForDynamic(shape.n_kv_heads, 1, [&](int64_t begin, int64_t end, int thread) {

@@ -1,0 +1,196 @@
+// Token retention (KVCrush) inside LlamaEngine: a budget covering the prompt reproduces the engine
+// without retention bit for bit, with every technique; a retaining prompt keeps the budget and
+// its tokens' positions, and decodes exactly as an engine given the same rows at the same
+// positions by hand (and not as one given them at shifted positions); every policy and
+// granularity composes with SwiftKV/AcrossKV, ZACK, FP8 and KCache; positions, not cached rows,
+// meet the context limit; FP8 per-page scales are refused.
+#include <cmath>
+#include <vector>
+
+#include "core/compress/profile.h"
+#include "core/compress/techniques_testing.h"
+#include "core/engine/llama_engine.h"
+#include "core/kv/kv_row_codec.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+using techniques_testing::Config;
+using techniques_testing::Engine;
+using techniques_testing::Everything;
+using techniques_testing::RunPrompt;
+using techniques_testing::TestCalibration;
+using techniques_testing::Tokens;
+
+RetentionOptions Budget(int tokens, RetentionPolicy policy = RetentionPolicy::kKvCrush) {
+  RetentionOptions o;
+  o.budget = tokens;
+  o.policy = policy;
+  o.window = 8;
+  o.sink = 2;
+  o.recent = 4;
+  return o;
+}
+
+TEST(RetentionTest, FullBudgetReproducesTheEngineWithoutRetention) {
+  const Calibration& calibration = TestCalibration(2, 2);
+  for (const CompressionProfile& base : {CompressionProfile{}, Everything()}) {
+    const std::vector<float> without = RunPrompt(*Engine(base, &calibration), Tokens(40), 8);
+    for (RetentionOptions retention : {Budget(40), Budget(1000)}) {
+      CompressionProfile profile = base;
+      profile.retention = retention;
+      EXPECT_EQ(RunPrompt(*Engine(profile, &calibration), Tokens(40), 8), without)
+          << profile.Describe();
+    }
+    CompressionProfile whole = base;
+    whole.retention.fraction = 1.0;
+    EXPECT_EQ(RunPrompt(*Engine(whole, &calibration), Tokens(40), 8), without);
+  }
+}
+
+// Logits of `steps` teacher-forced decode steps of `sequence`.
+std::vector<float> Decode(LlamaEngine& engine, int sequence, int steps) {
+  const std::vector<int32_t> next = Tokens(steps, 99);
+  std::vector<float> out;
+  for (int i = 0; i < steps; ++i) {
+    ForwardChunk step{sequence, std::span(next).subspan(i, 1)};
+    absl::StatusOr<std::span<const float>> logits = engine.Forward({&step, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (logits.ok()) out.insert(out.end(), logits->begin(), logits->end());
+  }
+  return out;
+}
+
+// Copies, cache layer by cache layer, token kept[i]'s K/V rows of `from` (every head) into row i
+// of `to`, through the engines' pages (f32 rows: exact).
+void CopyRows(LlamaEngine& from_engine, int from, LlamaEngine& to_engine, int to,
+              const std::vector<int>& kept) {
+  const int page_size = from_engine.options().kv_page_size;
+  std::vector<float> row(Config().head_dim());
+  for (size_t c = 0; c < from_engine.plan().caches.size(); ++c) {
+    const KvLayerLayout& layout = from_engine.plan().caches[c].layout;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      KvPageSlots source = *from_engine.SequencePage(from, c, kept[i] / page_size);
+      KvPageSlots target = *to_engine.SequencePage(to, c, static_cast<int>(i) / page_size);
+      for (int g = 0; g < Config().n_kv_heads; ++g) {
+        ReadKvRow(layout.k, source.k, g, kept[i] % page_size, row.data());
+        WriteKvRow(layout.k, target.k, g, static_cast<int>(i) % page_size, row.data());
+        ReadKvRow(layout.v, source.v, g, kept[i] % page_size, row.data());
+        WriteKvRow(layout.v, target.v, g, static_cast<int>(i) % page_size, row.data());
+      }
+    }
+  }
+}
+
+TEST(RetentionTest, DecodesOverTheKeptRowsAtTheirPositions) {
+  // Recent policy, sink 2 and budget 20 of 50: tokens 0, 1 and 32 .. 49 stay.
+  CompressionProfile retaining;
+  retaining.retention = Budget(20, RetentionPolicy::kRecent);
+  std::unique_ptr<LlamaEngine> engine = Engine(retaining);
+  const std::vector<int32_t> prompt = Tokens(50);
+  const int sequence = *engine->AddSequence();
+  ForwardChunk chunk{sequence, prompt};
+  chunk.retain = true;
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  EXPECT_EQ(engine->SequenceLength(sequence), 20);
+  EXPECT_EQ(engine->SequencePosition(sequence), 50);
+  const std::vector<float> retained = Decode(*engine, sequence, 6);
+  EXPECT_EQ(engine->SequencePosition(sequence), 56);
+
+  std::vector<int> kept = {0, 1};
+  for (int t = 32; t < 50; ++t) kept.push_back(t);
+  std::unique_ptr<LlamaEngine> full = Engine({});
+  const int whole = *full->AddSequence();
+  ForwardChunk plain{whole, prompt};
+  ASSERT_TRUE(full->Forward({&plain, 1}).ok());
+  std::unique_ptr<LlamaEngine> by_hand = Engine({});
+  const int copied = *by_hand->AddSequenceWithTokens(20);
+  CopyRows(*full, whole, *by_hand, copied, kept);
+  ASSERT_TRUE(by_hand->SetSequencePosition(copied, 50).ok());
+  EXPECT_EQ(Decode(*by_hand, copied, 6), retained);
+
+  // The same rows at positions 20 .. decode otherwise (the positions matter), and so does the whole
+  // prompt (the retention really dropped something).
+  const int shifted = *by_hand->AddSequenceWithTokens(20);
+  CopyRows(*full, whole, *by_hand, shifted, kept);
+  EXPECT_NE(Decode(*by_hand, shifted, 6), retained);
+  EXPECT_NE(Decode(*full, whole, 6), retained);
+}
+
+TEST(RetentionTest, EveryPolicyKeepsItsBudgetWithEveryTechnique) {
+  const Calibration& calibration = TestCalibration(2, 2);
+  const int vocab = Config().vocab_size;
+  for (RetentionPolicy policy :
+       {RetentionPolicy::kRecent, RetentionPolicy::kImportance, RetentionPolicy::kKvCrush}) {
+    for (RetentionGranularity granularity :
+         {RetentionGranularity::kToken, RetentionGranularity::kPage}) {
+      CompressionProfile profile = Everything();
+      profile.retention = Budget(0, policy);
+      profile.retention.fraction = 0.25;
+      profile.retention.granularity = granularity;
+      std::unique_ptr<LlamaEngine> engine = Engine(profile, &calibration);
+      const int sequence = *engine->AddSequence();
+      const std::vector<int32_t> prompt = Tokens(77);
+      ForwardChunk chunk{sequence, prompt};
+      chunk.retain = true;
+      ASSERT_TRUE(engine->Forward({&chunk, 1}).ok()) << profile.Describe();
+      // 20 tokens, or 2 whole pages of 8 with the partial last page of 5.
+      const int kept = granularity == RetentionGranularity::kToken ? 20 : 8 + 5;
+      EXPECT_EQ(engine->SequenceLength(sequence), kept) << profile.Describe();
+      EXPECT_EQ(engine->SequencePosition(sequence), 77);
+      const std::vector<float> logits = Decode(*engine, sequence, 4);
+      ASSERT_EQ(logits.size(), 4u * vocab);
+      for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << profile.Describe();
+    }
+  }
+}
+
+TEST(RetentionTest, ChunksWithoutRetainKeepEveryToken) {
+  CompressionProfile profile;
+  profile.retention = Budget(10);
+  std::unique_ptr<LlamaEngine> engine = Engine(profile);
+  const int sequence = *engine->AddSequence();
+  const std::vector<int32_t> prompt = Tokens(40);
+  ForwardChunk chunk{sequence, prompt};
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  EXPECT_EQ(engine->SequenceLength(sequence), 40);
+}
+
+TEST(RetentionTest, PositionsMeetTheContextLimit) {
+  CompressionProfile profile;
+  profile.retention = Budget(10, RetentionPolicy::kRecent);
+  std::unique_ptr<LlamaEngine> engine = Engine(profile);
+  const int context = engine->max_context();
+  const int sequence = *engine->AddSequence();
+  const std::vector<int32_t> prompt = Tokens(context - 2);
+  ForwardChunk chunk{sequence, prompt};
+  chunk.retain = true;
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  EXPECT_EQ(engine->SequenceLength(sequence), 10);
+  EXPECT_EQ(Decode(*engine, sequence, 2).size(), 2u * Config().vocab_size);
+  const int32_t token = 5;
+  ForwardChunk beyond{sequence, {&token, 1}};
+  const absl::StatusOr<std::span<const float>> refused = engine->Forward({&beyond, 1});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->SetSequencePosition(sequence, context + 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->SetSequencePosition(sequence, 5).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RetentionTest, RefusesPerPageFp8AndBadOptions) {
+  KvCompression compression;
+  compression.retention = Budget(10);
+  EXPECT_TRUE(compression.Validate().ok());
+  compression.fp8 = KvScaleMode::kPerPageHead;
+  EXPECT_EQ(compression.Validate().code(), absl::StatusCode::kInvalidArgument);
+  compression.fp8 = KvScaleMode::kNone;
+  compression.retention.recent = 0;
+  EXPECT_EQ(compression.Validate().code(), absl::StatusCode::kInvalidArgument);
+  compression.retention.recent = 4;
+  compression.retention.kvcrush_ratio = 2.0;
+  EXPECT_NE(compression.Validate().message().find("ratio"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pdserve

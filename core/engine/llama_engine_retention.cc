@@ -1,0 +1,86 @@
+// LlamaEngine's token retention (KvCompression::retention): see llama_engine.h.
+#include <algorithm>
+
+#include "core/engine/llama_engine.h"
+#include "core/kv/kv_row_codec.h"
+#include "core/kv/token_retention.h"
+#include "kernels/attention_importance.h"
+
+namespace pdserve {
+
+void LlamaEngine::BeginRetention() {
+  retaining_.clear();
+  const RetentionOptions& options = options_.compression.retention;
+  if (!options.enabled()) return;
+  const size_t per_token = plan_.caches.size() * config().n_kv_heads;
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const Segment& segment = segments_[s];
+    const int tokens = segment.start_pos + segment.n;
+    if (!segment.retain || options.BudgetFor(tokens) >= tokens) continue;
+    Retaining& r = retaining_.emplace_back();
+    r.segment = static_cast<int>(s);
+    r.tokens = tokens;
+    if (options.policy != RetentionPolicy::kRecent) r.importance.assign(per_token * tokens, 0.0f);
+  }
+}
+
+void LlamaEngine::ObserveImportance(int layer, const float* q, int64_t q_stride) {
+  const RetentionOptions& options = options_.compression.retention;
+  if (retaining_.empty() || options.policy == RetentionPolicy::kRecent) return;
+  const int cache = plan_.layers[layer].cache, heads = config().n_kv_heads;
+  const kernels::AttentionShape shape = CacheShape(cache);
+  for (Retaining& r : retaining_) {
+    const Segment& segment = segments_[r.segment];  // after SwiftKV, its last row only
+    const int window = std::min(options.window, segment.n);
+    kernels::AttentionSequence seq;
+    seq.q = q + int64_t{segment.row + segment.n - window} * q_stride;
+    seq.q_row_stride = q_stride;
+    seq.n_queries = window;
+    seq.start_pos = segment.start_pos + segment.n - window;
+    seq.kv = CacheView(cache, table_->table(segment.sequence));
+    const std::span<float> importance(r.importance.data() + int64_t{cache} * heads * r.tokens,
+                                      static_cast<size_t>(heads) * r.tokens);
+    kernels::AttentionImportance(pool_, shape, seq, importance, importance_workspace_);
+  }
+}
+
+void LlamaEngine::RetainTokens() {
+  if (retaining_.empty()) return;
+  const RetentionOptions& options = options_.compression.retention;
+  const int heads = config().n_kv_heads, page_size = options_.kv_page_size;
+  const int caches = static_cast<int>(plan_.caches.size());
+  for (const Retaining& r : retaining_) {
+    const int sequence = segments_[r.segment].sequence;
+    const std::vector<int32_t>& pages = table_->table(sequence).pages();
+    size_t kept_tokens = 0;
+    for (int c = 0; c < caches; ++c) {
+      const std::span<const float> importance =
+          r.importance.empty()
+              ? std::span<const float>()
+              : std::span<const float>(r.importance)
+                    .subspan(int64_t{c} * heads * r.tokens, int64_t{heads} * r.tokens);
+      const std::vector<int> kept =
+          SelectRetainedTokens(importance, heads, r.tokens, page_size, options);
+      kept_tokens = kept.size();  // the same for every cache layer (token_retention.h)
+      const CachePlan& cache = plan_.caches[c];
+      CompactKvRows(cache.layout.k, pages, kept,
+                    [&](int32_t page) { return kv_->Page(k_section_[c], page); });
+      CompactKvRows(cache.layout.v, pages, kept, [&](int32_t page) {
+        return cache.kcache ? tier_->WritablePage(v_section_[c], page)
+                            : kv_->Page(v_section_[c], page);
+      });
+    }
+    table_->Truncate(sequence, static_cast<int>(kept_tokens));
+  }
+  retaining_.clear();
+  for (int c = 0; c < caches && layer_observer_ != nullptr; ++c) {
+    layer_observer_->CacheLayerStored(c);
+  }
+}
+
+void LlamaEngine::CacheLayerStored(int cache) {
+  // A retaining Forward tells the observer once the pages are compacted (RetainTokens).
+  if (layer_observer_ != nullptr && retaining_.empty()) layer_observer_->CacheLayerStored(cache);
+}
+
+}  // namespace pdserve
