@@ -202,11 +202,6 @@ absl::Status KvCompression::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("token retention: recent ", retention.recent,
                                                    " must be ≥ 1 (the prompt's last token stays)"));
   }
-  if (fp8 == KvScaleMode::kPerPageHead) {
-    return absl::InvalidArgumentError(
-        "token retention moves rows between pages, which FP8 per-page scales cannot follow; use "
-        "per-token scales");
-  }
   return absl::OkStatus();
 }
 

@@ -54,6 +54,30 @@ float PageScaleCovering(const KvSectionLayout& layout, uint8_t* section, int hea
   return scale = wanted;
 }
 
+// CompactKvRows for per-page scales: all kept rows read out first (a page's slot 0 restarts its
+// scale, which would corrupt rows not yet moved), then written in order.
+void RewriteKvRows(const KvSectionLayout& layout, std::span<const int32_t> pages,
+                   std::span<const int> kept, absl::FunctionRef<uint8_t*(int32_t)> page_bytes) {
+  const int page_size = layout.page_size();
+  int64_t width = 0;
+  for (int g = 0; g < layout.n_heads(); ++g) width += layout.dim(g);
+  std::vector<float> rows(kept.size() * width);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const uint8_t* page = page_bytes(pages[kept[i] / page_size]);
+    float* row = rows.data() + i * width;
+    for (int g = 0; g < layout.n_heads(); row += layout.dim(g), ++g) {
+      ReadKvRow(layout, page, g, kept[i] % page_size, row);
+    }
+  }
+  for (size_t i = 0; i < kept.size(); ++i) {
+    uint8_t* page = page_bytes(pages[i / page_size]);
+    const float* row = rows.data() + i * width;
+    for (int g = 0; g < layout.n_heads(); row += layout.dim(g), ++g) {
+      WriteKvRow(layout, page, g, static_cast<int>(i % page_size), row);
+    }
+  }
+}
+
 }  // namespace
 
 void WriteKvRow(const KvSectionLayout& layout, uint8_t* section, int head, int slot,
@@ -103,6 +127,10 @@ void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, 
 void CompactKvRows(const KvSectionLayout& layout, std::span<const int32_t> pages,
                    std::span<const int> kept, absl::FunctionRef<uint8_t*(int32_t)> page_bytes) {
   const int page_size = layout.page_size();
+  if (layout.scale_mode() == KvScaleMode::kPerPageHead) {
+    RewriteKvRows(layout, pages, kept, page_bytes);
+    return;
+  }
   const bool scales = layout.scale_mode() == KvScaleMode::kPerTokenHead;
   for (int i = 0; i < static_cast<int>(kept.size()); ++i) {
     const int from = kept[i];

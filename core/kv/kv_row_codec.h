@@ -29,11 +29,12 @@ void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, 
                float* row);
 
 // Token retention's compaction of one section of a sequence: moves the row of token kept[i] of
-// every head, with its per-token scale, to row i, so that the sequence's first kept.size() rows
-// hold the kept tokens in order (rows beyond are left as they were). Token t lives in slot
-// t % page_size of page pages[t / page_size], whose section page_bytes(page id) returns. Requires
-// kept ascending and a scale mode other than kPerPageHead (a row cannot change pages under
-// another page's scale).
+// every head to row i, so that the sequence's first kept.size() rows hold the kept tokens in
+// order (rows beyond are left as they were). Token t lives in slot t % page_size of page
+// pages[t / page_size], whose section page_bytes(page id) returns. Requires kept ascending.
+// f32, f16 and per-token FP8 rows move as bytes (with their scales): exact. FP8 per-page rows
+// cannot keep their codes under another page's scale: every kept row is read back (dequantized)
+// and written again in slot order, so each is quantized once more, under its new page's scale.
 void CompactKvRows(const KvSectionLayout& layout, std::span<const int32_t> pages,
                    std::span<const int> kept, absl::FunctionRef<uint8_t*(int32_t)> page_bytes);
 
