@@ -11,6 +11,8 @@
 #   naive, closed-form recovery and distilled (the distilled checkpoints under DISTILLED, default
 #   build/train, made by train/distill_all.sh; rows without one are skipped; ROWS=distilled runs
 #   only those rows, appending to CSV, once distillation has finished).
+# ROWS=retention runs only the token retention (KVCrush) rows; KV bytes per token count what a
+# prompt keeps (the share of its tokens retention kept, · bytes per kept token).
 # With CSV=FILE the rows also go to FILE; with CSV and PNG=FILE, a plot of the Pareto front.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,13 +61,15 @@ calibrate() {  # NAME FLAGS...
   [ -s "$DIR/$name.cal" ] || "$PDSERVE" calibrate --model "$MODEL" "${MODEL_FLAGS[@]}" \
     --text "$DIR/corpus.txt" --ctx "$CTX" --out "$DIR/$name.cal" --log-level warn "$@" >/dev/null
 }
-calibrate zack --zack
-if [ "$SET" = pd10m ]; then
-  calibrate zack-half --zack --zack-kept-fraction 0.5
-  calibrate zack-3of8 --zack --zack-kept-fraction 0.375
+{ [ "${ROWS:-all}" != retention ] || [ "$SET" = stories260K ]; } && calibrate zack --zack
+if [ "${ROWS:-all}" != retention ]; then
+  if [ "$SET" = pd10m ]; then
+    calibrate zack-half --zack --zack-kept-fraction 0.5
+    calibrate zack-3of8 --zack --zack-kept-fraction 0.375
+  fi
+  for l in "${LAYERS[@]}"; do calibrate "l$l" --swiftkv-layer "$l"; done
+  for l in $GROUPED; do calibrate "l${l}g2" --swiftkv-layer "$l" --across-kv 2; done
 fi
-for l in "${LAYERS[@]}"; do calibrate "l$l" --swiftkv-layer "$l"; done
-for l in $GROUPED; do calibrate "l${l}g2" --swiftkv-layer "$l" --across-kv 2; done
 
 echo "| setting | top-1 agreement | KL | perplexity | KV bytes/token | ratio to fp16 | prefill FLOPs ratio | V bytes fetched per decode step |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -79,8 +83,9 @@ run_model() {  # LABEL MODEL FLAGS...
 import json, sys
 d = json.load(sys.stdin)
 label = sys.argv[1] or d['profile']
-row = (label, d['top1_agreement'], d['kl_mean'], d['perplexity'], d['kv_bytes_per_token'],
-       d['kv_bytes_per_token'] / d['kv_bytes_per_token_baseline_fp16'], d['prefill_flops_ratio'],
+row = (label, d['top1_agreement'], d['kl_mean'], d['perplexity'], d['kv_bytes_per_prompt_token'],
+       d['kv_bytes_per_prompt_token'] / d['kv_bytes_per_token_baseline_fp16'],
+       d['prefill_flops_ratio'],
        d['kv_fetched_bytes_per_decode_step'])
 print('| %s | %.4f | %.4f | %.4f | %.0f | %.3f | %.3f | %.0f |' % row)
 if sys.argv[2]:
@@ -88,6 +93,27 @@ if sys.argv[2]:
         f.write('\"%s\",%.6f,%.6f,%.6f,%.1f,%.6f,%.6f,%.1f\n' % row)" "$label" "${CSV:-}"
 }
 run() { run_model "" "$MODEL" "$@"; }
+
+# Token retention (KVCrush): each policy at 50 %, 25 % and 12.5 % of the prompt, alone and with the
+# default profile (pd10m: models/pd10m/default.flags; stories260K: ZACK ρ 0.02 + FP8 per-page).
+# KV bytes count the prompt's kept tokens (decode tokens are all kept). ROWS=retention: these only.
+retention_rows() {
+  local default=(--flagfile models/pd10m/default.flags)
+  [ "$SET" = stories260K ] &&
+    default=(--zack --zack-rho 0.02 --calibration "$DIR/zack.cal" --fp8 per-page)
+  local budget with extra
+  run "${default[@]}"
+  for budget in 50% 25% 12.5%; do
+    for with in alone default; do
+      extra=(--kvcrush-budget "$budget")
+      [ "$with" = default ] && extra+=("${default[@]}")
+      run "${extra[@]}" --kvcrush-policy recent
+      run "${extra[@]}" --kvcrush-policy snapkv
+      run "${extra[@]}"
+      run "${extra[@]}" --kvcrush-granularity page
+    done
+  done
+}
 swiftkv_rows() {  # L G
   local l=$1 g=$2 cal=$DIR/l$1.cal
   [ "$g" = 2 ] && cal=$DIR/l${1}g2.cal
@@ -153,7 +179,8 @@ distilled_zack_rows() {
 }
 
 all_rows && technique_rows
-[ "$SET" = pd10m ] && distilled_zack_rows
+{ all_rows || [ "${ROWS:-all}" = retention ]; } && retention_rows
+[ "$SET" = pd10m ] && [ "${ROWS:-all}" != retention ] && distilled_zack_rows
 
 # With CSV and PNG: top-1 agreement against KV bytes (relative to fp16), the Pareto front joined.
 if [ -n "${CSV:-}" ] && [ -n "${PNG:-}" ]; then

@@ -8,7 +8,8 @@
 // teacher-forced decode step (so SwiftKV skips layers and KCache selects, as in serving). The
 // comparison runs the plain model in lockstep and adds the mean KL divergence of the next-token
 // distributions, top-1 agreement, both perplexities, KV bytes per token against the plain fp16
-// cache and the prefill FLOPs ratio for a ctx-token prompt.
+// cache, the share of prompt tokens token retention kept (and so the prompt's KV bytes per token)
+// and the prefill FLOPs ratio for a ctx-token prompt.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -72,9 +73,11 @@ void Compare(std::span<const float> model, std::span<const float> baseline, int 
 }
 
 // One chunk the serving way on `engine`: prefill [0, first], then decode tokens first+1 .. ctx-2
-// one at a time; calls on_logits(j, logits predicting token j + 1) for j = first .. ctx-2.
+// one at a time; calls on_logits(j, logits predicting token j + 1) for j = first .. ctx-2. Adds
+// the tokens the prompt's cache kept (token retention) to *prompt_kept when given.
 absl::Status DecodeChunk(Engine& engine, std::span<const int32_t> chunk, int first,
-                         const std::function<void(int, std::span<const float>)>& on_logits) {
+                         const std::function<void(int, std::span<const float>)>& on_logits,
+                         int64_t* prompt_kept = nullptr) {
   PDSERVE_ASSIGN_OR_RETURN(int sequence, engine.AddSequence());
   absl::Status status;
   for (int j = first; j < static_cast<int>(chunk.size()) - 1 && status.ok(); ++j) {
@@ -84,6 +87,7 @@ absl::Status DecodeChunk(Engine& engine, std::span<const int32_t> chunk, int fir
     absl::StatusOr<std::span<const float>> logits = engine.Forward({&step, 1});
     status = logits.status();
     if (status.ok()) on_logits(j, *logits);
+    if (j == first && prompt_kept != nullptr) *prompt_kept += engine.SequenceLength(sequence);
   }
   PDSERVE_RETURN_IF_ERROR(engine.RemoveSequence(sequence));
   return status;
@@ -106,17 +110,20 @@ absl::Status CompareToBaseline(const LoadedModel& model, const PreparedModel& pr
   Scores scores;
   std::vector<float> baseline_logits(static_cast<size_t>(ctx) * vocab);
   std::vector<int32_t> chunk(ctx);
-  int64_t decode_steps = 0;
+  int64_t decode_steps = 0, prompt_kept = 0;
   for (int c = 0; c < chunks; ++c) {
     std::copy_n(tokens.begin() + int64_t{c} * ctx, ctx, chunk.begin());
     if (model.tokenizer->add_bos()) chunk[0] = model.tokenizer->bos_id();  // as llama-perplexity
     PDSERVE_RETURN_IF_ERROR(DecodeChunk(*baseline, chunk, first, [&](int j, auto logits) {
       std::copy(logits.begin(), logits.end(), baseline_logits.begin() + int64_t{j} * vocab);
     }));
-    PDSERVE_RETURN_IF_ERROR(DecodeChunk(*engine, chunk, first, [&](int j, auto logits) {
-      Compare(logits, {baseline_logits.data() + int64_t{j} * vocab, static_cast<size_t>(vocab)},
-              chunk[j + 1], scores);
-    }));
+    PDSERVE_RETURN_IF_ERROR(DecodeChunk(
+        *engine, chunk, first,
+        [&](int j, auto logits) {
+          Compare(logits, {baseline_logits.data() + int64_t{j} * vocab, static_cast<size_t>(vocab)},
+                  chunk[j + 1], scores);
+        },
+        &prompt_kept));
     decode_steps += ctx - 2 - first;
     if ((c + 1) % 50 == 0 || c + 1 == chunks) {
       log->info("chunk {}/{}: KL {:.5f}, top-1 agreement {:.4f}", c + 1, chunks,
@@ -125,6 +132,8 @@ absl::Status CompareToBaseline(const LoadedModel& model, const PreparedModel& pr
   }
   const double flops = PrefillFlops(model.weights.config, engine->plan(), ctx);
   const double flops_baseline = PrefillFlops(model.weights.config, baseline->plan(), ctx);
+  // Token retention keeps this share of each prompt's tokens in the cache.
+  const double kept = static_cast<double>(prompt_kept) / (int64_t{chunks} * (first + 1));
   nlohmann::json report = {
       {"profile", profile.Describe()},
       {"kl_mean", scores.kl / scores.scored},
@@ -133,6 +142,8 @@ absl::Status CompareToBaseline(const LoadedModel& model, const PreparedModel& pr
       {"perplexity_baseline", std::exp(scores.nll_baseline / scores.scored)},
       {"kv_bytes_per_token", engine->plan().kv_bytes_per_token()},
       {"kv_bytes_per_token_baseline_fp16", Fp16KvBytesPerToken(model.weights.config)},
+      {"prompt_tokens_kept", kept},
+      {"kv_bytes_per_prompt_token", engine->plan().kv_bytes_per_token() * kept},
       {"prefill_flops_ratio", flops / flops_baseline},
       {"kv_fetched_bytes_per_decode_step",
        decode_steps > 0 ? static_cast<double>(engine->kv_bytes_fetched()) / decode_steps : 0.0},
