@@ -4,11 +4,13 @@
 // positions by hand (and not as one given them at shifted positions); every policy and
 // granularity composes with SwiftKV/AcrossKV, ZACK, FP8 and KCache; positions, not cached rows,
 // meet the context limit; bad options are refused.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/compress/profile.h"
 #include "core/compress/techniques_testing.h"
+#include "core/engine/kv_transfer.h"
 #include "core/engine/llama_engine.h"
 #include "core/kv/kv_row_codec.h"
 #include "gtest/gtest.h"
@@ -95,11 +97,15 @@ TEST(RetentionTest, DecodesOverTheKeptRowsAtTheirPositions) {
   ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
   EXPECT_EQ(engine->SequenceLength(sequence), 20);
   EXPECT_EQ(engine->SequencePosition(sequence), 50);
-  const std::vector<float> retained = Decode(*engine, sequence, 6);
-  EXPECT_EQ(engine->SequencePosition(sequence), 56);
-
   std::vector<int> kept = {0, 1};
   for (int t = 32; t < 50; ++t) kept.push_back(t);
+  EXPECT_EQ(*engine->RowPositions(sequence, 1), std::vector<int32_t>(kept.begin(), kept.end()));
+  const std::vector<float> retained = Decode(*engine, sequence, 6);
+  EXPECT_EQ(engine->SequencePosition(sequence), 56);
+  std::vector<int32_t> decoded(kept.begin(), kept.end());
+  for (int p = 50; p < 56; ++p) decoded.push_back(p);
+  EXPECT_EQ(*engine->RowPositions(sequence, 3), decoded);
+
   std::unique_ptr<LlamaEngine> full = Engine({});
   const int whole = *full->AddSequence();
   ForwardChunk plain{whole, prompt};
@@ -108,6 +114,8 @@ TEST(RetentionTest, DecodesOverTheKeptRowsAtTheirPositions) {
   const int copied = *by_hand->AddSequenceWithTokens(20);
   CopyRows(*full, whole, *by_hand, copied, kept);
   ASSERT_TRUE(by_hand->SetSequencePosition(copied, 50).ok());
+  EXPECT_EQ(by_hand->RowPositions(copied, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // they came with the pages
   EXPECT_EQ(Decode(*by_hand, copied, 6), retained);
 
   // The same rows at positions 20 .. decode otherwise (the positions matter), and so does the whole
@@ -140,11 +148,65 @@ TEST(RetentionTest, EveryPolicyKeepsItsBudgetWithEveryTechnique) {
       const int kept = granularity == RetentionGranularity::kToken ? 20 : 8 + 5;
       EXPECT_EQ(engine->SequenceLength(sequence), kept) << profile.Describe();
       EXPECT_EQ(engine->SequencePosition(sequence), 77);
+      for (int c = 0; c < static_cast<int>(engine->plan().caches.size()); ++c) {
+        const std::vector<int32_t> positions = *engine->RowPositions(sequence, c);
+        ASSERT_EQ(static_cast<int>(positions.size()), kept);
+        EXPECT_EQ(positions.front(), 0);  // sink
+        EXPECT_EQ(positions.back(), 76);  // the prompt's last token
+        EXPECT_TRUE(std::is_sorted(positions.begin(), positions.end()) &&
+                    std::adjacent_find(positions.begin(), positions.end()) == positions.end());
+      }
       const std::vector<float> logits = Decode(*engine, sequence, 4);
       ASSERT_EQ(logits.size(), 4u * vocab);
       for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << profile.Describe();
     }
   }
+}
+
+// The disaggregated path: a retaining engine's pages, encoded, decoded and imported into another
+// engine given the prompt's position, carry each cache layer's kept positions, and the importer
+// decodes exactly as the exporter does.
+TEST(RetentionTest, PositionsSurviveThePageRoundTrip) {
+  const Calibration& calibration = TestCalibration(2, 2);
+  CompressionProfile profile = Everything();
+  profile.retention = Budget(30);
+  std::unique_ptr<LlamaEngine> exporter = Engine(profile, &calibration);
+  std::unique_ptr<LlamaEngine> importer = Engine(profile, &calibration);
+  const int sequence = *exporter->AddSequence();
+  const std::vector<int32_t> prompt = Tokens(70);
+  ForwardChunk chunk{sequence, prompt};
+  chunk.retain = true;
+  ASSERT_TRUE(exporter->Forward({&chunk, 1}).ok());
+  const int kept = exporter->SequenceLength(sequence), page_size = 8;
+  ASSERT_EQ(kept, 30);
+  std::vector<std::string> pages;
+  const int caches = static_cast<int>(exporter->plan().caches.size());
+  for (int c = 0; c < caches; ++c) {
+    for (int p = 0; p * page_size < kept; ++p) {
+      absl::StatusOr<std::string> page = EncodeSequencePage(*exporter, sequence, c, p, 9, 0);
+      ASSERT_TRUE(page.ok()) << page.status();
+      pages.push_back(*std::move(page));
+    }
+  }
+  const int target = *importer->AddSequenceWithTokens(kept);
+  auto view = [&](const std::string& bytes) {
+    return *DecodeKvPage({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  };
+  // Before it is told the prompt's length, the importer refuses the last page (position 69).
+  EXPECT_EQ(ImportKvPage(*importer, target, view(pages[3]), true).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(importer->SetSequencePosition(target, 70).ok());
+  for (int c = 0, i = 0; c < caches; ++c) {
+    const std::vector<int32_t> positions = *exporter->RowPositions(sequence, c);
+    for (int p = 0; p * page_size < kept; ++p, ++i) {
+      const KvPageView page = view(pages[i]);
+      EXPECT_EQ(page.header.positions,
+                std::vector<int32_t>(positions.begin() + p * page_size,
+                                     positions.begin() + std::min(kept, (p + 1) * page_size)));
+      ASSERT_TRUE(ImportKvPage(*importer, target, page, true).ok());
+    }
+  }
+  EXPECT_EQ(Decode(*importer, target, 5), Decode(*exporter, sequence, 5));
 }
 
 TEST(RetentionTest, ChunksWithoutRetainKeepEveryToken) {

@@ -9,6 +9,21 @@
 
 namespace pdserve {
 
+absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cache_layer) const {
+  const int length = SequenceLength(sequence);
+  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan().caches.size())) {
+    return absl::OutOfRangeError(absl::StrCat("engine: no cache layer ", cache_layer));
+  }
+  if (SequencePosition(sequence) != length) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine: sequence ", sequence, " was given its position; its rows' positions are unknown"));
+  }
+  std::vector<int32_t> positions(length);
+  for (int r = 0; r < length; ++r) positions[r] = r;
+  return positions;
+}
+
 const char* DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
 absl::StatusOr<Device> ParseDevice(std::string_view name) {

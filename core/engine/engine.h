@@ -140,6 +140,11 @@ class Engine {
     (void)position;
     return absl::UnimplementedError("engine: token retention is not supported on this device");
   }
+  // The positions of rows [0, SequenceLength) of a cache layer of the sequence: row r's is r
+  // unless token retention dropped tokens (each cache layer keeps its own). NotFound for an unknown
+  // sequence, OutOfRange for a cache layer outside the plan, FailedPrecondition for a sequence
+  // whose position SetSequencePosition moved (its rows' positions are in the pages it was given).
+  virtual absl::StatusOr<std::vector<int32_t>> RowPositions(int sequence, int cache_layer) const;
   // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
   // sequence in host memory, for reading (export) or writing (import); valid until the sequence is
   // removed. Reading sees what a Forward stored once CacheLayerStored was called for the layer;

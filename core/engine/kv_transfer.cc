@@ -46,6 +46,10 @@ absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int
   header.page_index = page_index;
   header.num_tokens = num_tokens;
   header.layout = engine.plan().caches[cache_layer].layout;
+  PDSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> positions,
+                           engine.RowPositions(sequence, cache_layer));
+  header.positions.assign(positions.begin() + int64_t{page_index} * page_size,
+                          positions.begin() + int64_t{page_index} * page_size + num_tokens);
   return EncodeKvPage(header, {slots.k, static_cast<size_t>(header.layout.k.bytes())},
                       {slots.v, static_cast<size_t>(header.layout.v.bytes())});
 }
@@ -85,6 +89,17 @@ absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, 
   if (h.num_tokens != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, "the page holds ", h.num_tokens, " tokens; the sequence's page holds ", expected));
+  }
+  // Positions: before the sequence's next one, the last token's right before it (retention always
+  // keeps it). Pages of a sequence moved by SetSequencePosition must come after that call.
+  const int next = engine.SequencePosition(sequence);
+  const bool last_page = h.page_index == pages - 1;
+  const int64_t last = h.positions.empty() ? int64_t{h.page_index} * page_size + h.num_tokens - 1
+                                           : h.positions.back();
+  if (last >= next || (last_page && last != next - 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, "its last token is at position ", last, "; the sequence's ",
+        last_page ? "last token is at " : "tokens are before ", next - (last_page ? 1 : 0)));
   }
   if (static_cast<int64_t>(page.k.size()) != layout.k.bytes() ||
       (write_v && static_cast<int64_t>(page.v.size()) != layout.v.bytes())) {

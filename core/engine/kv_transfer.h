@@ -29,7 +29,8 @@ bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t calibrat
               int cache_layer, int page_index);
 
 // Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
-// for that cache layer and num_tokens = the sequence's tokens in that page. Reads what
+// for that cache layer, num_tokens = the sequence's tokens in that page and their positions
+// (Engine::RowPositions; FailedPrecondition where the engine does not know them). Reads what
 // Engine::SequencePage holds: on an engine with a host mirror (the GPU engine), only pages of a
 // Forward run with a CacheLayerObserver, once it was told of the layer, are current. NotFound for
 // an unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
@@ -42,8 +43,10 @@ absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int
 // page.v may then be empty, as DecodeKvPageHead leaves it).
 // Slots beyond num_tokens are copied too (zeros in a decoded page). NotFound for an unknown
 // sequence; InvalidArgument naming the mismatch when the cache layer is not the engine's, the
-// layout differs from the engine's plan for it, the page index is beyond the sequence's pages or
-// num_tokens differs from the sequence's tokens in that page, or the section sizes are wrong.
+// layout differs from the engine's plan for it, the page index is beyond the sequence's pages,
+// num_tokens differs from the sequence's tokens in that page, a position is not before the
+// sequence's next one (SequencePosition: call SetSequencePosition first for retained tokens) or
+// the last page's last position is not right before it, or the section sizes are wrong.
 absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v);
 
 }  // namespace pdserve

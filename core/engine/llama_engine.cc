@@ -142,6 +142,8 @@ absl::Status LlamaEngine::CreateCaches() {
   table_ = std::make_unique<SequenceTable>(
       *kv_, SequenceLimits{options_.max_sequences, max_context_, options_.max_batch_tokens,
                            config().vocab_size});
+  kept_positions_.resize(options_.max_sequences);
+  position_set_.resize(options_.max_sequences);
   if (tiered.empty()) return absl::OkStatus();
   if (options_.value_tier_factory) {
     PDSERVE_ASSIGN_OR_RETURN(
@@ -211,10 +213,16 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
 
 LlamaEngine::~LlamaEngine() = default;
 
-absl::StatusOr<int> LlamaEngine::AddSequence() { return table_->Add(); }
+absl::StatusOr<int> LlamaEngine::AddSequence() {
+  PDSERVE_ASSIGN_OR_RETURN(const int sequence, table_->Add());
+  ForgetPositions(sequence);
+  return sequence;
+}
 
 absl::StatusOr<int> LlamaEngine::AddSequenceWithTokens(int num_tokens) {
-  return table_->AddWithTokens(num_tokens);
+  PDSERVE_ASSIGN_OR_RETURN(const int sequence, table_->AddWithTokens(num_tokens));
+  ForgetPositions(sequence);
+  return sequence;
 }
 
 absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_layer,
@@ -240,7 +248,9 @@ int LlamaEngine::SequenceLength(int sequence) const { return table_->Length(sequ
 int LlamaEngine::SequencePosition(int sequence) const { return table_->Position(sequence); }
 
 absl::Status LlamaEngine::SetSequencePosition(int sequence, int position) {
-  return table_->SetPosition(sequence, position);
+  PDSERVE_RETURN_IF_ERROR(table_->SetPosition(sequence, position));
+  position_set_[sequence] = position != table_->Length(sequence);
+  return absl::OkStatus();
 }
 
 absl::Status LlamaEngine::CheckTier(std::span<const ForwardChunk> chunks) const {

@@ -77,6 +77,7 @@ class LlamaEngine : public Engine {
   int SequenceLength(int sequence) const override;
   int SequencePosition(int sequence) const override;
   absl::Status SetSequencePosition(int sequence, int position) override;
+  absl::StatusOr<std::vector<int32_t>> RowPositions(int sequence, int cache_layer) const override;
 
   const KvPlan& plan() const override { return plan_; }
   // Pages in place: K in the pool, V in the value tier for a KCache cache layer.
@@ -144,6 +145,10 @@ class LlamaEngine : public Engine {
   void ObserveImportance(int layer, const float* q, int64_t q_stride);
   // Selects, compacts and truncates every retaining sequence; then tells the layer observer.
   void RetainTokens();
+  // Position of row `row` of cache layer `cache` of a live sequence.
+  int32_t RowPosition(int sequence, int cache, int row) const;
+  // A new sequence in slot `sequence`: no retained positions, no position set.
+  void ForgetPositions(int sequence);
   int ComputeLogits(int n);
 
   ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
@@ -165,6 +170,11 @@ class LlamaEngine : public Engine {
   CacheLayerObserver* layer_observer_ = nullptr;
   std::vector<Retaining> retaining_;         // of the current Forward
   std::vector<float> importance_workspace_;  // AttentionImportance's, with retention only
+  // Per sequence slot, per cache layer: the positions of the rows token retention kept (rows
+  // beyond: their row + the tokens dropped); empty when nothing was dropped. position_set_: the
+  // slot's position came from SetSequencePosition (its rows' positions are unknown).
+  std::vector<std::vector<std::vector<int32_t>>> kept_positions_;
+  std::vector<char> position_set_;
 };
 
 }  // namespace pdserve

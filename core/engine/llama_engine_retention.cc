@@ -1,6 +1,7 @@
 // LlamaEngine's token retention (KvCompression::retention): see llama_engine.h.
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "core/engine/llama_engine.h"
 #include "core/kv/kv_row_codec.h"
 #include "core/kv/token_retention.h"
@@ -53,6 +54,7 @@ void LlamaEngine::RetainTokens() {
     const int sequence = segments_[r.segment].sequence;
     const std::vector<int32_t>& pages = table_->table(sequence).pages();
     size_t kept_tokens = 0;
+    std::vector<std::vector<int32_t>> positions(caches);
     for (int c = 0; c < caches; ++c) {
       const std::span<const float> importance =
           r.importance.empty()
@@ -62,6 +64,8 @@ void LlamaEngine::RetainTokens() {
       const std::vector<int> kept =
           SelectRetainedTokens(importance, heads, r.tokens, page_size, options);
       kept_tokens = kept.size();  // the same for every cache layer (token_retention.h)
+      positions[c].resize(kept.size());
+      for (size_t i = 0; i < kept.size(); ++i) positions[c][i] = RowPosition(sequence, c, kept[i]);
       const CachePlan& cache = plan_.caches[c];
       CompactKvRows(cache.layout.k, pages, kept,
                     [&](int32_t page) { return kv_->Page(k_section_[c], page); });
@@ -71,11 +75,39 @@ void LlamaEngine::RetainTokens() {
       });
     }
     table_->Truncate(sequence, static_cast<int>(kept_tokens));
+    kept_positions_[sequence] = std::move(positions);
   }
   retaining_.clear();
   for (int c = 0; c < caches && layer_observer_ != nullptr; ++c) {
     layer_observer_->CacheLayerStored(c);
   }
+}
+
+int32_t LlamaEngine::RowPosition(int sequence, int cache, int row) const {
+  const std::vector<std::vector<int32_t>>& kept = kept_positions_[sequence];
+  if (!kept.empty() && row < static_cast<int>(kept[cache].size())) return kept[cache][row];
+  return row + table_->Position(sequence) - table_->Length(sequence);
+}
+
+void LlamaEngine::ForgetPositions(int sequence) {
+  kept_positions_[sequence].clear();
+  position_set_[sequence] = 0;
+}
+
+absl::StatusOr<std::vector<int32_t>> LlamaEngine::RowPositions(int sequence,
+                                                               int cache_layer) const {
+  const int length = table_->Length(sequence);
+  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan_.caches.size())) {
+    return absl::OutOfRangeError(absl::StrCat("engine: no cache layer ", cache_layer));
+  }
+  if (position_set_[sequence]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine: sequence ", sequence, " was given its position; its rows' positions are unknown"));
+  }
+  std::vector<int32_t> positions(length);
+  for (int r = 0; r < length; ++r) positions[r] = RowPosition(sequence, cache_layer, r);
+  return positions;
 }
 
 void LlamaEngine::CacheLayerStored(int cache) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,30 @@ absl::Status ValidateSection(const char* name, int page_size, const std::vector<
   return absl::InvalidArgumentError(absl::StrCat(name, " section: ", status.message()));
 }
 
+// The positions of the valid slots: as many, ≥ 0, strictly increasing (empty: the default ones,
+// which must fit in an i32).
+absl::Status ValidatePositions(const KvPageHeader& header) {
+  const std::vector<int32_t>& positions = header.positions;
+  if (positions.empty()) {
+    const int64_t last =
+        int64_t{header.page_index} * header.layout.k.page_size() + header.num_tokens - 1;
+    if (last <= std::numeric_limits<int32_t>::max()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("page ", header.page_index, "'s positions overflow"));
+  }
+  if (static_cast<int>(positions.size()) != header.num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(positions.size(), " positions for ", header.num_tokens, " valid slots"));
+  }
+  for (size_t s = 0; s < positions.size(); ++s) {
+    if (positions[s] < 0 || (s > 0 && positions[s] <= positions[s - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", s, "'s position ", positions[s],
+                                                     " is negative or not after the slot before"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The header's own fields; the sections are valid layouts.
 absl::Status ValidateHeaderFields(const KvPageHeader& header) {
   const int page_size = header.layout.k.page_size();
@@ -83,7 +108,7 @@ absl::Status ValidateHeaderFields(const KvPageHeader& header) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_tokens ", header.num_tokens, " not in [1, page size ", page_size, "]"));
   }
-  return absl::OkStatus();
+  return ValidatePositions(header);
 }
 
 // Scales of valid slots (all per-page scales) are finite and > 0.
@@ -167,6 +192,13 @@ void AppendHeader(std::string& out, const KvPageHeader& header) {
   Append(out, static_cast<int32_t>(header.layout.k.page_size()));
   AppendSectionHeader(out, header.layout.k);
   AppendSectionHeader(out, header.layout.v);
+  for (int s = 0; s < header.layout.k.page_size(); ++s) {
+    const bool valid = s < header.num_tokens;
+    const int64_t fallback = int64_t{header.page_index} * header.layout.k.page_size() + s;
+    Append(out, !valid                     ? int32_t{0}
+                : header.positions.empty() ? static_cast<int32_t>(fallback)
+                                           : header.positions[s]);
+  }
   out.append(PaddingAfter(out.size()), '\0');
 }
 
@@ -224,6 +256,17 @@ absl::StatusOr<KvPageHeader> ReadHeader(ByteReader& reader) {
   PDSERVE_ASSIGN_OR_RETURN(int32_t page_size, reader.Read<int32_t>("the page size"));
   PDSERVE_ASSIGN_OR_RETURN(header.layout.k, ReadSection(reader, "K", page_size));
   PDSERVE_ASSIGN_OR_RETURN(header.layout.v, ReadSection(reader, "V", page_size));
+  if (header.num_tokens >= 1 && header.num_tokens <= page_size) {  // else refused just below
+    header.positions.resize(header.num_tokens);
+    for (int32_t& position : header.positions) {
+      PDSERVE_ASSIGN_OR_RETURN(position, reader.Read<int32_t>("the positions"));
+    }
+    PDSERVE_ASSIGN_OR_RETURN(
+        auto unused, reader.ReadBytes(int64_t{page_size - header.num_tokens} * 4, "the positions"));
+    if (std::any_of(unused.begin(), unused.end(), [](uint8_t b) { return b; })) {
+      return reader.Error("nonzero position beyond the valid slots");
+    }
+  }
   absl::Status status = ValidateHeaderFields(header);
   if (!status.ok()) return reader.Error(status.message());
   PDSERVE_ASSIGN_OR_RETURN(auto padding,
@@ -269,9 +312,9 @@ absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<c
 int64_t KvPageKOffset(const KvLayerLayout& layout) {
   // magic, version, calibration hash, request id, cache layer, page index, num_tokens, page size
   constexpr size_t kFixed = sizeof(kMagic) + 4 + 8 + 8 + 4 * 4;
-  // per section: element, scale mode, heads, then a u16 per head
+  // per section: element, scale mode, heads, then a u16 per head; then an i32 position per slot
   const size_t sections = 2 * 4 + 2 * static_cast<size_t>(layout.k.n_heads() + layout.v.n_heads());
-  const size_t header = kFixed + sections;
+  const size_t header = kFixed + sections + 4 * static_cast<size_t>(layout.k.page_size());
   return static_cast<int64_t>(header + PaddingAfter(header));
 }
 

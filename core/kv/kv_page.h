@@ -6,14 +6,17 @@
 //   | i32 page_index | i32 num_tokens | i32 page_size
 //   | K section: u8 element | u8 scale mode | u16 heads | u16 dims[heads]
 //   | V section: the same
+//   | i32 positions[page_size]
 //   | zero padding to a multiple of 8 bytes
 //   | K bytes | V bytes | u64 Fnv1a64 of every byte before it
 //
 // The K and V bytes are exactly as KvSectionLayout (kv_layout.h) lays them out, so the K bytes
 // start 8-byte aligned relative to the page start. Slots ≥ num_tokens carry nothing: their rows,
-// their per-token scales and each section's tail padding are zero on the wire (the encoder writes
-// zeros there whatever its input holds; the decoder rejects anything else), so a page is a pure
-// function of its valid tokens. Functions are pure and thread-safe.
+// their per-token scales, their positions and each section's tail padding are zero on the wire
+// (the encoder writes zeros there whatever its input holds; the decoder rejects anything else), so
+// a page is a pure function of its valid tokens. Positions (version 2) are the tokens' positions
+// in their prompt: page_index · page_size + slot, unless token retention (core/kv/
+// token_retention.h) dropped tokens before them. Functions are pure and thread-safe.
 #ifndef PDSERVE_CORE_KV_KV_PAGE_H_
 #define PDSERVE_CORE_KV_KV_PAGE_H_
 
@@ -26,7 +29,7 @@
 
 namespace pdserve {
 
-inline constexpr uint32_t kKvPageVersion = 1;
+inline constexpr uint32_t kKvPageVersion = 2;
 
 struct KvPageHeader {
   uint64_t calibration_hash = 0;  // content hash of the Calibration both sides must share
@@ -35,6 +38,9 @@ struct KvPageHeader {
   int32_t page_index = 0;   // ≥ 0: the page's number within the request, in token order
   int32_t num_tokens = 0;   // valid slots [0, num_tokens); 1 ≤ num_tokens ≤ page_size
   KvLayerLayout layout;     // K and V have the same page_size
+  // The valid slots' positions, ≥ 0 and strictly increasing. EncodeKvPage takes empty as
+  // page_index · page_size + slot (no token dropped); DecodeKvPage always fills num_tokens.
+  std::vector<int32_t> positions;
 };
 
 // A decoded page; k and v view the decoded bytes ([layout.k.bytes()] and [layout.v.bytes()]).

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/base/hash.h"
 #include "core/tensor/float16.h"
 #include "gtest/gtest.h"
@@ -122,6 +123,13 @@ void ExpectRoundTrip(const Page& page) {
   EXPECT_EQ(view->header.page_index, page.header.page_index);
   EXPECT_EQ(view->header.num_tokens, page.header.num_tokens);
   EXPECT_EQ(view->header.layout, page.header.layout);
+  std::vector<int32_t> positions = page.header.positions;  // empty: the default ones
+  if (positions.empty()) {
+    for (int s = 0; s < page.header.num_tokens; ++s) {
+      positions.push_back(page.header.page_index * page.header.layout.k.page_size() + s);
+    }
+  }
+  EXPECT_EQ(view->header.positions, positions);
   EXPECT_EQ(std::vector<uint8_t>(view->k.begin(), view->k.end()), page.k);
   EXPECT_EQ(std::vector<uint8_t>(view->v.begin(), view->v.end()), page.v);
   EXPECT_EQ((view->k.data() - AsBytes(bytes).data()) % 8, 0);
@@ -238,13 +246,39 @@ TEST(KvPageTest, WrongVersionAndMagicRejected) {
   Reseal(page);
   absl::Status status = DecodeKvPage(AsBytes(page)).status();
   EXPECT_TRUE(absl::IsInvalidArgument(status));
-  EXPECT_NE(status.message().find("version 2 unsupported"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find(absl::StrCat("version ", kKvPageVersion + 1, " unsupported")),
+            absl::string_view::npos)
+      << status;
 
   page = Encode(SmallPage());
   page[0] = 'X';
   Reseal(page);
   status = DecodeKvPage(AsBytes(page)).status();
   EXPECT_NE(status.message().find("magic"), absl::string_view::npos) << status;
+}
+
+// Token retention's positions: any strictly increasing run survives the round trip; the encoder
+// refuses others, the decoder refuses them and nonzero positions beyond the valid slots.
+TEST(KvPageTest, PositionsRoundTripAndTheirRules) {
+  Page page = SmallPage();  // page size 4, 2 valid slots; K with 3 heads, V with 2
+  page.header.positions = {7, 1000};
+  ExpectRoundTrip(page);
+  for (const std::vector<int32_t>& bad :
+       std::vector<std::vector<int32_t>>{{5, 5}, {6, 2}, {-1, 3}, {1}, {1, 2, 3}}) {
+    page.header.positions = bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(EncodeKvPage(page.header, page.k, page.v).status()));
+  }
+  page.header.positions = {7, 1000};
+  const size_t positions_offset = 40 + (4 + 2 * 3) + (4 + 2 * 2);
+  std::string bytes = Encode(page);
+  Poke<int32_t>(bytes, positions_offset + 4, 7);  // not after slot 0's
+  Reseal(bytes);
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeKvPage(AsBytes(bytes)).status()));
+  bytes = Encode(page);
+  Poke<int32_t>(bytes, positions_offset + 8, 1001);  // slot 2 carries nothing
+  Reseal(bytes);
+  const absl::Status status = DecodeKvPage(AsBytes(bytes)).status();
+  EXPECT_NE(status.message().find("nonzero position"), absl::string_view::npos) << status;
 }
 
 TEST(KvPageTest, ChecksumMismatchIsDataLoss) {

@@ -142,6 +142,14 @@ std::string RetentionOptions::Describe() const {
   return text;
 }
 
+int RetainedTokenCount(const RetentionOptions& options, int n_tokens, int page_size) {
+  const int budget = options.BudgetFor(n_tokens);
+  if (budget >= n_tokens || options.granularity == RetentionGranularity::kToken) return budget;
+  const int pages = (n_tokens + page_size - 1) / page_size;
+  const int kept_pages = std::min(pages, std::max(1, budget / page_size));
+  return (kept_pages - 1) * page_size + (n_tokens - (pages - 1) * page_size);
+}
+
 std::vector<int> PickRepresentatives(std::span<const int> candidates, std::span<const uint8_t> bits,
                                      int n_heads, int count, AnchorMode anchor_mode,
                                      uint64_t seed) {

@@ -64,6 +64,11 @@ struct RetentionOptions {
 std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_heads, int n_tokens,
                                       int page_size, const RetentionOptions& options);
 
+// How many tokens SelectRetainedTokens keeps of an n_tokens prompt (the budget in tokens, or in
+// whole pages with the last page as long as it is): what a prefill worker reserves pages for
+// before it runs the prompt.
+int RetainedTokenCount(const RetentionOptions& options, int n_tokens, int page_size);
+
 // The units KVCrush adds as representatives, exposed for tests: from `candidates` (unit indices),
 // whose binary head-behaviour vectors are rows of `bits` ([n_units, n_heads], 0/1), `count`
 // representatives uniformly spaced along the candidates sorted by (Hamming distance to the

@@ -144,6 +144,23 @@ TEST(TokenRetentionTest, PageGranularityKeepsWholePages) {
   EXPECT_TRUE(IsStrictlyAscending(kept));
 }
 
+TEST(TokenRetentionTest, RetainedTokenCountIsWhatSelectionKeeps) {
+  for (RetentionGranularity granularity :
+       {RetentionGranularity::kToken, RetentionGranularity::kPage}) {
+    for (int n : {1, 7, 16, 17, 100, 333}) {
+      for (double fraction : {0.01, 0.125, 0.25, 0.5, 0.99, 1.0}) {
+        RetentionOptions o = Crush(0);
+        o.fraction = fraction;
+        o.granularity = granularity;
+        const std::vector<float> importance = RandomImportance(3, n, n);
+        EXPECT_EQ(RetainedTokenCount(o, n, 16),
+                  static_cast<int>(SelectRetainedTokens(importance, 3, n, 16, o).size()))
+            << "n " << n << " fraction " << fraction;
+      }
+    }
+  }
+}
+
 // Distances to the alternate anchor 0101 of the units 0..7 below: 0 2 1 4 1 1 2 3, so the sorted
 // order is 0, 2, 4, 5, 1, 6, 7, 3.
 const std::vector<uint8_t> kBits = {
