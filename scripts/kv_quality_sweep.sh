@@ -123,13 +123,16 @@ swiftkv_rows() {  # L G
       --across-kv "$g" --swiftkv-recovery --calibration "$cal"
   fi
   local distilled=$DISTILLED/distill-l$l-g$g/hf
-  [ -d "$distilled" ] && run_model "SwiftKV l=$l G=$g, distilled" "$distilled"
+  # The distilled checkpoints are pd10m's.
+  [ "$SET" = pd10m ] && [ -d "$distilled" ] && run_model "SwiftKV l=$l G=$g, distilled" "$distilled"
   return 0
 }
 
 all_rows && run
-for l in "${LAYERS[@]}"; do swiftkv_rows "$l" 1; done
-for l in $GROUPED; do swiftkv_rows "$l" 2; done
+if [ "${ROWS:-all}" != retention ]; then
+  for l in "${LAYERS[@]}"; do swiftkv_rows "$l" 1; done
+  for l in $GROUPED; do swiftkv_rows "$l" 2; done
+fi
 technique_rows() {
   # stories260K alone: rows that the trained model's table leaves out to stay within an hour.
   full() { [ "$SET" = stories260K ]; }

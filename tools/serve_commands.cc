@@ -107,12 +107,7 @@ absl::StatusOr<WorkerModel> LoadWorkerModel(int default_sequences, bool plain) {
     return absl::InvalidArgumentError(
         "--monolithic runs the plain model: drop the KV technique flags and --calibration");
   }
-  if (profile.retention.enabled()) {
-    // Fail closed: a decode worker would read retained pages as a prompt's first tokens.
-    return absl::UnimplementedError(
-        "--kvcrush-budget: token retention runs in generate, eval and bench only for now; the "
-        "page format does not carry retained tokens' positions to a decode worker yet");
-  }
+
   PDSERVE_ASSIGN_OR_RETURN(worker.model, LoadModelFromFlags());
   PDSERVE_ASSIGN_OR_RETURN(worker.prepared, PrepareModelFromFlags(worker.model.weights, profile,
                                                                   &worker.calibration_hash));

@@ -16,7 +16,14 @@
 #include "services/common/grpc_status.h"
 
 namespace pdserve {
-namespace {}  // namespace
+namespace {
+
+// The position of the first generated token (0 in the manifest: the pages hold the whole prompt).
+int NextPosition(const v1::PageManifest& manifest) {
+  return manifest.next_position() > 0 ? manifest.next_position() : manifest.num_tokens();
+}
+
+}  // namespace
 
 // One page as pulled from the KV store: whole, or (V left remote) its header and K bytes.
 struct DecodeWorker::StagedPage {
@@ -119,13 +126,19 @@ absl::Status DecodeWorker::CheckJob(const DecodeJob& job) const {
           " but this decode worker runs calibration ", absl::Hex(options_.calibration_hash)));
     }
     PDSERVE_RETURN_IF_ERROR(check_token(job.first_token, "first token"));
-    prompt_tokens = job.manifest.num_tokens();
-    const int pages = NumKvPages(std::max(prompt_tokens, 1), engine_->options().kv_page_size);
+    const int stored = job.manifest.num_tokens();
+    const int pages = NumKvPages(std::max(stored, 1), engine_->options().kv_page_size);
     const size_t expected = engine_->plan().caches.size() * static_cast<size_t>(pages);
-    if (prompt_tokens < 1 || static_cast<size_t>(job.manifest.pages_size()) != expected) {
+    if (stored < 1 || static_cast<size_t>(job.manifest.pages_size()) != expected) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the manifest lists ", job.manifest.pages_size(), " pages for ",
-                       prompt_tokens, " tokens; this model's KV plan needs ", expected));
+          absl::StrCat("the manifest lists ", job.manifest.pages_size(), " pages for ", stored,
+                       " tokens; this model's KV plan needs ", expected));
+    }
+    prompt_tokens = NextPosition(job.manifest);
+    if (prompt_tokens < stored) {
+      return absl::InvalidArgumentError(absl::StrCat("the manifest's next position ", prompt_tokens,
+                                                     " is before its ", stored,
+                                                     " stored tokens' end"));
     }
   }
   for (int32_t id : job.stop_ids) PDSERVE_RETURN_IF_ERROR(check_token(id, "stop token"));
@@ -236,6 +249,9 @@ absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
   }
   const v1::PageManifest& manifest = admission.job.manifest;
   PDSERVE_ASSIGN_OR_RETURN(live.sequence, engine_->AddSequenceWithTokens(manifest.num_tokens()));
+  if (NextPosition(manifest) != manifest.num_tokens()) {  // token retention dropped tokens
+    PDSERVE_RETURN_IF_ERROR(engine_->SetSequencePosition(live.sequence, NextPosition(manifest)));
+  }
   for (StagedPage& page : admission.pages) {
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(page.bytes.data()),
                                          page.bytes.size());

@@ -13,6 +13,7 @@
 #include "core/base/status_macros.h"
 #include "core/engine/kv_transfer.h"
 #include "core/kv/kv_page.h"
+#include "core/kv/token_retention.h"
 #include "services/common/grpc_status.h"
 
 namespace pdserve {
@@ -29,6 +30,8 @@ int64_t EncodedKvPageBytes(const KvLayerLayout& layout) {
 struct PrefillWorker::Pending {
   PrefillJob job;
   absl::Time arrival;
+  // Tokens the pages hold: the prompt's, or what token retention keeps of them.
+  int stored_tokens = 0;
   int pages_per_cache = 0;
   // The allocation: slot i·pages_per_cache + p holds page p of cache layer i.
   uint64_t allocation_id = 0;
@@ -86,7 +89,13 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
     for (size_t b = 0; b < batch_.size(); ++b) {
       const std::shared_ptr<Pending>& pending = batch_[b];
       if (!pending->status.ok()) continue;
-      const int n = static_cast<int>(pending->job.prompt.size());
+      const int n = pending->stored_tokens;
+      absl::StatusOr<std::vector<int32_t>> positions =
+          engine.RowPositions(sequences_[b], cache_layer);
+      if (!positions.ok()) {
+        pending->status = positions.status();
+        continue;
+      }
       std::vector<PageWrite> writes;
       for (int p = pending->reused_pages; p < pending->pages_per_cache; ++p) {
         absl::StatusOr<KvPageSlots> slots =
@@ -103,6 +112,8 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
         write.header.page_index = p;
         write.header.num_tokens = std::min(page_size, n - p * page_size);
         write.header.layout = layout;
+        write.header.positions.assign(positions->begin() + p * page_size,
+                                      positions->begin() + p * page_size + write.header.num_tokens);
         write.k = slots->k;
         write.v = slots->v;
         write.remote_address = pending->slots[cache_layer * pending->pages_per_cache + p];
@@ -132,7 +143,13 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     return absl::InvalidArgumentError(
         "prefill worker: the prefix cache needs the model's identity");
   }
-  return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(engine), options));
+  PrefillWorkerOptions resolved = options;
+  if (options.prefix_cache && engine->options().compression.retention.enabled()) {
+    // A retained page depends on the whole prompt (its last queries chose it): it is no prefix's.
+    GetLogger("prefill")->info("token retention is on: the prefix cache is off");
+    resolved.prefix_cache = false;
+  }
+  return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(engine), resolved));
 }
 
 PrefillWorker::PrefillWorker(std::unique_ptr<Engine> engine, const PrefillWorkerOptions& options)
@@ -177,7 +194,10 @@ v1::QueueStatus PrefillWorker::queue() const {
 absl::Status PrefillWorker::Allocate(Pending& pending) {
   const KvPlan& plan = engine_->plan();
   const int page_size = engine_->options().kv_page_size;
-  pending.pages_per_cache = NumKvPages(static_cast<int>(pending.job.prompt.size()), page_size);
+  const int n = static_cast<int>(pending.job.prompt.size());
+  const RetentionOptions& retention = engine_->options().compression.retention;
+  pending.stored_tokens = retention.enabled() ? RetainedTokenCount(retention, n, page_size) : n;
+  pending.pages_per_cache = NumKvPages(pending.stored_tokens, page_size);
   v1::AllocateRequest request;
   request.set_request_id(pending.job.request_id);
   request.set_lease_seconds(pending.job.lease_seconds);
@@ -310,7 +330,7 @@ absl::Status PrefillWorker::Seal(Pending& pending) {
   request.set_allocation_id(pending.allocation_id);
   request.set_lease_token(pending.lease_token);
   const int page_size = engine_->options().kv_page_size;
-  const int n = static_cast<int>(pending.job.prompt.size());
+  const int n = pending.stored_tokens;
   for (size_t c = 0; c < pending.encoded_bytes.size(); ++c) {
     for (int p = pending.reused_pages; p < pending.pages_per_cache; ++p) {
       v1::PageRef* page = request.add_pages();
@@ -429,7 +449,8 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   v1::PageManifest& manifest = outcome.manifest;
   manifest.set_request_id(pending->job.request_id);
   manifest.set_calibration_hash(options_.calibration_hash);
-  manifest.set_num_tokens(n);
+  manifest.set_num_tokens(pending->stored_tokens);
+  manifest.set_next_position(n);
   manifest.set_kvstore_grpc_address(pending->job.store->address());
   manifest.set_kvstore_worker_address(pending->job.store->info().worker_address());
   manifest.set_pool_rkey(pending->job.store->info().pool_rkey());
@@ -440,7 +461,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
       v1::PageRef* page = manifest.add_pages();
       page->set_cache_layer(static_cast<int32_t>(c));
       page->set_page_index(p);
-      page->set_num_tokens(std::min(page_size, n - p * page_size));
+      page->set_num_tokens(std::min(page_size, pending->stored_tokens - p * page_size));
       page->set_remote_address(pending->slots[c * pending->pages_per_cache + p]);
       page->set_encoded_bytes(pending->encoded_bytes[c]);
       if (p < pending->reused_pages) page->set_written_by(pending->written_by[p]);
@@ -498,7 +519,9 @@ absl::Status PrefillWorker::ForwardBatch(const std::vector<std::shared_ptr<Pendi
       PDSERVE_RETURN_IF_ERROR(engine_->Forward({&lead, 1}).status());
       prompt = prompt.subspan(budget);
     }
-    chunks.push_back(ForwardChunk{sequences[b], prompt});
+    ForwardChunk last{sequences[b], prompt};
+    last.retain = true;  // the prompt's end: token retention (when on) keeps part of it
+    chunks.push_back(last);
   }
   LayerStreamer streamer(*this, batch, sequences);
   engine_->set_cache_layer_observer(&streamer);

@@ -375,6 +375,39 @@ TEST(GreedyEquivalenceTest, MonolithicMatchesInProcessGenerate) {
   ExpectGreedyMatchesInProcess(**cluster, *reference);
 }
 
+// Token retention (KVCrush) across processes, on top of the default profile: the prefill worker
+// keeps a quarter of each prompt (its pages list the kept tokens' positions, the manifest the
+// prompt's length) and the decode worker continues exactly as in-process Generate does with the
+// same settings. The answers differ from the default profile's alone (retention is really on).
+TEST(TokenRetentionClusterTest, KvCrushMatchesInProcessGenerate) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start(Concat(kDefaultProfileFlags, {"--kvcrush-budget=25%"}));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  CompressionProfile profile = DefaultProfile();
+  profile.retention.fraction = 0.25;
+  std::unique_ptr<Reference> reference = Reference::Create(profile);
+  std::unique_ptr<Reference> without = Reference::Create(DefaultProfile());
+  ASSERT_NE(reference, nullptr);
+  ASSERT_NE(without, nullptr);
+  std::unique_ptr<Client> client = MakeClient(**cluster);
+  ASSERT_NE(client, nullptr);
+  const std::vector<int> corpus = reference->tokenizer().Encode(ReadEvalText(), false);
+  int differs = 0;
+  for (const int length : {300, 201, 130, 64, 17}) {
+    SCOPED_TRACE(absl::StrCat(length, " prompt tokens"));
+    const std::vector<int> prompt = EvalPrompt(*reference, corpus, 7919 * length, length);
+    v1::GenerateRequest request = TokenRequest(prompt, 40);
+    request.mutable_stop()->set_ignore_eos(true);
+    const Expected expected = reference->Run(prompt, request);
+    absl::StatusOr<GenerateResult> result = client->Generate(request, WithTimeout(kCallTimeout));
+    ASSERT_TRUE(result.ok()) << result.status() << "\n" << (*cluster)->LogTail();
+    EXPECT_EQ(result->token_ids, expected.tokens);
+    EXPECT_EQ(result->final.prompt_tokens(), length);
+    differs += without->Run(prompt, request).tokens != expected.tokens;
+  }
+  EXPECT_GT(differs, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One disaggregated cluster with the default profile and a 3 s lease for the rest of the suite.
 
