@@ -3,7 +3,7 @@
 # `pdserve eval --compare-to-baseline` over each technique alone and in combinations, printing a
 # markdown table (and, with CSV=FILE, the same rows as CSV for plots).
 #   scripts/kv_quality_sweep.sh [stories260K|pd10m] [PDSERVE] [WORK_DIR]
-# stories260K: ctx 256 on ../shared/data/stories260K-eval.txt, calibrated on stories sampled from
+# stories260K: CTX (default 256) on ../shared/data/stories260K-eval.txt, calibrated on stories sampled from
 #   the model itself (no text shared with the evaluation file).
 # pd10m (the trained model, models/pd10m): CTX (default 512) on TEXT_KIB (48) KiB of the corpus'
 #   test split in 4 KiB slices spread over all of it (every source), calibrated on CAL_KIB (192) of
@@ -26,7 +26,7 @@ case $SET in
     MODEL=$SHARED/models/stories260K/stories260K.bin
     MODEL_FLAGS=(--tokenizer "$SHARED/models/stories260K/tok512.bin")
     TEXT=$SHARED/data/stories260K-eval.txt
-    CTX=256
+    CTX=${CTX:-256}
     [ -s "$DIR/corpus.txt" ] || scripts/make_calibration_corpus.sh "$PDSERVE" "$MODEL" \
       "${MODEL_FLAGS[1]}" "$DIR/corpus.txt" 200
     LAYERS=(4 3 2) GROUPED=3 ;;

@@ -37,7 +37,7 @@ ABSL_FLAG(double, kvcrush_ratio, 0.25,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
 ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
 ABSL_FLAG(int, kvcrush_sink, 4, "Token retention: first tokens always kept");
-ABSL_FLAG(int, kvcrush_recent, 32, "Token retention: newest prompt tokens always kept (≥ 1)");
+ABSL_FLAG(int, kvcrush_recent, 16, "Token retention: newest prompt tokens always kept (≥ 1)");
 ABSL_FLAG(std::string, kvcrush_granularity, "token",
           "Token retention: select single tokens (token) or whole KV pages (page)");
 ABSL_FLAG(std::string, kvcrush_anchor, "random",

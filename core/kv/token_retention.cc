@@ -46,6 +46,13 @@ struct Units {
   int first(int u) const { return u * size; }
 };
 
+// Units a budget of `tokens` keeps: every unit is whole, the last (possibly partial) one always
+// kept, so pages fill the budget after the last page's tokens (at least the last page).
+int UnitBudget(int tokens, int n_tokens, const Units& units) {
+  const int last = n_tokens - (units.count - 1) * units.size;
+  return std::min(units.count, 1 + std::max(0, (tokens - last) / units.size));
+}
+
 // Indices of the `k` largest of `scores` among `from` (ties to the lower index), in any order.
 std::vector<int> TopK(std::span<const int> from, std::span<const double> scores, int k) {
   std::vector<int> order(from.begin(), from.end());
@@ -145,9 +152,9 @@ std::string RetentionOptions::Describe() const {
 int RetainedTokenCount(const RetentionOptions& options, int n_tokens, int page_size) {
   const int budget = options.BudgetFor(n_tokens);
   if (budget >= n_tokens || options.granularity == RetentionGranularity::kToken) return budget;
-  const int pages = (n_tokens + page_size - 1) / page_size;
-  const int kept_pages = std::min(pages, std::max(1, budget / page_size));
-  return (kept_pages - 1) * page_size + (n_tokens - (pages - 1) * page_size);
+  const Units pages{page_size, (n_tokens + page_size - 1) / page_size};
+  const int last = n_tokens - (pages.count - 1) * page_size;
+  return (UnitBudget(budget, n_tokens, pages) - 1) * page_size + last;
 }
 
 std::vector<int> PickRepresentatives(std::span<const int> candidates, std::span<const uint8_t> bits,
@@ -182,7 +189,7 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
   Units units;
   units.size = options.granularity == RetentionGranularity::kPage ? page_size : 1;
   units.count = (n_tokens + units.size - 1) / units.size;
-  const int budget = std::min(units.count, std::max(1, budget_tokens / units.size));
+  const int budget = UnitBudget(budget_tokens, n_tokens, units);
   const auto units_of = [&](int tokens) { return (tokens + units.size - 1) / units.size; };
 
   // Forced: the last unit, sink units, then recent units from the end, within the budget.

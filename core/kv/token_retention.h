@@ -11,10 +11,11 @@
 //    similar head behaviour, so that evicted regions keep a proxy.
 //
 // A unit is a token (kToken) or a page of page_size tokens (kPage: scores and bits summed per
-// page, the last page possibly partial). The budget is counted in units: tokens, or whole pages
-// (budget / page_size, at least one). As the last unit is always kept, the number of tokens kept
-// depends only on the prompt's length, the page size and the options — never on the scores — so
-// every cache layer of a sequence keeps as many. Pure functions; deterministic for a given seed.
+// page, the last page possibly partial). The budget is counted in units: tokens, or the last page
+// and as many whole pages as fit in what its tokens leave of the budget. As the last unit is always
+// kept, the number of tokens kept depends only on the prompt's length, the page size and the
+// options — never on the scores — so every cache layer of a sequence keeps as many. Pure functions;
+// deterministic for a given seed.
 #ifndef PDSERVE_CORE_KV_TOKEN_RETENTION_H_
 #define PDSERVE_CORE_KV_TOKEN_RETENTION_H_
 
@@ -44,7 +45,7 @@ struct RetentionOptions {
   double kvcrush_ratio = 0.25;  // share of the non-forced budget given to representatives
   int window = 32;              // observation window: the prompt's last queries that score tokens
   int sink = 4;
-  int recent = 32;
+  int recent = 16;
   AnchorMode anchor = AnchorMode::kRandom;
   uint64_t seed = 0;  // for AnchorMode::kRandom
 
@@ -53,7 +54,7 @@ struct RetentionOptions {
   int BudgetFor(int n_tokens) const;
   // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1], window < 1.
   absl::Status Validate() const;
-  // "kvcrush 25% token ratio=0.25 window=32 sink=4 recent=32 anchor=random seed=0": for reports
+  // "kvcrush 25% token ratio=0.25 anchor=random seed=0 window=32 sink=4 recent=16": for reports
   // and the compression profile's identity.
   std::string Describe() const;
 };
