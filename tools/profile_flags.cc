@@ -36,6 +36,8 @@ ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
 ABSL_FLAG(double, kvcrush_ratio, 0.25,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
 ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
+ABSL_FLAG(int, kvcrush_pool, 7,
+          "Token retention: average each token's score over this many neighbours (odd; 1 = none)");
 ABSL_FLAG(int, kvcrush_sink, 4, "Token retention: first tokens always kept");
 ABSL_FLAG(int, kvcrush_recent, 16, "Token retention: newest prompt tokens always kept (≥ 1)");
 ABSL_FLAG(std::string, kvcrush_granularity, "token",
@@ -115,6 +117,7 @@ absl::StatusOr<RetentionOptions> RetentionFromFlags() {
       o.anchor, ParseChoice("kvcrush-anchor", absl::GetFlag(FLAGS_kvcrush_anchor), kAnchors));
   o.kvcrush_ratio = absl::GetFlag(FLAGS_kvcrush_ratio);
   o.window = absl::GetFlag(FLAGS_kvcrush_window);
+  o.pool = absl::GetFlag(FLAGS_kvcrush_pool);
   o.sink = absl::GetFlag(FLAGS_kvcrush_sink);
   o.recent = absl::GetFlag(FLAGS_kvcrush_recent);
   o.seed = absl::GetFlag(FLAGS_kvcrush_seed);

@@ -46,6 +46,26 @@ struct Units {
   int first(int u) const { return u * size; }
 };
 
+// Per head, each token's score averaged over the `pool` tokens centred on it (those that exist).
+std::vector<float> PoolScores(std::span<const float> importance, int n_heads, int n_tokens,
+                              int pool) {
+  std::vector<float> pooled(importance.begin(), importance.end());
+  const int half = pool / 2;
+  if (half == 0) return pooled;
+  for (int h = 0; h < n_heads; ++h) {
+    const float* row = importance.data() + int64_t{h} * n_tokens;
+    double sum = 0.0;  // of row[t - half .. t + half] within range, slid along t
+    for (int t = 0; t < std::min(half, n_tokens); ++t) sum += row[t];
+    for (int t = 0; t < n_tokens; ++t) {
+      if (t + half < n_tokens) sum += row[t + half];
+      if (t - half - 1 >= 0) sum -= row[t - half - 1];
+      const int count = std::min(n_tokens - 1, t + half) - std::max(0, t - half) + 1;
+      pooled[int64_t{h} * n_tokens + t] = static_cast<float>(sum / count);
+    }
+  }
+  return pooled;
+}
+
 // Units a budget of `tokens` keeps: every unit is whole, the last (possibly partial) one always
 // kept, so pages fill the budget after the last page's tokens (at least the last page).
 int UnitBudget(int tokens, int n_tokens, const Units& units) {
@@ -128,6 +148,9 @@ absl::Status RetentionOptions::Validate() const {
         absl::StrCat("kvcrush ratio ", kvcrush_ratio, " is outside [0, 1]"));
   }
   if (window < 1) return absl::InvalidArgumentError(absl::StrCat("window ", window, " < 1"));
+  if (pool < 1 || pool % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pool ", pool, " must be odd and ≥ 1"));
+  }
   if (sink < 0 || recent < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sink ", sink, " and recent ", recent, " must be ≥ 0"));
@@ -144,7 +167,8 @@ std::string RetentionOptions::Describe() const {
     absl::StrAppend(&text, absl::StrFormat(" ratio=%g anchor=%s seed=%d", kvcrush_ratio,
                                            AnchorName(anchor), seed));
   }
-  if (policy != RetentionPolicy::kRecent) absl::StrAppend(&text, " window=", window);
+  if (policy != RetentionPolicy::kRecent)
+    absl::StrAppend(&text, " window=", window, " pool=", pool);
   absl::StrAppend(&text, " sink=", sink, " recent=", recent);
   return text;
 }
@@ -210,9 +234,12 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
   const int rest = budget - n_kept;
 
   std::vector<double> scores(units.count, 0.0);
+  std::vector<float> pooled;
   if (options.policy == RetentionPolicy::kRecent) {
     for (int u = 0; u < units.count; ++u) scores[u] = u;  // newest first
   } else {
+    pooled = PoolScores(importance, n_heads, n_tokens, options.pool);
+    importance = pooled;
     for (int h = 0; h < n_heads; ++h) {
       for (int t = 0; t < n_tokens; ++t) {
         scores[t / units.size] += importance[int64_t{h} * n_tokens + t];

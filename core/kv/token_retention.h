@@ -3,7 +3,8 @@
 // prompt's last queries, see kernels/attention_importance.h); the budget is split into
 //
 //  - forced units: the last token's unit, then the first `sink` and last `recent` tokens;
-//  - an importance part: the best-scored other units (score summed over heads);
+//  - an importance part: the best-scored other units (score summed over heads, each head's
+//    scores average-pooled over neighbouring tokens first, as SnapKV does);
 //  - with KVCrush, a representative part (kvcrush_ratio of what the forced units leave): every
 //    remaining candidate gets a binary head-behaviour vector (bit h set when the unit is in head
 //    h's top half by that head's score), candidates are sorted by Hamming distance to an anchor
@@ -44,6 +45,9 @@ struct RetentionOptions {
   double fraction = 0.0;
   double kvcrush_ratio = 0.25;  // share of the non-forced budget given to representatives
   int window = 32;              // observation window: the prompt's last queries that score tokens
+  // SnapKV's pooling: each token's score is the mean over the `pool` tokens centred on it (odd;
+  // 1 = none), so that neighbours of an important token stay with it.
+  int pool = 7;
   int sink = 4;
   int recent = 16;
   AnchorMode anchor = AnchorMode::kRandom;
@@ -52,7 +56,8 @@ struct RetentionOptions {
   bool enabled() const { return budget > 0 || fraction > 0.0; }
   // Tokens an n_tokens prompt keeps: min(n_tokens, budget or ⌈fraction · n_tokens⌉).
   int BudgetFor(int n_tokens) const;
-  // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1], window < 1.
+  // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1],
+  // window < 1, an even or non-positive pool.
   absl::Status Validate() const;
   // "kvcrush 25% token ratio=0.25 anchor=random seed=0 window=32 sink=4 recent=16": for reports
   // and the compression profile's identity.

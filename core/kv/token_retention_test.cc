@@ -23,6 +23,7 @@ RetentionOptions Crush(int budget) {
   o.kvcrush_ratio = 0.5;
   o.sink = 2;
   o.recent = 4;
+  o.pool = 1;
   return o;
 }
 
@@ -44,6 +45,9 @@ TEST(RetentionOptionsTest, ValidateNamesTheField) {
   o = {};
   o.budget = -1;
   EXPECT_NE(o.Validate().message().find("budget"), std::string::npos);
+  o = {};
+  o.pool = 4;
+  EXPECT_NE(o.Validate().message().find("pool"), std::string::npos);
 }
 
 TEST(RetentionOptionsTest, BudgetForTokensOrFraction) {
@@ -93,6 +97,22 @@ TEST(TokenRetentionTest, ImportanceKeepsTheBestScoredTokens) {
   o.policy = RetentionPolicy::kImportance;
   const std::vector<int> kept = SelectRetainedTokens(importance, 2, n, 16, o);
   EXPECT_EQ(kept, (std::vector<int>{0, 1, 10, 20, 30, 40, 60, 61, 62, 63}));
+}
+
+// SnapKV's pooling: a token next to a spike outranks an isolated, slightly higher one.
+TEST(TokenRetentionTest, PoolingKeepsTheNeighboursOfImportantTokens) {
+  const int n = 64;
+  std::vector<float> importance(n, 0.0f);
+  importance[20] = 10.0f;
+  importance[21] = 1.0f;
+  importance[40] = 1.5f;
+  RetentionOptions o = Crush(2 + 4 + 2);  // two tokens beyond sink and recent
+  o.policy = RetentionPolicy::kImportance;
+  EXPECT_EQ(SelectRetainedTokens(importance, 1, n, 16, o),
+            (std::vector<int>{0, 1, 20, 40, 60, 61, 62, 63}));
+  o.pool = 3;  // 19 and 22 now score (10 + 1) / 3 or so; 40 scores 1.5 / 3
+  const std::vector<int> pooled = SelectRetainedTokens(importance, 1, n, 16, o);
+  EXPECT_EQ(pooled, (std::vector<int>{0, 1, 20, 21, 60, 61, 62, 63}));
 }
 
 TEST(TokenRetentionTest, RecentKeepsSinkThenTheNewest) {
