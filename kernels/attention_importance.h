@@ -4,7 +4,7 @@
 // kernels/attention.h — it adds each query's softmax probabilities, averaged over the query heads
 // of a KV head, into that KV head's row:
 //
-//   importance[g · n_keys + t] += Σ_i (1 / group) Σ_{h of g} softmax_i,h(q_i,h · k_t / √head_dim)
+//   importance[g · ld + t] += Σ_i (1 / group) Σ_{h of g} softmax_i,h(q_i,h · k_t / √head_dim)
 //
 // for t < n_keys = start_pos + n_queries (a token a query does not see gets nothing from it). Keys
 // are read as attention reads them (f32, f16, FP8; ZACK widths), so the scores are those of the
@@ -25,12 +25,12 @@ namespace pdserve::kernels {
 size_t AttentionImportanceWorkspaceFloats(const AttentionShape& shape, int num_threads,
                                           int max_context);
 
-// Adds the sequence's queries' probabilities into `importance` ([n_kv_heads, n_keys] row-major,
-// n_keys = start_pos + n_queries), split across the pool by KV head. sequence.out is not used.
-// Does not allocate.
+// Adds the sequence's queries' probabilities into `importance` ([n_kv_heads, ld], ld ≥ n_keys =
+// start_pos + n_queries; H2O's running scores use a fixed ld), split across the pool by KV head.
+// sequence.out is not used. Does not allocate.
 void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
                          const AttentionSequence& sequence, std::span<float> importance,
-                         std::span<float> workspace);
+                         int64_t ld, std::span<float> workspace);
 
 }  // namespace pdserve::kernels
 

@@ -1,7 +1,7 @@
 // AttentionImportance (kernels/attention_importance.h) against a scalar double-precision oracle on
 // a plain f32 paged cache with a shuffled page table: GQA groups 1, 2 and 4, queries starting
-// mid-context, 1 and 2 threads; each query adds exactly 1 to every KV head's row, and a token no
-// query sees gets nothing.
+// mid-context, 1 and 2 threads, rows with room beyond the keys; each query adds exactly 1 to every
+// KV head's row, and a token no query sees (or room beyond the keys) gets nothing.
 #include "kernels/attention_importance.h"
 
 #include <algorithm>
@@ -46,11 +46,12 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
   seq.kv = PlainPagedKv(k.data(), v.data(), table.data(), page_size, page_floats, c.head_dim);
   ThreadPool pool(c.threads);
   std::vector<float> workspace(AttentionImportanceWorkspaceFloats(shape, c.threads, n_keys));
-  std::vector<float> importance(int64_t{c.n_kv_heads} * n_keys, 0.5f);  // adds to what is there
-  AttentionImportance(pool, shape, seq, importance, workspace);
+  const int64_t ld = n_keys + 3;  // rows with room beyond the keys, which stays untouched
+  std::vector<float> importance(c.n_kv_heads * ld, 0.5f);  // adds to what is there
+  AttentionImportance(pool, shape, seq, importance, ld, workspace);
 
   const int group = c.n_heads / c.n_kv_heads;
-  std::vector<double> expected(importance.size(), 0.5);
+  std::vector<double> expected(importance.size(), 0.5);  // [n_kv_heads, ld]
   for (int i = 0; i < c.n_queries; ++i) {
     const int n = c.start_pos + i + 1;
     for (int h = 0; h < c.n_heads; ++h) {
@@ -67,13 +68,13 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
       const double top = *std::max_element(s.begin(), s.end());
       double sum = 0.0;
       for (double& x : s) sum += (x = std::exp(x - top));
-      for (int t = 0; t < n; ++t) expected[int64_t{g} * n_keys + t] += s[t] / sum / group;
+      for (int t = 0; t < n; ++t) expected[g * ld + t] += s[t] / sum / group;
     }
   }
   for (int g = 0; g < c.n_kv_heads; ++g) {
     double row_sum = 0.0;
-    for (int t = 0; t < n_keys; ++t) {
-      const int64_t at = int64_t{g} * n_keys + t;
+    for (int t = 0; t < ld; ++t) {
+      const int64_t at = g * ld + t;
       EXPECT_NEAR(importance[at], expected[at], 2e-5) << "head " << g << " token " << t;
       row_sum += importance[at] - 0.5;
     }

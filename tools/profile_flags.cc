@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
 ABSL_FLAG(double, kvcrush_ratio, 0.25,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
 ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
+ABSL_FLAG(int, kvcrush_max_tokens, 0,
+          "Decode-time eviction (H2O): once a sequence's cache reaches this + a page, keep this "
+          "many tokens by the attention its decode steps paid them; 0 = off");
 ABSL_FLAG(int, kvcrush_pool, 7,
           "Token retention: average each token's score over this many neighbours (odd; 1 = none)");
 ABSL_FLAG(int, kvcrush_sink, 4, "Token retention: first tokens always kept");
@@ -118,6 +121,7 @@ absl::StatusOr<RetentionOptions> RetentionFromFlags() {
   o.kvcrush_ratio = absl::GetFlag(FLAGS_kvcrush_ratio);
   o.window = absl::GetFlag(FLAGS_kvcrush_window);
   o.pool = absl::GetFlag(FLAGS_kvcrush_pool);
+  o.max_tokens = absl::GetFlag(FLAGS_kvcrush_max_tokens);
   o.sink = absl::GetFlag(FLAGS_kvcrush_sink);
   o.recent = absl::GetFlag(FLAGS_kvcrush_recent);
   o.seed = absl::GetFlag(FLAGS_kvcrush_seed);

@@ -3,7 +3,8 @@
 // its tokens' positions, and decodes exactly as an engine given the same rows at the same
 // positions by hand (and not as one given them at shifted positions); every policy and
 // granularity composes with SwiftKV/AcrossKV, ZACK, FP8 and KCache; positions, not cached rows,
-// meet the context limit; bad options are refused.
+// meet the context limit; decode-time eviction keeps long generations within max_tokens; bad
+// options are refused.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -39,7 +40,9 @@ TEST(RetentionTest, FullBudgetReproducesTheEngineWithoutRetention) {
   const Calibration& calibration = TestCalibration(2, 2);
   for (const CompressionProfile& base : {CompressionProfile{}, Everything()}) {
     const std::vector<float> without = RunPrompt(*Engine(base, &calibration), Tokens(40), 8);
-    for (RetentionOptions retention : {Budget(40), Budget(1000)}) {
+    RetentionOptions roomy_decode = Budget(0);
+    roomy_decode.max_tokens = 48 - 8;  // reaches max_tokens + a page only beyond 48 tokens
+    for (RetentionOptions retention : {Budget(40), Budget(1000), roomy_decode}) {
       CompressionProfile profile = base;
       profile.retention = retention;
       EXPECT_EQ(RunPrompt(*Engine(profile, &calibration), Tokens(40), 8), without)
@@ -209,6 +212,51 @@ TEST(RetentionTest, PositionsSurviveThePageRoundTrip) {
   EXPECT_EQ(Decode(*importer, target, 5), Decode(*exporter, sequence, 5));
 }
 
+// Decode-time eviction (H2O): a long generation stays within max_tokens + a page, keeps
+// max_tokens after each eviction, and its positions and logits go on as they should, with every
+// technique on.
+TEST(RetentionTest, DecodeEvictionKeepsLongGenerationsWithinMaxTokens) {
+  const Calibration& calibration = TestCalibration(2, 2);
+  std::vector<std::vector<int32_t>> kept;  // per policy
+  for (RetentionPolicy policy : {RetentionPolicy::kKvCrush, RetentionPolicy::kRecent}) {
+    CompressionProfile profile = Everything();
+    profile.retention = Budget(0, policy);
+    profile.retention.max_tokens = 24;
+    std::unique_ptr<LlamaEngine> engine = Engine(profile, &calibration);
+    const int sequence = *engine->AddSequence();
+    const std::vector<int32_t> prompt = Tokens(20);
+    ForwardChunk chunk{sequence, prompt};
+    chunk.retain = true;
+    ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+    const std::vector<int32_t> next = Tokens(60, 5);
+    int evictions = 0, longest = 0;
+    for (int i = 0; i < 60; ++i) {
+      const int before = engine->SequenceLength(sequence);
+      ForwardChunk step{sequence, std::span(next).subspan(i, 1)};
+      absl::StatusOr<std::span<const float>> logits = engine->Forward({&step, 1});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      for (float x : *logits) ASSERT_TRUE(std::isfinite(x));
+      const int after = engine->SequenceLength(sequence);
+      if (after < before) {
+        ++evictions;
+        EXPECT_EQ(after, 24);
+      }
+      longest = std::max(longest, after);
+    }
+    EXPECT_EQ(longest, 24 + 8 - 1);
+    EXPECT_GE(evictions, 5);
+    EXPECT_EQ(engine->SequencePosition(sequence), 80);
+    const std::vector<int32_t> positions = *engine->RowPositions(sequence, 0);
+    EXPECT_EQ(positions.back(), 79);
+    EXPECT_EQ(positions.front(), 0);  // sink
+    EXPECT_TRUE(std::adjacent_find(positions.begin(), positions.end(),
+                                   std::greater_equal<int32_t>()) == positions.end());
+    kept.push_back(positions);
+  }
+  // The running scores chose (KVCrush keeps older tokens the newest-only policy drops).
+  EXPECT_NE(kept[0], kept[1]);
+}
+
 TEST(RetentionTest, ChunksWithoutRetainKeepEveryToken) {
   CompressionProfile profile;
   profile.retention = Budget(10);
@@ -250,6 +298,9 @@ TEST(RetentionTest, RefusesBadOptions) {
   compression.retention.recent = 4;
   compression.retention.kvcrush_ratio = 2.0;
   EXPECT_NE(compression.Validate().message().find("ratio"), std::string::npos);
+  compression.retention.kvcrush_ratio = 0.25;
+  compression.retention.max_tokens = -1;
+  EXPECT_NE(compression.Validate().message().find("max tokens"), std::string::npos);
 }
 
 }  // namespace

@@ -103,6 +103,12 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const ModelWeig
         absl::StrCat("LlamaEngine runs on the CPU; device ", DeviceName(options.device),
                      " needs CreateEngine (core/engine/create_engine.h)"));
   }
+  if (options.compression.retention.max_tokens > 0 && options.value_tier_factory &&
+      options.compression.kcache.enabled()) {
+    return absl::InvalidArgumentError(
+        "engine: decode-time eviction (--kvcrush-max-tokens) moves KCache's V rows, which a value "
+        "tier from value_tier_factory (the KV store's) does not hold here; drop one of them");
+  }
   const ModelConfig& c = weights.config;
   const int max_context = options.ResolvedMaxContext(c);
   EngineOptions resolved = options;
@@ -143,6 +149,7 @@ absl::Status LlamaEngine::CreateCaches() {
       *kv_, SequenceLimits{options_.max_sequences, max_context_, options_.max_batch_tokens,
                            config().vocab_size});
   kept_positions_.resize(options_.max_sequences);
+  running_scores_.resize(options_.max_sequences);
   position_set_.resize(options_.max_sequences);
   if (tiered.empty()) return absl::OkStatus();
   if (options_.value_tier_factory) {
@@ -241,7 +248,11 @@ absl::StatusOr<KvPageSlots> LlamaEngine::SequencePage(int sequence, int cache_la
   return slots;
 }
 
-absl::Status LlamaEngine::RemoveSequence(int sequence) { return table_->Remove(sequence); }
+absl::Status LlamaEngine::RemoveSequence(int sequence) {
+  PDSERVE_RETURN_IF_ERROR(table_->Remove(sequence));
+  ForgetPositions(sequence);
+  return absl::OkStatus();
+}
 
 int LlamaEngine::SequenceLength(int sequence) const { return table_->Length(sequence); }
 

@@ -132,19 +132,28 @@ class LlamaEngine : public Engine {
   // once RetainTokens has compacted it.
   void CacheLayerStored(int cache);
 
-  // Token retention, in llama_engine_retention.cc. A retaining sequence of this Forward: its
-  // segment, its tokens and their importance [caches, n_kv_heads, tokens].
+  // Token retention, in llama_engine_retention.cc. A sequence of this Forward that keeps part of
+  // its tokens at its end: its segment and tokens, and whether it is a prompt (scored into
+  // `importance`, [caches, n_kv_heads, tokens]) or a decode step past max_tokens (scored by its
+  // running scores).
   struct Retaining {
     int segment = 0;
     int tokens = 0;
+    bool prompt = true;
     std::vector<float> importance;
   };
-  // Picks this Forward's retaining sequences (retain chunks holding more than the budget).
+  // Picks this Forward's retaining sequences (retain chunks holding more than the budget, decode
+  // steps reaching max_tokens + a page) and its decode steps that add to their running scores.
   void BeginRetention();
-  // Adds the importance of each retaining segment's window queries for `layer`'s cache.
+  // Adds the importance of each retaining prompt's window queries, and of each scored decode
+  // step's query, for `layer`'s cache.
   void ObserveImportance(int layer, const float* q, int64_t q_stride);
   // Selects, compacts and truncates every retaining sequence; then tells the layer observer.
   void RetainTokens();
+  // One retaining sequence: each cache layer keeps its `budget` best rows by `scores(cache)`
+  // ([n_kv_heads, tokens]); rows, positions and running scores move to the front.
+  void KeepSelected(int sequence, int tokens, int budget,
+                    const std::function<std::vector<float>(int cache)>& scores);
   // Position of row `row` of cache layer `cache` of a live sequence.
   int32_t RowPosition(int sequence, int cache, int row) const;
   // A new sequence in slot `sequence`: no retained positions, no position set.
@@ -170,6 +179,11 @@ class LlamaEngine : public Engine {
   CacheLayerObserver* layer_observer_ = nullptr;
   std::vector<Retaining> retaining_;         // of the current Forward
   std::vector<float> importance_workspace_;  // AttentionImportance's, with retention only
+  // Decode-time eviction (retention.max_tokens): the segments of this Forward's scored decode
+  // steps, and per sequence slot the running (H2O) scores of its rows, [caches, n_kv_heads,
+  // max_context], zero for rows no decode step has scored yet; empty until its first step.
+  std::vector<int> scoring_;
+  std::vector<std::vector<float>> running_scores_;
   // Per sequence slot, per cache layer: the positions of the rows token retention kept (rows
   // beyond: their row + the tokens dropped); empty when nothing was dropped. position_set_: the
   // slot's position came from SetSequencePosition (its rows' positions are unknown).

@@ -11,76 +11,127 @@ namespace pdserve {
 
 void LlamaEngine::BeginRetention() {
   retaining_.clear();
+  scoring_.clear();
   const RetentionOptions& options = options_.compression.retention;
   if (!options.enabled()) return;
   const size_t per_token = plan_.caches.size() * config().n_kv_heads;
+  const bool scored = options.policy != RetentionPolicy::kRecent;
   for (size_t s = 0; s < segments_.size(); ++s) {
     const Segment& segment = segments_[s];
     const int tokens = segment.start_pos + segment.n;
-    if (!segment.retain || options.BudgetFor(tokens) >= tokens) continue;
-    Retaining& r = retaining_.emplace_back();
-    r.segment = static_cast<int>(s);
-    r.tokens = tokens;
-    if (options.policy != RetentionPolicy::kRecent) r.importance.assign(per_token * tokens, 0.0f);
+    if (segment.retain && options.BudgetFor(tokens) < tokens) {
+      Retaining& r = retaining_.emplace_back();
+      r.segment = static_cast<int>(s);
+      r.tokens = tokens;
+      if (scored) r.importance.assign(per_token * tokens, 0.0f);
+    } else if (segment.decode && options.max_tokens > 0) {
+      std::vector<float>& running = running_scores_[segment.sequence];
+      if (running.empty()) running.assign(per_token * max_context_, 0.0f);
+      if (scored) scoring_.push_back(static_cast<int>(s));
+      if (tokens >= options.max_tokens + options_.kv_page_size) {
+        Retaining& r = retaining_.emplace_back();
+        r.segment = static_cast<int>(s);
+        r.tokens = tokens;
+        r.prompt = false;
+      }
+    }
   }
 }
 
 void LlamaEngine::ObserveImportance(int layer, const float* q, int64_t q_stride) {
   const RetentionOptions& options = options_.compression.retention;
-  if (retaining_.empty() || options.policy == RetentionPolicy::kRecent) return;
+  if (retaining_.empty() && scoring_.empty()) return;
+  if (options.policy == RetentionPolicy::kRecent) return;
   const int cache = plan_.layers[layer].cache, heads = config().n_kv_heads;
   const kernels::AttentionShape shape = CacheShape(cache);
-  for (Retaining& r : retaining_) {
-    const Segment& segment = segments_[r.segment];  // after SwiftKV, its last row only
-    const int window = std::min(options.window, segment.n);
+  // The segment's last `window` queries (after SwiftKV, a prompt has its last row only) into
+  // `scores` ([heads, ld] from its first float).
+  auto observe = [&](const Segment& segment, int window, float* scores, int64_t ld) {
+    window = std::min(window, segment.n);
     kernels::AttentionSequence seq;
     seq.q = q + int64_t{segment.row + segment.n - window} * q_stride;
     seq.q_row_stride = q_stride;
     seq.n_queries = window;
     seq.start_pos = segment.start_pos + segment.n - window;
     seq.kv = CacheView(cache, table_->table(segment.sequence));
-    const std::span<float> importance(r.importance.data() + int64_t{cache} * heads * r.tokens,
-                                      static_cast<size_t>(heads) * r.tokens);
-    kernels::AttentionImportance(pool_, shape, seq, importance, importance_workspace_);
+    kernels::AttentionImportance(pool_, shape, seq, {scores, static_cast<size_t>(heads * ld)}, ld,
+                                 importance_workspace_);
+  };
+  for (Retaining& r : retaining_) {
+    if (!r.prompt) continue;  // its decode step is in scoring_
+    observe(segments_[r.segment], options.window,
+            r.importance.data() + int64_t{cache} * heads * r.tokens, r.tokens);
+  }
+  for (int s : scoring_) {
+    const Segment& segment = segments_[s];
+    observe(segment, 1,
+            running_scores_[segment.sequence].data() + int64_t{cache} * heads * max_context_,
+            max_context_);
   }
 }
 
 void LlamaEngine::RetainTokens() {
   if (retaining_.empty()) return;
   const RetentionOptions& options = options_.compression.retention;
-  const int heads = config().n_kv_heads, page_size = options_.kv_page_size;
+  const int heads = config().n_kv_heads;
   const int caches = static_cast<int>(plan_.caches.size());
   for (const Retaining& r : retaining_) {
     const int sequence = segments_[r.segment].sequence;
-    const std::vector<int32_t>& pages = table_->table(sequence).pages();
-    size_t kept_tokens = 0;
-    std::vector<std::vector<int32_t>> positions(caches);
-    for (int c = 0; c < caches; ++c) {
-      const std::span<const float> importance =
-          r.importance.empty()
-              ? std::span<const float>()
-              : std::span<const float>(r.importance)
-                    .subspan(int64_t{c} * heads * r.tokens, int64_t{heads} * r.tokens);
-      const std::vector<int> kept =
-          SelectRetainedTokens(importance, heads, r.tokens, page_size, options);
-      kept_tokens = kept.size();  // the same for every cache layer (token_retention.h)
-      positions[c].resize(kept.size());
-      for (size_t i = 0; i < kept.size(); ++i) positions[c][i] = RowPosition(sequence, c, kept[i]);
-      const CachePlan& cache = plan_.caches[c];
-      CompactKvRows(cache.layout.k, pages, kept,
-                    [&](int32_t page) { return kv_->Page(k_section_[c], page); });
-      CompactKvRows(cache.layout.v, pages, kept, [&](int32_t page) {
-        return cache.kcache ? tier_->WritablePage(v_section_[c], page)
-                            : kv_->Page(v_section_[c], page);
+    if (r.prompt) {
+      KeepSelected(sequence, r.tokens, options.BudgetFor(r.tokens), [&](int c) {
+        const auto first = r.importance.begin() + int64_t{c} * heads * r.tokens;
+        return r.importance.empty() ? std::vector<float>()
+                                    : std::vector<float>(first, first + heads * r.tokens);
+      });
+    } else {
+      const std::vector<float>& running = running_scores_[sequence];
+      KeepSelected(sequence, r.tokens, options.max_tokens, [&](int c) {
+        std::vector<float> scores(static_cast<size_t>(heads) * r.tokens);
+        for (int h = 0; h < heads; ++h) {
+          const auto row = running.begin() + (int64_t{c} * heads + h) * max_context_;
+          std::copy(row, row + r.tokens, scores.begin() + int64_t{h} * r.tokens);
+        }
+        return scores;
       });
     }
-    table_->Truncate(sequence, static_cast<int>(kept_tokens));
-    kept_positions_[sequence] = std::move(positions);
   }
   retaining_.clear();
   for (int c = 0; c < caches && layer_observer_ != nullptr; ++c) {
     layer_observer_->CacheLayerStored(c);
   }
+}
+
+void LlamaEngine::KeepSelected(int sequence, int tokens, int budget,
+                               const std::function<std::vector<float>(int cache)>& scores) {
+  RetentionOptions options = options_.compression.retention;
+  options.budget = budget;
+  const int heads = config().n_kv_heads, page_size = options_.kv_page_size;
+  const int caches = static_cast<int>(plan_.caches.size());
+  const std::vector<int32_t>& pages = table_->table(sequence).pages();
+  std::vector<float>& running = running_scores_[sequence];
+  size_t kept_tokens = 0;
+  std::vector<std::vector<int32_t>> positions(caches);
+  for (int c = 0; c < caches; ++c) {
+    const std::vector<int> kept =
+        SelectRetainedTokens(scores(c), heads, tokens, page_size, options);
+    kept_tokens = kept.size();  // the same for every cache layer (token_retention.h)
+    positions[c].resize(kept.size());
+    for (size_t i = 0; i < kept.size(); ++i) positions[c][i] = RowPosition(sequence, c, kept[i]);
+    const CachePlan& cache = plan_.caches[c];
+    CompactKvRows(cache.layout.k, pages, kept,
+                  [&](int32_t page) { return kv_->Page(k_section_[c], page); });
+    CompactKvRows(cache.layout.v, pages, kept, [&](int32_t page) {
+      return cache.kcache ? tier_->WritablePage(v_section_[c], page)
+                          : kv_->Page(v_section_[c], page);
+    });
+    for (int h = 0; h < heads && !running.empty(); ++h) {
+      float* row = running.data() + (int64_t{c} * heads + h) * max_context_;
+      for (size_t i = 0; i < kept.size(); ++i) row[i] = row[kept[i]];
+      std::fill(row + kept.size(), row + tokens, 0.0f);
+    }
+  }
+  table_->Truncate(sequence, static_cast<int>(kept_tokens));
+  kept_positions_[sequence] = std::move(positions);
 }
 
 int32_t LlamaEngine::RowPosition(int sequence, int cache, int row) const {
@@ -92,6 +143,7 @@ int32_t LlamaEngine::RowPosition(int sequence, int cache, int row) const {
 void LlamaEngine::ForgetPositions(int sequence) {
   kept_positions_[sequence].clear();
   position_set_[sequence] = 0;
+  running_scores_[sequence] = {};  // frees it
 }
 
 absl::StatusOr<std::vector<int32_t>> LlamaEngine::RowPositions(int sequence,

@@ -140,6 +140,9 @@ int RetentionOptions::BudgetFor(int n_tokens) const {
 
 absl::Status RetentionOptions::Validate() const {
   if (budget < 0) return absl::InvalidArgumentError(absl::StrCat("budget ", budget, " < 0"));
+  if (max_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max tokens ", max_tokens, " < 0"));
+  }
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat("fraction ", fraction, " is outside [0, 1]"));
   }
@@ -159,8 +162,9 @@ absl::Status RetentionOptions::Validate() const {
 }
 
 std::string RetentionOptions::Describe() const {
-  std::string size =
-      budget > 0 ? absl::StrCat(budget, " tokens") : absl::StrFormat("%g%%", fraction * 100.0);
+  std::string size = budget > 0     ? absl::StrCat(budget, " tokens")
+                     : fraction > 0 ? absl::StrFormat("%g%%", fraction * 100.0)
+                                    : std::string("whole prompt");
   std::string text = absl::StrCat(PolicyName(policy), " ", size,
                                   granularity == RetentionGranularity::kPage ? " page" : " token");
   if (policy == RetentionPolicy::kKvCrush) {
@@ -170,6 +174,7 @@ std::string RetentionOptions::Describe() const {
   if (policy != RetentionPolicy::kRecent)
     absl::StrAppend(&text, " window=", window, " pool=", pool);
   absl::StrAppend(&text, " sink=", sink, " recent=", recent);
+  if (max_tokens > 0) absl::StrAppend(&text, " max=", max_tokens);
   return text;
 }
 

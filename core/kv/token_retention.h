@@ -52,9 +52,14 @@ struct RetentionOptions {
   int recent = 16;
   AnchorMode anchor = AnchorMode::kRandom;
   uint64_t seed = 0;  // for AnchorMode::kRandom
+  // Decode-time eviction (H2O): a sequence whose cache reaches max_tokens + a page after a decode
+  // step keeps max_tokens, ranked by the attention its decode steps paid each token (a running
+  // sum; tokens no step has scored yet rank 0) with the same policy. 0 = off.
+  int max_tokens = 0;
 
-  bool enabled() const { return budget > 0 || fraction > 0.0; }
-  // Tokens an n_tokens prompt keeps: min(n_tokens, budget or ⌈fraction · n_tokens⌉).
+  bool enabled() const { return budget > 0 || fraction > 0.0 || max_tokens > 0; }
+  // Tokens an n_tokens prompt keeps: min(n_tokens, budget or ⌈fraction · n_tokens⌉), or every
+  // one when both are 0.
   int BudgetFor(int n_tokens) const;
   // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1],
   // window < 1, an even or non-positive pool.

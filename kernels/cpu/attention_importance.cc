@@ -12,9 +12,9 @@ size_t AttentionImportanceWorkspaceFloats(const AttentionShape& shape, int num_t
 
 void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
                          const AttentionSequence& sequence, std::span<float> importance,
-                         std::span<float> workspace) {
+                         int64_t ld, std::span<float> workspace) {
   const DecodeRowKernels& rk = ActiveDecodeRows();
-  const int group = shape.group(), n_keys = sequence.start_pos + sequence.n_queries;
+  const int group = shape.group();
   const int64_t q_stride =
       sequence.q_row_stride != 0 ? sequence.q_row_stride : int64_t{shape.n_heads} * shape.head_dim;
   const int64_t per_thread = static_cast<int64_t>(workspace.size()) / pool.size();
@@ -22,7 +22,7 @@ void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
   pool.ParallelForDynamic(shape.n_kv_heads, 1, [&](int64_t begin, int64_t end, int thread) {
     float* probs = workspace.data() + thread * per_thread;  // [group, n]
     for (int g = static_cast<int>(begin); g < end; ++g) {
-      float* row = importance.data() + int64_t{g} * n_keys;
+      float* row = importance.data() + g * ld;
       for (int i = 0; i < sequence.n_queries; ++i) {
         const int n = sequence.start_pos + i + 1;
         ScoreHeads(rk, shape, sequence.kv, g, g + 1, sequence.q + i * q_stride, n, probs, n);

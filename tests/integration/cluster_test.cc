@@ -408,6 +408,41 @@ TEST(TokenRetentionClusterTest, KvCrushMatchesInProcessGenerate) {
   EXPECT_GT(differs, 0);
 }
 
+// Decode-time eviction on the decode worker (no KCache: its V would live in the KV store): prompts
+// kept to a quarter, then generations of 60 tokens held within 48 + a page, as in-process.
+TEST(TokenRetentionClusterTest, DecodeEvictionMatchesInProcessGenerate) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(
+      {"--swiftkv-layer=4", "--fp8=per-token", "--kvcrush-budget=25%", "--kvcrush-max-tokens=48"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  CompressionProfile profile;
+  profile.swiftkv_layer = 4;
+  profile.fp8 = KvScaleMode::kPerTokenHead;
+  profile.retention.fraction = 0.25;
+  profile.retention.max_tokens = 48;
+  std::unique_ptr<Reference> reference = Reference::Create(profile);
+  ASSERT_NE(reference, nullptr);
+  CompressionProfile no_eviction = profile;
+  no_eviction.retention.max_tokens = 0;
+  std::unique_ptr<Reference> without = Reference::Create(no_eviction);
+  ASSERT_NE(without, nullptr);
+  int differs = 0;
+  std::unique_ptr<Client> client = MakeClient(**cluster);
+  ASSERT_NE(client, nullptr);
+  const std::vector<int> corpus = reference->tokenizer().Encode(ReadEvalText(), false);
+  for (const int length : {300, 90, 20}) {
+    SCOPED_TRACE(absl::StrCat(length, " prompt tokens"));
+    const std::vector<int> prompt = EvalPrompt(*reference, corpus, 6007 * length, length);
+    v1::GenerateRequest request = TokenRequest(prompt, 60);
+    request.mutable_stop()->set_ignore_eos(true);
+    const Expected expected = reference->Run(prompt, request);
+    absl::StatusOr<GenerateResult> result = client->Generate(request, WithTimeout(kCallTimeout));
+    ASSERT_TRUE(result.ok()) << result.status() << "\n" << (*cluster)->LogTail();
+    EXPECT_EQ(result->token_ids, expected.tokens);
+    differs += without->Run(prompt, request).tokens != expected.tokens;
+  }
+  EXPECT_GT(differs, 0);  // eviction really ran
+}
+
 // ---------------------------------------------------------------------------------------------
 // One disaggregated cluster with the default profile and a 3 s lease for the rest of the suite.
 
