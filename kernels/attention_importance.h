@@ -29,8 +29,8 @@ size_t AttentionImportanceWorkspaceFloats(const AttentionShape& shape, int num_t
 // start_pos + n_queries; H2O's running scores use a fixed ld), split across the pool by KV head.
 // sequence.out is not used. Does not allocate.
 void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
-                         const AttentionSequence& sequence, std::span<float> importance,
-                         int64_t ld, std::span<float> workspace);
+                         const AttentionSequence& sequence, std::span<float> importance, int64_t ld,
+                         std::span<float> workspace);
 
 }  // namespace pdserve::kernels
 

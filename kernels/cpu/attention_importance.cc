@@ -11,8 +11,8 @@ size_t AttentionImportanceWorkspaceFloats(const AttentionShape& shape, int num_t
 }
 
 void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
-                         const AttentionSequence& sequence, std::span<float> importance,
-                         int64_t ld, std::span<float> workspace) {
+                         const AttentionSequence& sequence, std::span<float> importance, int64_t ld,
+                         std::span<float> workspace) {
   const DecodeRowKernels& rk = ActiveDecodeRows();
   const int group = shape.group();
   const int64_t q_stride =
