@@ -24,6 +24,7 @@
 #include "core/base/thread_pool.h"
 #include "core/tensor/tensor.h"
 #include "kernels/attention.h"
+#include "kernels/attention_importance.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/rms_norm.h"
@@ -176,6 +177,29 @@ void BM_Attention(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n_sequences * 2 * int64_t{context} * kHeads *
                           kHeadDim * static_cast<int64_t>(sizeof(float)));
 }
+
+// Token retention's scoring of one layer (kernels/attention_importance.h): the prompt's last
+// `window` queries against its `context` keys, 12 heads of 64. Args: context, window, threads.
+void BM_AttentionImportance(benchmark::State& state) {
+  const int context = static_cast<int>(state.range(0));
+  const int window = static_cast<int>(state.range(1));
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  AttentionSetup setup(1, context, window);
+  const AttentionShape shape{kHeads, kHeads, kHeadDim};
+  std::vector<float> workspace(AttentionImportanceWorkspaceFloats(shape, pool.size(), context));
+  std::vector<float> importance(int64_t{kHeads} * context);
+  for (auto _ : state) {
+    AttentionImportance(pool, shape, setup.sequences[0], importance, context, workspace);
+    benchmark::DoNotOptimize(importance.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+BENCHMARK(BM_AttentionImportance)
+    ->ArgNames({"context", "window", "threads"})
+    ->ArgsProduct({{1000}, {32}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_Attention)
     ->Name("BM_AttentionDecode")

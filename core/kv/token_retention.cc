@@ -74,10 +74,12 @@ int UnitBudget(int tokens, int n_tokens, const Units& units) {
 }
 
 // Indices of the `k` largest of `scores` among `from` (ties to the lower index), in any order.
+// The order compared by is total, so the set is unique: a linear-time selection finds it.
 std::vector<int> TopK(std::span<const int> from, std::span<const double> scores, int k) {
   std::vector<int> order(from.begin(), from.end());
   k = std::min<int>(k, static_cast<int>(order.size()));
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+  if (k <= 0) return {};
+  std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), [&](int a, int b) {
     return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
   });
   order.resize(k);
