@@ -33,7 +33,7 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
           "Token retention: kvcrush (SnapKV + representatives of the evicted), snapkv (importance "
           "only) or recent (sink and newest tokens only)");
-ABSL_FLAG(double, kvcrush_ratio, 0.25,
+ABSL_FLAG(double, kvcrush_ratio, 0.5,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
 ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
 ABSL_FLAG(int, kvcrush_max_tokens, 0,

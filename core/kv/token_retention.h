@@ -43,8 +43,8 @@ struct RetentionOptions {
   // Tokens kept per cache layer; when 0, `fraction` of the prompt (rounded up). Both 0 = off.
   int budget = 0;
   double fraction = 0.0;
-  double kvcrush_ratio = 0.25;  // share of the non-forced budget given to representatives
-  int window = 32;              // observation window: the prompt's last queries that score tokens
+  double kvcrush_ratio = 0.5;  // share of the non-forced budget given to representatives
+  int window = 32;             // observation window: the prompt's last queries that score tokens
   // SnapKV's pooling: each token's score is the mean over the `pool` tokens centred on it (odd;
   // 1 = none), so that neighbours of an important token stay with it.
   int pool = 7;
@@ -64,8 +64,8 @@ struct RetentionOptions {
   // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1],
   // window < 1, an even or non-positive pool.
   absl::Status Validate() const;
-  // "kvcrush 25% token ratio=0.25 anchor=random seed=0 window=32 sink=4 recent=16": for reports
-  // and the compression profile's identity.
+  // "kvcrush 25% token ratio=0.5 anchor=random seed=0 window=32 pool=7 sink=4 recent=16": for
+  // reports and the compression profile's identity.
   std::string Describe() const;
 };
 
