@@ -11,6 +11,7 @@
 
 #include "core/compress/profile.h"
 #include "core/compress/techniques_testing.h"
+#include "core/engine/generator.h"
 #include "core/engine/kv_transfer.h"
 #include "core/engine/llama_engine.h"
 #include "core/kv/kv_row_codec.h"
@@ -255,6 +256,35 @@ TEST(RetentionTest, DecodeEvictionKeepsLongGenerationsWithinMaxTokens) {
   }
   // The running scores chose (KVCrush keeps older tokens the newest-only policy drops).
   EXPECT_NE(kept[0], kept[1]);
+}
+
+// The prompt's last chunk holds the observation window, whatever max_batch_tokens cuts (32 here).
+TEST(RetentionTest, PromptChunksEndWithTheObservationWindow) {
+  CompressionProfile profile;
+  profile.retention = Budget(10);  // window 8
+  std::unique_ptr<LlamaEngine> engine = Engine(profile, nullptr, 32);
+  EXPECT_EQ(PromptChunkSizes(*engine, 5), (std::vector<int>{5}));
+  EXPECT_EQ(PromptChunkSizes(*engine, 32), (std::vector<int>{32}));
+  EXPECT_EQ(PromptChunkSizes(*engine, 33), (std::vector<int>{25, 8}));
+  EXPECT_EQ(PromptChunkSizes(*engine, 69), (std::vector<int>{32, 29, 8}));
+  EXPECT_EQ(PromptChunkSizes(*engine, 90), (std::vector<int>{32, 32, 26}));
+  EXPECT_EQ(PromptChunkSizes(*Engine({}, nullptr, 32), 33), (std::vector<int>{32, 1}));
+}
+
+// A one-token last prompt chunk is the prompt's end, not a decode step: decode-time eviction
+// waits for the decode steps (regression: it evicted the prompt by one query's scores).
+TEST(RetentionTest, DecodeEvictionLeavesPromptsAlone) {
+  CompressionProfile profile;
+  profile.retention = Budget(0);
+  profile.retention.max_tokens = 24;
+  std::unique_ptr<LlamaEngine> engine = Engine(profile, nullptr, 32);
+  EXPECT_EQ(PromptChunkSizes(*engine, 33), (std::vector<int>{32, 1}));
+  const int sequence = *engine->AddSequence();
+  const std::vector<int32_t> prompt = Tokens(33);
+  ASSERT_TRUE(Prefill(*engine, sequence, prompt).ok());
+  EXPECT_EQ(engine->SequenceLength(sequence), 33);
+  EXPECT_EQ(Decode(*engine, sequence, 1).size(), static_cast<size_t>(Config().vocab_size));
+  EXPECT_EQ(engine->SequenceLength(sequence), 24);  // the first decode step evicted
 }
 
 TEST(RetentionTest, ChunksWithoutRetainKeepEveryToken) {

@@ -64,12 +64,13 @@ inline const Calibration& TestCalibration(int layer, int group) {
 }
 
 inline std::unique_ptr<LlamaEngine> Engine(const CompressionProfile& profile,
-                                           const Calibration* calibration = nullptr) {
+                                           const Calibration* calibration = nullptr,
+                                           int max_batch_tokens = 128) {
   absl::StatusOr<PreparedModel> prepared = PrepareModel(Model(), profile, calibration);
   EXPECT_TRUE(prepared.ok()) << prepared.status();
   EngineOptions o;
   o.num_threads = 2;
-  o.max_batch_tokens = 128;
+  o.max_batch_tokens = max_batch_tokens;
   o.max_sequences = 2;
   o.kv_page_size = 8;
   o.compression = prepared->compression;

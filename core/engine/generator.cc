@@ -16,14 +16,26 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+std::vector<int> PromptChunkSizes(const Engine& engine, int n) {
+  const int limit = engine.options().max_batch_tokens;
+  const RetentionOptions& retention = engine.options().compression.retention;
+  std::vector<int> sizes(n / limit, limit);
+  if (n % limit != 0) sizes.push_back(n % limit);
+  const int last = std::min({retention.retains_prompts() ? retention.window : 1, n, limit});
+  if (sizes.size() > 1 && sizes.back() < last) {
+    sizes[sizes.size() - 2] -= last - sizes.back();
+    sizes.back() = last;
+  }
+  return sizes;
+}
+
 absl::StatusOr<std::span<const float>> Prefill(Engine& engine, int sequence,
                                                std::span<const int32_t> tokens) {
   std::span<const float> logits;
-  const size_t chunk_size = engine.options().max_batch_tokens;
-  for (size_t begin = 0; begin < tokens.size(); begin += chunk_size) {
-    ForwardChunk chunk{sequence,
-                       tokens.subspan(begin, std::min(chunk_size, tokens.size() - begin))};
-    chunk.retain = begin + chunk_size >= tokens.size();  // the prompt's last chunk
+  const std::vector<int> sizes = PromptChunkSizes(engine, static_cast<int>(tokens.size()));
+  for (size_t c = 0, begin = 0; c < sizes.size(); begin += sizes[c], ++c) {
+    ForwardChunk chunk{sequence, tokens.subspan(begin, sizes[c])};
+    chunk.retain = c + 1 == sizes.size();  // the prompt's last chunk
     PDSERVE_ASSIGN_OR_RETURN(logits, engine.Forward({&chunk, 1}));
   }
   return logits;

@@ -33,7 +33,13 @@ absl::StatusOr<GenerationResult> Generate(Engine& engine, std::span<const int32_
                                           const GenerationParams& params,
                                           const std::function<void(int32_t)>& on_token);
 
-// Runs `tokens` into `sequence` in chunks of at most max_batch_tokens, the last marked as the
+// How a prompt of n ≥ 1 tokens is cut into Forward chunks on `engine`: sizes in order, each at
+// most max_batch_tokens. With token retention the last chunk holds at least the observation
+// window (or the whole prompt), taken from the chunk before it, since the prompt's last
+// retention.window queries score its tokens.
+std::vector<int> PromptChunkSizes(const Engine& engine, int n);
+
+// Runs `tokens` into `sequence` in the chunks PromptChunkSizes says, the last marked as the
 // prompt's end (ForwardChunk::retain), and returns the logits of the last token (valid until the
 // engine's next Forward).
 absl::StatusOr<std::span<const float>> Prefill(Engine& engine, int sequence,

@@ -150,6 +150,7 @@ absl::Status LlamaEngine::CreateCaches() {
                            config().vocab_size});
   kept_positions_.resize(options_.max_sequences);
   running_scores_.resize(options_.max_sequences);
+  running_ld_.resize(options_.max_sequences);
   position_set_.resize(options_.max_sequences);
   if (tiered.empty()) return absl::OkStatus();
   if (options_.value_tier_factory) {

@@ -11,8 +11,10 @@
 // fused matmul; ZACK, FP8 and KCache (EngineOptions::compression) change what the cache stores and
 // how it is read (core/engine/kv_plan.h). Buffers, workspaces, the KV pool and the thread pool are
 // allocated at Create (ResourceExhausted up front when they would not fit in memory); Forward
-// allocates only small bookkeeping (page lists, task closures). Not thread-safe: one caller drives
-// an engine.
+// allocates only small bookkeeping (page lists, task closures) and, with token retention, its
+// scores: per retaining prompt caches · n_kv_heads · prompt floats for that Forward, per decoding
+// sequence under max_tokens its running scores (as wide as its rows). Not thread-safe: one caller
+// drives an engine.
 //
 // Token retention (KvCompression::retention, KVCrush): a Forward with retain chunks scores each
 // such sequence's tokens per cache layer from the chunk's last queries as its layers run, then
@@ -154,6 +156,8 @@ class LlamaEngine : public Engine {
   // ([n_kv_heads, tokens]); rows, positions and running scores move to the front.
   void KeepSelected(int sequence, int tokens, int budget,
                     const std::function<std::vector<float>(int cache)>& scores);
+  // Makes the sequence's running scores hold rows [0, tokens), keeping those it holds.
+  void GrowRunningScores(int sequence, int tokens);
   // Position of row `row` of cache layer `cache` of a live sequence.
   int32_t RowPosition(int sequence, int cache, int row) const;
   // A new sequence in slot `sequence`: no retained positions, no position set.
@@ -181,9 +185,11 @@ class LlamaEngine : public Engine {
   std::vector<float> importance_workspace_;  // AttentionImportance's, with retention only
   // Decode-time eviction (retention.max_tokens): the segments of this Forward's scored decode
   // steps, and per sequence slot the running (H2O) scores of its rows, [caches, n_kv_heads,
-  // max_context], zero for rows no decode step has scored yet; empty until its first step.
+  // running_ld_], zero for rows no decode step has scored yet; empty until its first step, then
+  // max(rows, max_tokens + a page) wide (grown when a later chunk adds rows).
   std::vector<int> scoring_;
   std::vector<std::vector<float>> running_scores_;
+  std::vector<int> running_ld_;
   // Per sequence slot, per cache layer: the positions of the rows token retention kept (rows
   // beyond: their row + the tokens dropped); empty when nothing was dropped. position_set_: the
   // slot's position came from SetSequencePosition (its rows' positions are unknown).

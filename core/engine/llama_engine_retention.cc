@@ -24,9 +24,8 @@ void LlamaEngine::BeginRetention() {
       r.segment = static_cast<int>(s);
       r.tokens = tokens;
       if (scored) r.importance.assign(per_token * tokens, 0.0f);
-    } else if (segment.decode && options.max_tokens > 0) {
-      std::vector<float>& running = running_scores_[segment.sequence];
-      if (running.empty()) running.assign(per_token * max_context_, 0.0f);
+    } else if (segment.decode && !segment.retain && options.max_tokens > 0) {
+      GrowRunningScores(segment.sequence, tokens);
       if (scored) scoring_.push_back(static_cast<int>(s));
       if (tokens >= options.max_tokens + options_.kv_page_size) {
         Retaining& r = retaining_.emplace_back();
@@ -36,6 +35,22 @@ void LlamaEngine::BeginRetention() {
       }
     }
   }
+}
+
+void LlamaEngine::GrowRunningScores(int sequence, int tokens) {
+  const int old_ld = running_ld_[sequence];
+  if (tokens <= old_ld) return;
+  // Room for the sequence's rows and for those a decode step adds up to max_tokens + a page.
+  const int ld =
+      std::max(tokens, options_.compression.retention.max_tokens + options_.kv_page_size);
+  const int64_t rows = int64_t{static_cast<int>(plan_.caches.size())} * config().n_kv_heads;
+  std::vector<float> grown(rows * ld, 0.0f);
+  const std::vector<float>& old = running_scores_[sequence];
+  for (int64_t r = 0; r < rows && old_ld > 0; ++r) {
+    std::copy_n(old.begin() + r * old_ld, old_ld, grown.begin() + r * ld);
+  }
+  running_scores_[sequence] = std::move(grown);
+  running_ld_[sequence] = ld;
 }
 
 void LlamaEngine::ObserveImportance(int layer, const float* q, int64_t q_stride) {
@@ -65,8 +80,9 @@ void LlamaEngine::ObserveImportance(int layer, const float* q, int64_t q_stride)
   for (int s : scoring_) {
     const Segment& segment = segments_[s];
     observe(segment, 1,
-            running_scores_[segment.sequence].data() + int64_t{cache} * heads * max_context_,
-            max_context_);
+            running_scores_[segment.sequence].data() +
+                int64_t{cache} * heads * running_ld_[segment.sequence],
+            running_ld_[segment.sequence]);
   }
 }
 
@@ -88,7 +104,7 @@ void LlamaEngine::RetainTokens() {
       KeepSelected(sequence, r.tokens, options.max_tokens, [&](int c) {
         std::vector<float> scores(static_cast<size_t>(heads) * r.tokens);
         for (int h = 0; h < heads; ++h) {
-          const auto row = running.begin() + (int64_t{c} * heads + h) * max_context_;
+          const auto row = running.begin() + (int64_t{c} * heads + h) * running_ld_[sequence];
           std::copy(row, row + r.tokens, scores.begin() + int64_t{h} * r.tokens);
         }
         return scores;
@@ -125,13 +141,14 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget,
                           : kv_->Page(v_section_[c], page);
     });
     for (int h = 0; h < heads && !running.empty(); ++h) {
-      float* row = running.data() + (int64_t{c} * heads + h) * max_context_;
+      float* row = running.data() + (int64_t{c} * heads + h) * running_ld_[sequence];
       for (size_t i = 0; i < kept.size(); ++i) row[i] = row[kept[i]];
       std::fill(row + kept.size(), row + tokens, 0.0f);
     }
   }
   table_->Truncate(sequence, static_cast<int>(kept_tokens));
-  kept_positions_[sequence] = std::move(positions);
+  // Rows of a sequence given its position came from pages: their positions are not known here.
+  if (!position_set_[sequence]) kept_positions_[sequence] = std::move(positions);
 }
 
 int32_t LlamaEngine::RowPosition(int sequence, int cache, int row) const {
@@ -144,6 +161,7 @@ void LlamaEngine::ForgetPositions(int sequence) {
   kept_positions_[sequence].clear();
   position_set_[sequence] = 0;
   running_scores_[sequence] = {};  // frees it
+  running_ld_[sequence] = 0;
 }
 
 absl::StatusOr<std::vector<int32_t>> LlamaEngine::RowPositions(int sequence,

@@ -30,7 +30,8 @@ void ReadKvRow(const KvSectionLayout& layout, const uint8_t* section, int head, 
 
 // Token retention's compaction of one section of a sequence: moves the row of token kept[i] of
 // every head to row i, so that the sequence's first kept.size() rows hold the kept tokens in
-// order (rows beyond are left as they were). Token t lives in slot t % page_size of page
+// order (rows beyond hold what they held; under per-page FP8 they are undefined, the page's
+// scale having changed). Token t lives in slot t % page_size of page
 // pages[t / page_size], whose section page_bytes(page id) returns. Requires kept ascending.
 // f32, f16 and per-token FP8 rows move as bytes (with their scales): exact. FP8 per-page rows
 // cannot keep their codes under another page's scale: every kept row is read back (dequantized)

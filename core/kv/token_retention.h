@@ -57,7 +57,9 @@ struct RetentionOptions {
   // sum; tokens no step has scored yet rank 0) with the same policy. 0 = off.
   int max_tokens = 0;
 
-  bool enabled() const { return budget > 0 || fraction > 0.0 || max_tokens > 0; }
+  bool enabled() const { return retains_prompts() || max_tokens > 0; }
+  // Whether a prompt keeps only part of its tokens (a budget or a fraction).
+  bool retains_prompts() const { return budget > 0 || fraction > 0.0; }
   // Tokens an n_tokens prompt keeps: min(n_tokens, budget or ⌈fraction · n_tokens⌉), or every
   // one when both are 0.
   int BudgetFor(int n_tokens) const;

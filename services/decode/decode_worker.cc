@@ -135,7 +135,7 @@ absl::Status DecodeWorker::CheckJob(const DecodeJob& job) const {
                        " tokens; this model's KV plan needs ", expected));
     }
     prompt_tokens = NextPosition(job.manifest);
-    if (prompt_tokens < stored) {
+    if (job.manifest.next_position() < 0 || prompt_tokens < stored) {
       return absl::InvalidArgumentError(absl::StrCat("the manifest's next position ", prompt_tokens,
                                                      " is before its ", stored,
                                                      " stored tokens' end"));

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/engine/generator.h"
 #include "core/engine/kv_transfer.h"
 #include "core/kv/kv_page.h"
 #include "core/kv/token_retention.h"
@@ -92,6 +93,10 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
       const int n = pending->stored_tokens;
       absl::StatusOr<std::vector<int32_t>> positions =
           engine.RowPositions(sequences_[b], cache_layer);
+      if (positions.ok() && static_cast<int>(positions->size()) != n) {
+        positions = absl::InternalError(absl::StrCat("the engine kept ", positions->size(),
+                                                     " of the prompt's tokens; ", n, " expected"));
+      }
       if (!positions.ok()) {
         pending->status = positions.status();
         continue;
@@ -144,7 +149,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
         "prefill worker: the prefix cache needs the model's identity");
   }
   PrefillWorkerOptions resolved = options;
-  if (options.prefix_cache && engine->options().compression.retention.enabled()) {
+  if (options.prefix_cache && engine->options().compression.retention.retains_prompts()) {
     // A retained page depends on the whole prompt (its last queries chose it): it is no prefix's.
     GetLogger("prefill")->info("token retention is on: the prefix cache is off");
     resolved.prefix_cache = false;
@@ -508,16 +513,16 @@ absl::Status PrefillWorker::ForwardBatch(const std::vector<std::shared_ptr<Pendi
     sequences.push_back(sequence);
   }
   // A prompt beyond the budget runs alone: its leading chunks first, unobserved.
-  const size_t budget = engine_->options().max_batch_tokens;
   const int page_size = engine_->options().kv_page_size;
   std::vector<ForwardChunk> chunks;
   for (size_t b = 0; b < batch.size(); ++b) {
     std::span<const int32_t> prompt =
         std::span<const int32_t>(batch[b]->job.prompt).subspan(batch[b]->CachedTokens(page_size));
-    while (prompt.size() > budget) {
-      ForwardChunk lead{sequences[b], prompt.first(budget)};
+    const std::vector<int> sizes = PromptChunkSizes(*engine_, static_cast<int>(prompt.size()));
+    for (size_t c = 0; c + 1 < sizes.size(); ++c) {
+      ForwardChunk lead{sequences[b], prompt.first(sizes[c])};
       PDSERVE_RETURN_IF_ERROR(engine_->Forward({&lead, 1}).status());
-      prompt = prompt.subspan(budget);
+      prompt = prompt.subspan(sizes[c]);
     }
     ForwardChunk last{sequences[b], prompt};
     last.retain = true;  // the prompt's end: token retention (when on) keeps part of it
