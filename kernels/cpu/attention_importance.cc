@@ -29,12 +29,12 @@ size_t AttentionImportanceWorkspaceFloats(const AttentionShape& /*shape*/, int n
 }
 
 void AttentionImportance(ThreadPool& pool, const AttentionShape& shape,
-                         const AttentionSequence& sequence, std::span<float> importance,
-                         int64_t ld, std::span<float> workspace) {
+                         const AttentionSequence& sequence, std::span<float> importance, int64_t ld,
+                         std::span<float> workspace) {
   const DecodeRowKernels& rk = ActiveDecodeRows();
   const int group = shape.group(), rows = sequence.n_queries * group;
-  const int64_t q_stride = sequence.q_row_stride != 0 ? sequence.q_row_stride
-                                                      : int64_t{shape.n_heads} * shape.head_dim;
+  const int64_t q_stride =
+      sequence.q_row_stride != 0 ? sequence.q_row_stride : int64_t{shape.n_heads} * shape.head_dim;
   const int64_t per_thread = static_cast<int64_t>(workspace.size()) / pool.size();
   const float weight = 1.0f / static_cast<float>(group);
   pool.ParallelForDynamic(shape.n_kv_heads, 1, [&](int64_t begin, int64_t end, int thread) {
