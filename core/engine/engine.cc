@@ -9,18 +9,26 @@
 
 namespace pdserve {
 
-absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cache_layer) const {
+absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cache_layer, int first,
+                                                          int count) const {
   const int length = SequenceLength(sequence);
   if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
-  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan().caches.size())) {
-    return absl::OutOfRangeError(absl::StrCat("engine: no cache layer ", cache_layer));
+  if (count < 0) count = length - first;
+  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan().caches.size()) || first < 0 ||
+      count < 0 || first + count > length) {
+    return absl::OutOfRangeError(absl::StrCat("engine: no rows [", first, ", ", first + count,
+                                              ") of cache layer ", cache_layer, " in sequence ",
+                                              sequence, " of ", length, " tokens"));
   }
-  if (SequencePosition(sequence) != length) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine: sequence ", sequence, " was given its position; its rows' positions are unknown"));
+  std::vector<int32_t> positions(count);
+  for (int r = 0; r < count; ++r) {
+    positions[r] = RowPosition(sequence, cache_layer, first + r);
+    if (positions[r] < 0) {
+      return absl::FailedPreconditionError(absl::StrCat("engine: sequence ", sequence,
+                                                        " was given its position; its rows' "
+                                                        "positions are unknown"));
+    }
   }
-  std::vector<int32_t> positions(length);
-  for (int r = 0; r < length; ++r) positions[r] = r;
   return positions;
 }
 

@@ -140,11 +140,13 @@ class Engine {
     (void)position;
     return absl::UnimplementedError("engine: token retention is not supported on this device");
   }
-  // The positions of rows [0, SequenceLength) of a cache layer of the sequence: row r's is r
-  // unless token retention dropped tokens (each cache layer keeps its own). NotFound for an unknown
-  // sequence, OutOfRange for a cache layer outside the plan, FailedPrecondition for a sequence
-  // whose position SetSequencePosition moved (its rows' positions are in the pages it was given).
-  virtual absl::StatusOr<std::vector<int32_t>> RowPositions(int sequence, int cache_layer) const;
+  // The positions of rows [first, first + count) (count < 0: to SequenceLength) of a cache layer
+  // of the sequence: row r's is r unless token retention dropped tokens (each cache layer keeps
+  // its own). NotFound for an unknown sequence, OutOfRange for a cache layer outside the plan or
+  // rows outside the sequence's, FailedPrecondition for a sequence whose position
+  // SetSequencePosition moved (its rows' positions are in the pages it was given).
+  absl::StatusOr<std::vector<int32_t>> RowPositions(int sequence, int cache_layer, int first = 0,
+                                                    int count = -1) const;
   // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
   // sequence in host memory, for reading (export) or writing (import); valid until the sequence is
   // removed. Reading sees what a Forward stored once CacheLayerStored was called for the layer;
@@ -157,6 +159,14 @@ class Engine {
                                                    int page_index) = 0;
   // Not owned; null to stop observing.
   virtual void set_cache_layer_observer(CacheLayerObserver* observer) = 0;
+
+ protected:
+  // RowPositions' answer for one valid row of a valid cache layer of a live sequence, or -1 where
+  // it is not known. Default: the row, unknown once SetSequencePosition moved the sequence.
+  virtual int32_t RowPosition(int sequence, int cache_layer, int row) const {
+    (void)cache_layer;
+    return SequencePosition(sequence) == SequenceLength(sequence) ? row : -1;
+  }
 };
 
 }  // namespace pdserve

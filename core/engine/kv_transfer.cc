@@ -46,10 +46,9 @@ absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int
   header.page_index = page_index;
   header.num_tokens = num_tokens;
   header.layout = engine.plan().caches[cache_layer].layout;
-  PDSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> positions,
-                           engine.RowPositions(sequence, cache_layer));
-  header.positions.assign(positions.begin() + int64_t{page_index} * page_size,
-                          positions.begin() + int64_t{page_index} * page_size + num_tokens);
+  PDSERVE_ASSIGN_OR_RETURN(
+      header.positions,
+      engine.RowPositions(sequence, cache_layer, page_index * page_size, num_tokens));
   return EncodeKvPage(header, {slots.k, static_cast<size_t>(header.layout.k.bytes())},
                       {slots.v, static_cast<size_t>(header.layout.v.bytes())});
 }

@@ -79,7 +79,6 @@ class LlamaEngine : public Engine {
   int SequenceLength(int sequence) const override;
   int SequencePosition(int sequence) const override;
   absl::Status SetSequencePosition(int sequence, int position) override;
-  absl::StatusOr<std::vector<int32_t>> RowPositions(int sequence, int cache_layer) const override;
 
   const KvPlan& plan() const override { return plan_; }
   // Pages in place: K in the pool, V in the value tier for a KCache cache layer.
@@ -152,14 +151,15 @@ class LlamaEngine : public Engine {
   void ObserveImportance(int layer, const float* q, int64_t q_stride);
   // Selects, compacts and truncates every retaining sequence; then tells the layer observer.
   void RetainTokens();
-  // One retaining sequence: each cache layer keeps its `budget` best rows by `scores(cache)`
-  // ([n_kv_heads, tokens]); rows, positions and running scores move to the front.
-  void KeepSelected(int sequence, int tokens, int budget,
-                    const std::function<std::vector<float>(int cache)>& scores);
+  // One retaining sequence: each cache layer keeps its `budget` best rows of [0, tokens) by
+  // `scores` ([caches, n_kv_heads, ld], rows [0, tokens) read; null: the recent policy's, which
+  // needs none); rows, positions and running scores move to the front.
+  void KeepSelected(int sequence, int tokens, int budget, const float* scores, int64_t ld);
   // Makes the sequence's running scores hold rows [0, tokens), keeping those it holds.
   void GrowRunningScores(int sequence, int tokens);
-  // Position of row `row` of cache layer `cache` of a live sequence.
-  int32_t RowPosition(int sequence, int cache, int row) const;
+  // Position of row `row` of cache layer `cache` of a live sequence; -1 for one given its
+  // position by SetSequencePosition.
+  int32_t RowPosition(int sequence, int cache, int row) const override;
   // A new sequence in slot `sequence`: no retained positions, no position set.
   void ForgetPositions(int sequence);
   int ComputeLogits(int n);

@@ -1,7 +1,6 @@
 // LlamaEngine's token retention (KvCompression::retention): see llama_engine.h.
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "core/engine/llama_engine.h"
 #include "core/kv/kv_row_codec.h"
 #include "core/kv/token_retention.h"
@@ -89,26 +88,15 @@ void LlamaEngine::ObserveImportance(int layer, const float* q, int64_t q_stride)
 void LlamaEngine::RetainTokens() {
   if (retaining_.empty()) return;
   const RetentionOptions& options = options_.compression.retention;
-  const int heads = config().n_kv_heads;
   const int caches = static_cast<int>(plan_.caches.size());
   for (const Retaining& r : retaining_) {
     const int sequence = segments_[r.segment].sequence;
     if (r.prompt) {
-      KeepSelected(sequence, r.tokens, options.BudgetFor(r.tokens), [&](int c) {
-        const auto first = r.importance.begin() + int64_t{c} * heads * r.tokens;
-        return r.importance.empty() ? std::vector<float>()
-                                    : std::vector<float>(first, first + heads * r.tokens);
-      });
+      KeepSelected(sequence, r.tokens, options.BudgetFor(r.tokens),
+                   r.importance.empty() ? nullptr : r.importance.data(), r.tokens);
     } else {
-      const std::vector<float>& running = running_scores_[sequence];
-      KeepSelected(sequence, r.tokens, options.max_tokens, [&](int c) {
-        std::vector<float> scores(static_cast<size_t>(heads) * r.tokens);
-        for (int h = 0; h < heads; ++h) {
-          const auto row = running.begin() + (int64_t{c} * heads + h) * running_ld_[sequence];
-          std::copy(row, row + r.tokens, scores.begin() + int64_t{h} * r.tokens);
-        }
-        return scores;
-      });
+      KeepSelected(sequence, r.tokens, options.max_tokens, running_scores_[sequence].data(),
+                   running_ld_[sequence]);
     }
   }
   retaining_.clear();
@@ -117,8 +105,8 @@ void LlamaEngine::RetainTokens() {
   }
 }
 
-void LlamaEngine::KeepSelected(int sequence, int tokens, int budget,
-                               const std::function<std::vector<float>(int cache)>& scores) {
+void LlamaEngine::KeepSelected(int sequence, int tokens, int budget, const float* scores,
+                               int64_t ld) {
   RetentionOptions options = options_.compression.retention;
   options.budget = budget;
   const int heads = config().n_kv_heads, page_size = options_.kv_page_size;
@@ -127,9 +115,20 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget,
   std::vector<float>& running = running_scores_[sequence];
   size_t kept_tokens = 0;
   std::vector<std::vector<int32_t>> positions(caches);
+  std::vector<float> packed;  // a cache layer's scores, [heads, tokens], when ld ≠ tokens
   for (int c = 0; c < caches; ++c) {
-    const std::vector<int> kept =
-        SelectRetainedTokens(scores(c), heads, tokens, page_size, options);
+    std::span<const float> layer;
+    if (scores != nullptr && ld == tokens) {
+      layer = {scores + int64_t{c} * heads * ld, static_cast<size_t>(heads) * tokens};
+    } else if (scores != nullptr) {
+      packed.resize(static_cast<size_t>(heads) * tokens);
+      for (int h = 0; h < heads; ++h) {
+        std::copy_n(scores + (int64_t{c} * heads + h) * ld, tokens,
+                    packed.begin() + int64_t{h} * tokens);
+      }
+      layer = packed;
+    }
+    const std::vector<int> kept = SelectRetainedTokens(layer, heads, tokens, page_size, options);
     kept_tokens = kept.size();  // the same for every cache layer (token_retention.h)
     positions[c].resize(kept.size());
     for (size_t i = 0; i < kept.size(); ++i) positions[c][i] = RowPosition(sequence, c, kept[i]);
@@ -152,6 +151,7 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget,
 }
 
 int32_t LlamaEngine::RowPosition(int sequence, int cache, int row) const {
+  if (position_set_[sequence]) return -1;
   const std::vector<std::vector<int32_t>>& kept = kept_positions_[sequence];
   if (!kept.empty() && row < static_cast<int>(kept[cache].size())) return kept[cache][row];
   return row + table_->Position(sequence) - table_->Length(sequence);
@@ -162,22 +162,6 @@ void LlamaEngine::ForgetPositions(int sequence) {
   position_set_[sequence] = 0;
   running_scores_[sequence] = {};  // frees it
   running_ld_[sequence] = 0;
-}
-
-absl::StatusOr<std::vector<int32_t>> LlamaEngine::RowPositions(int sequence,
-                                                               int cache_layer) const {
-  const int length = table_->Length(sequence);
-  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
-  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan_.caches.size())) {
-    return absl::OutOfRangeError(absl::StrCat("engine: no cache layer ", cache_layer));
-  }
-  if (position_set_[sequence]) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine: sequence ", sequence, " was given its position; its rows' positions are unknown"));
-  }
-  std::vector<int32_t> positions(length);
-  for (int r = 0; r < length; ++r) positions[r] = RowPosition(sequence, cache_layer, r);
-  return positions;
 }
 
 void LlamaEngine::CacheLayerStored(int cache) {

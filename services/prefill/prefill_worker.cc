@@ -200,8 +200,8 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   const KvPlan& plan = engine_->plan();
   const int page_size = engine_->options().kv_page_size;
   const int n = static_cast<int>(pending.job.prompt.size());
-  const RetentionOptions& retention = engine_->options().compression.retention;
-  pending.stored_tokens = retention.enabled() ? RetainedTokenCount(retention, n, page_size) : n;
+  pending.stored_tokens =
+      RetainedTokenCount(engine_->options().compression.retention, n, page_size);
   pending.pages_per_cache = NumKvPages(pending.stored_tokens, page_size);
   v1::AllocateRequest request;
   request.set_request_id(pending.job.request_id);
