@@ -52,19 +52,31 @@ ABSL_FLAG(uint64_t, kvcrush_seed, 0, "KVCrush: seed of the random anchor");
 namespace pdserve::cli {
 namespace {
 
-absl::StatusOr<KvScaleMode> ParseFp8(const std::string& value) {
-  if (value == "off") return KvScaleMode::kNone;
-  if (value == "per-token") return KvScaleMode::kPerTokenHead;
-  if (value == "per-page") return KvScaleMode::kPerPageHead;
+// `value` of --flag as the choice named so; InvalidArgument listing the names otherwise.
+template <typename Enum, size_t N>
+absl::StatusOr<Enum> ParseChoice(const char* flag, const std::string& value,
+                                 const std::pair<const char*, Enum> (&choices)[N]) {
+  std::string names;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) return choice;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("--fp8 '", value, "' is not one of off, per-token, per-page"));
+      absl::StrCat("--", flag, " '", value, "' is not one of ", names));
 }
 
+absl::StatusOr<KvScaleMode> ParseFp8(const std::string& value) {
+  static constexpr std::pair<const char*, KvScaleMode> kModes[] = {
+      {"off", KvScaleMode::kNone},
+      {"per-token", KvScaleMode::kPerTokenHead},
+      {"per-page", KvScaleMode::kPerPageHead}};
+  return ParseChoice("fp8", value, kModes);
+}
+
+// Whether --kv-dtype asks for f16 elements.
 absl::StatusOr<bool> ParseKvDtype(const std::string& value) {
-  if (value == "f32") return false;
-  if (value == "f16") return true;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--kv-dtype '", value, "' is not one of f32, f16"));
+  static constexpr std::pair<const char*, bool> kDtypes[] = {{"f32", false}, {"f16", true}};
+  return ParseChoice("kv-dtype", value, kDtypes);
 }
 
 // "off", a token count or a percentage into options.budget / options.fraction.
@@ -82,18 +94,6 @@ absl::Status ParseRetentionBudget(const std::string& value, RetentionOptions& op
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "--kvcrush-budget '", value, "' is not off, a token count ≥ 1 or a percentage in (0, 100]"));
-}
-
-template <typename Enum, size_t N>
-absl::StatusOr<Enum> ParseChoice(const char* flag, const std::string& value,
-                                 const std::pair<const char*, Enum> (&choices)[N]) {
-  std::string names;
-  for (const auto& [name, choice] : choices) {
-    if (value == name) return choice;
-    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " '", value, "' is not one of ", names));
 }
 
 absl::StatusOr<RetentionOptions> RetentionFromFlags() {
