@@ -8,14 +8,10 @@
 #include "core/base/status_macros.h"
 
 namespace pdserve {
-namespace {
 
-// Tokens of a sequence of `length` tokens held by page page_index (≤ 0: none).
 int TokensInPage(int length, int page_size, int page_index) {
   return std::min(page_size, length - page_index * page_size);
 }
-
-}  // namespace
 
 int NumKvPages(int num_tokens, int page_size) {
   if (num_tokens <= 0) return 0;

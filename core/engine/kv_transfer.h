@@ -21,6 +21,8 @@ namespace pdserve {
 
 // Pages holding num_tokens tokens: ⌈num_tokens / page_size⌉ (0 for num_tokens ≤ 0).
 int NumKvPages(int num_tokens, int page_size);
+// Tokens of a sequence of `length` in its page page_index (≤ 0 beyond its last page).
+int TokensInPage(int length, int page_size, int page_index);
 
 // Whether a received page's header names it page `page_index` of cache layer `cache_layer`, written
 // by request `request_id` under calibration `calibration_hash`: what a receiver checks before it

@@ -115,7 +115,7 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
         write.header.request_id = pending->job.request_id;
         write.header.cache_layer = cache_layer;
         write.header.page_index = p;
-        write.header.num_tokens = std::min(page_size, n - p * page_size);
+        write.header.num_tokens = TokensInPage(n, page_size, p);
         write.header.layout = layout;
         write.header.positions.assign(positions->begin() + p * page_size,
                                       positions->begin() + p * page_size + write.header.num_tokens);
@@ -341,7 +341,7 @@ absl::Status PrefillWorker::Seal(Pending& pending) {
       v1::PageRef* page = request.add_pages();
       page->set_cache_layer(static_cast<int32_t>(c));
       page->set_page_index(p);
-      page->set_num_tokens(std::min(page_size, n - p * page_size));
+      page->set_num_tokens(TokensInPage(n, page_size, p));
       page->set_remote_address(pending.slots[c * pending.pages_per_cache + p]);
       page->set_encoded_bytes(pending.encoded_bytes[c]);
     }
@@ -466,7 +466,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
       v1::PageRef* page = manifest.add_pages();
       page->set_cache_layer(static_cast<int32_t>(c));
       page->set_page_index(p);
-      page->set_num_tokens(std::min(page_size, pending->stored_tokens - p * page_size));
+      page->set_num_tokens(TokensInPage(pending->stored_tokens, page_size, p));
       page->set_remote_address(pending->slots[c * pending->pages_per_cache + p]);
       page->set_encoded_bytes(pending->encoded_bytes[c]);
       if (p < pending->reused_pages) page->set_written_by(pending->written_by[p]);
