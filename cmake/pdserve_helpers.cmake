@@ -1,12 +1,13 @@
 # pdserve_cc_library / pdserve_cc_test / pdserve_cc_benchmark: one declarative target per concept.
 #
 # The whole project targets x86-64-v3 (AVX2, FMA, F16C): the binaries require AVX2. Kernels that
-# use AVX-512 live in their own sources compiled with PDSERVE_AVX512_FLAGS and are chosen at run
-# time (kernels/cpu/cpu_features.h).
+# use AVX-512 live in their own sources compiled with PDSERVE_AVX512_FLAGS (PDSERVE_AVX512_VNNI_FLAGS
+# for those that also need VNNI and VBMI) and are chosen at run time (kernels/cpu/cpu_features.h).
 
 set(PDSERVE_BASE_ARCH_FLAGS -march=x86-64-v3 -mtune=generic)
 # gcc 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_*), hence the -Wno-s.
 set(PDSERVE_AVX512_FLAGS -march=x86-64-v4 -mtune=generic -Wno-uninitialized -Wno-maybe-uninitialized)
+set(PDSERVE_AVX512_VNNI_FLAGS ${PDSERVE_AVX512_FLAGS} -mavx512vnni -mavx512vbmi)
 set(PDSERVE_WARNING_FLAGS -Wall -Wextra -Werror)
 
 if(PDSERVE_SANITIZE)
@@ -19,16 +20,21 @@ function(_pdserve_common target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
 endfunction()
 
-# pdserve_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [AVX512_SRCS ...])
+# pdserve_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [AVX512_SRCS ...]
+#                    [AVX512_VNNI_SRCS ...])
 function(pdserve_cc_library)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS;AVX512_SRCS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS;AVX512_SRCS;AVX512_VNNI_SRCS" ${ARGN})
   if(ARG_SRCS OR ARG_AVX512_SRCS)
-    add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_AVX512_SRCS} ${ARG_HDRS})
+    add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_AVX512_SRCS} ${ARG_AVX512_VNNI_SRCS} ${ARG_HDRS})
     _pdserve_common(${ARG_NAME})
     target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
     if(ARG_AVX512_SRCS)
       set_source_files_properties(${ARG_AVX512_SRCS} TARGET_DIRECTORY ${ARG_NAME}
         PROPERTIES COMPILE_OPTIONS "${PDSERVE_AVX512_FLAGS}")
+    endif()
+    if(ARG_AVX512_VNNI_SRCS)
+      set_source_files_properties(${ARG_AVX512_VNNI_SRCS} TARGET_DIRECTORY ${ARG_NAME}
+        PROPERTIES COMPILE_OPTIONS "${PDSERVE_AVX512_VNNI_FLAGS}")
     endif()
   else()
     add_library(${ARG_NAME} INTERFACE ${ARG_HDRS})

@@ -1,6 +1,7 @@
 // Runtime CPU feature detection. pdserve requires AVX2+FMA+F16C (x86-64-v3); kernels with an
 // AVX-512 variant use it when the CPU has AVX-512 F/BW/VL/DQ, unless PDSERVE_SIMD=avx2 is set in
-// the environment (to compare paths). Thread-safe: detected once.
+// the environment (to compare paths); the quantized GEMV kernels also need VNNI and VBMI.
+// Thread-safe: detected once.
 #ifndef PDSERVE_KERNELS_CPU_FEATURES_H_
 #define PDSERVE_KERNELS_CPU_FEATURES_H_
 
@@ -14,7 +15,8 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
-  bool avx512 = false;  // F, BW, VL and DQ together
+  bool avx512 = false;       // F, BW, VL and DQ together
+  bool avx512_vnni = false;  // AVX-512 with VNNI and VBMI as well (Ice Lake and later, Zen 4/5)
 };
 
 const CpuFeatures& GetCpuFeatures();

@@ -99,6 +99,12 @@ void GemvBenchArgs(benchmark::internal::Benchmark* b) {
       for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
     }
   }
+  // Quantized weights (integer dot products against int8 activations), one activation row.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2048, 768}, {768, 2048}, {32000, 768}}) {
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+      for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
+    }
+  }
   // A full GEMV batch: each weight row streamed once for 4 activation rows.
   for (DType dtype : {DType::kF32, DType::kF16}) {
     b->Args({2048, 768, 4, static_cast<int64_t>(dtype), 2});

@@ -170,6 +170,57 @@ TEST(QuantDotTest, ScalarAndSimdDotsMatchDequantizedProducts) {
   }
 }
 
+// Every GEMV kernel — BestQuantGemv's and, where the CPU has VNNI, the VNNI ones with their own
+// activation layouts — equals the scalar dot products up to summation order: odd row counts (the
+// kernels take rows in pairs), column counts a kernel does and does not take, every pattern.
+TEST(QuantDotTest, GemvKernelsMatchTheScalarDots) {
+  const int64_t rows = 7;
+  for (DType dtype : kQuantTypes) {
+    const bool small = BlockElements(dtype) == 32;
+    for (int64_t cols : small ? std::vector<int64_t>{1024, 1088, 1152, 1056}
+                              : std::vector<int64_t>{256, 1024, 1280}) {
+      std::vector<std::pair<const char*, QuantGemvKernel>> kernels = {
+          {"best", BestQuantGemv(dtype, cols)}};
+      if (GetCpuFeatures().avx512_vnni) {
+        const QuantGemvKernel vnni = avx512::VnniQuantGemv(dtype, cols);
+        const bool expected = dtype == DType::kQ4_K || dtype == DType::kQ6_K ||
+                              (dtype == DType::kQ8_0 && cols % 64 == 0) ||
+                              (dtype == DType::kQ4_0 && cols % 128 == 0);
+        ASSERT_EQ(vnni.rows != nullptr, expected) << DTypeName(dtype) << " cols " << cols;
+        if (vnni.rows != nullptr) kernels.push_back({"vnni", vnni});
+      }
+      for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
+        const QuantMatrix w = MakeMatrix(dtype, rows, cols, 43, pattern);
+        const std::vector<float> x = RandomVector(cols, 47);
+        std::vector<uint8_t> standard(QuantizedActivationBytes(dtype, cols));
+        QuantizeActivations(dtype, x.data(), cols, standard.data());
+        const std::vector<double> a = DequantizedActivations(dtype, standard.data(), cols);
+        std::vector<float> row(cols);
+        for (auto [name, kernel] : kernels) {
+          std::vector<uint8_t> act(kernel.activation_bytes(dtype, cols));
+          kernel.quantize(dtype, x.data(), cols, act.data());
+          std::vector<float> y(rows, -1.0f);
+          kernel.rows(dtype, w.bytes.data(), RowBytes(dtype, cols), rows, act.data(), cols,
+                      y.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            RowAsFloat(w.tensor, r, row.data());
+            double magnitude = 0.0;
+            for (int64_t c = 0; c < cols; ++c) magnitude += std::fabs(row[c] * a[c]);
+            const float want = ScalarQuantDot(dtype)(w.bytes.data() + r * RowBytes(dtype, cols),
+                                                     standard.data(), cols);
+            ASSERT_NEAR(y[r], want, 1e-5 * magnitude + 1e-30)
+                << DTypeName(dtype) << " " << name << " pattern " << static_cast<int>(pattern)
+                << " row " << r << " cols " << cols;
+            if (pattern == Pattern::kZero) {
+              EXPECT_EQ(y[r], 0.0f);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The AVX2 dequantization (prefill's tiles) equals the scalar one bit for bit.
 TEST(QuantDotTest, SimdDequantizationIsBitExact) {
   const int64_t cols = 512;

@@ -14,6 +14,8 @@ const CpuFeatures& GetCpuFeatures() {
     f.f16c = __builtin_cpu_supports("f16c");
     f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    f.avx512_vnni =
+        f.avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
     return f;
   }();
   return features;

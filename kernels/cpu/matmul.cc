@@ -59,17 +59,19 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy
 constexpr size_t kMaxGemvParts = 8;
 
 // Decode-sized batches of quantized weights, row-stacked `parts` (≤ kMaxGemvParts) of one column
-// count: each x row quantized once per activation format into `workspace`, then one
-// integer dot product per (weight row, x row), all parts' rows in one parallel pass.
+// count: each x row quantized once per activation layout into `workspace`, then each part's
+// BestQuantGemv kernel over blocks of kGemvRowBlock weight rows, every x row passing over a block
+// while it is in cache; all parts' rows in one parallel pass.
 void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor> parts,
                    float* y, int64_t ldy, std::span<float> workspace) {
   struct Part {
+    DType dtype;
     const uint8_t* data;
     size_t row_bytes;
-    QuantDotFn dot;
+    QuantGemvKernel kernel;
     const uint8_t* acts;
     size_t act_bytes;
-    int64_t first_row;
+    int64_t first_row, end_row;
   };
   const int64_t cols = parts.front().cols();
   std::array<Part, kMaxGemvParts> table;
@@ -77,34 +79,45 @@ void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, std::span<const 
   int64_t rows = 0;
   auto* free_acts = reinterpret_cast<uint8_t*>(workspace.data());
   for (const Tensor& w : parts) {
-    Part p{static_cast<const uint8_t*>(w.data),
+    const QuantGemvKernel kernel = BestQuantGemv(w.dtype, cols);
+    Part p{w.dtype,
+           static_cast<const uint8_t*>(w.data),
            RowBytes(w.dtype, cols),
-           BestQuantDot(w.dtype),
+           kernel,
            nullptr,
-           QuantizedActivationBytes(w.dtype, cols),
-           rows};
+           kernel.activation_bytes(w.dtype, cols),
+           rows,
+           rows + w.rows()};
     for (size_t i = 0; i < used && p.acts == nullptr; ++i) {
-      if (parts[i].dtype == w.dtype) p.acts = table[i].acts;  // same activation blocks
+      if (table[i].kernel.quantize == kernel.quantize &&
+          BlockElements(table[i].dtype) == BlockElements(w.dtype)) {
+        p.acts = table[i].acts;  // the same activation bytes
+      }
     }
     if (p.acts == nullptr) {
       for (int64_t b = 0; b < n; ++b) {
-        QuantizeActivations(w.dtype, x + b * cols, cols, free_acts + b * p.act_bytes);
+        kernel.quantize(w.dtype, x + b * cols, cols, free_acts + b * p.act_bytes);
       }
       p.acts = free_acts;
       free_acts += n * p.act_bytes;
     }
     table[used++] = p;
-    rows += w.rows();
+    rows = p.end_row;
   }
   const int64_t chunk =
       std::max<int64_t>(16, rows / (pool.size() * kGemvChunksPerThread) / 16 * 16);
   pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
     size_t i = 0;
-    for (int64_t r = begin; r < end; ++r) {
-      while (i + 1 < used && r >= table[i + 1].first_row) ++i;
+    for (int64_t r = begin; r < end;) {
+      while (r >= table[i].end_row) ++i;
       const Part& p = table[i];
-      const uint8_t* row = p.data + (r - p.first_row) * p.row_bytes;
-      for (int64_t b = 0; b < n; ++b) y[b * ldy + r] = p.dot(row, p.acts + b * p.act_bytes, cols);
+      const int64_t block_end = std::min({end, p.end_row, r + kGemvRowBlock});
+      const uint8_t* w = p.data + (r - p.first_row) * p.row_bytes;
+      for (int64_t b = 0; b < n; ++b) {
+        p.kernel.rows(p.dtype, w, p.row_bytes, block_end - r, p.acts + b * p.act_bytes, cols,
+                      y + b * ldy + r);
+      }
+      r = block_end;
     }
   });
 }

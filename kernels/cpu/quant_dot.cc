@@ -13,27 +13,6 @@ namespace {
 
 using namespace quant;  // NOLINT: the block formats
 
-// Scale and codes of one block of `n` activations: d = max|x|/127, q = round(x/d) (0 when all 0).
-// Codes q = round(x·127/amax) (half to even) and the scale: amax/127 rounded to f16 for the
-// 32-element blocks (ggml's Q8_0/Q8_1 store it so), 1/(127/amax) in f32 for the 256-element ones
-// (ggml's Q8_K), so that dot products see the activations llama.cpp's do.
-float QuantizeBlock(const float* x, int n, int8_t* q) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (amax == 0.0f) {
-    std::memset(q, 0, n);
-    return 0.0f;
-  }
-  const float inverse = 127.0f / amax;
-  const float d = n == kQK_K ? 1.0f / inverse : F16ToF32(F32ToF16(amax / 127.0f));
-  for (int i = 0; i < n; ++i) {
-    const float r = std::nearbyint(x[i] * inverse);
-    // In range, or saturated; NaN (a diverged activation) must not reach the conversion.
-    q[i] = r >= -127.0f && r <= 127.0f ? static_cast<int8_t>(r) : (r > 0.0f ? 127 : -127);
-  }
-  return d;
-}
-
 // --- 32-element formats: codes of block i into q[32] (signed), with the block's scale and min.
 
 int Sum32(const int8_t* q) {
@@ -163,7 +142,35 @@ float ScalarDotQ6_K(const void* w, const void* act, int64_t cols) {
   return sum;
 }
 
+// The standard layouts' GEMV: one BestQuantDot call per weight row.
+void StandardRows(DType dtype, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
+                  int64_t cols, float* y) {
+  const QuantDotFn dot = BestQuantDot(dtype);
+  for (int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + r * row_bytes, act, cols);
+}
+
 }  // namespace
+
+// Codes q = round(x·127/amax) (half to even) and the scale: amax/127 rounded to f16 for the
+// 32-element blocks (ggml's Q8_0/Q8_1 store it so), 1/(127/amax) in f32 for the 256-element ones
+// (ggml's Q8_K), so that dot products see the activations llama.cpp's do; all zero for a zero
+// block.
+float QuantizeActivationBlock(const float* x, int n, int8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (amax == 0.0f) {
+    std::memset(q, 0, n);
+    return 0.0f;
+  }
+  const float inverse = 127.0f / amax;
+  const float d = n == kQK_K ? 1.0f / inverse : F16ToF32(F32ToF16(amax / 127.0f));
+  for (int i = 0; i < n; ++i) {
+    const float r = std::nearbyint(x[i] * inverse);
+    // In range, or saturated; NaN (a diverged activation) must not reach the conversion.
+    q[i] = r >= -127.0f && r <= 127.0f ? static_cast<int8_t>(r) : (r > 0.0f ? 127 : -127);
+  }
+  return d;
+}
 
 size_t QuantizedActivationBytes(DType dtype, int64_t cols) {
   return BlockElements(dtype) == kQK_K ? cols / kQK_K * sizeof(ActBlockK)
@@ -174,7 +181,7 @@ void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out) {
   if (BlockElements(dtype) == kQK_K) {
     auto* a = static_cast<ActBlockK*>(out);
     for (int64_t i = 0; i < cols / kQK_K; ++i, x += kQK_K) {
-      a[i].d = QuantizeBlock(x, kQK_K, a[i].qs);
+      a[i].d = QuantizeActivationBlock(x, kQK_K, a[i].qs);
       for (int g = 0; g < 16; ++g) {
         int s = 0;
         for (int j = 0; j < 16; ++j) s += a[i].qs[16 * g + j];
@@ -185,7 +192,7 @@ void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out) {
   }
   auto* a = static_cast<ActBlock32*>(out);
   for (int64_t i = 0; i < cols / kQK; ++i, x += kQK) {
-    a[i].d = QuantizeBlock(x, kQK, a[i].qs);
+    a[i].d = QuantizeActivationBlock(x, kQK, a[i].qs);
     a[i].sum = a[i].d * static_cast<float>(Sum32(a[i].qs));
   }
 }
@@ -222,6 +229,15 @@ QuantDotFn BestQuantDot(DType dtype) {
   }
   QuantDotFn fast = avx2::QuantDot(dtype);
   return fast != nullptr ? fast : ScalarQuantDot(dtype);
+}
+
+QuantGemvKernel BestQuantGemv(DType dtype, int64_t cols) {
+  if (ActiveSimdLevel() == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni) {
+    if (QuantGemvKernel vnni = avx512::VnniQuantGemv(dtype, cols); vnni.rows != nullptr) {
+      return vnni;
+    }
+  }
+  return {QuantizedActivationBytes, QuantizeActivations, StandardRows};
 }
 
 }  // namespace pdserve::kernels

@@ -1,12 +1,14 @@
 // Internal: dot products of quantized weight rows (ggml block formats, core/tensor/quant_blocks.h)
 // with activations quantized to int8 blocks, as ggml's own vec_dot does: the integer products of
 // a block are summed exactly and scaled once per block. Matmul's decode path (kernels/matmul.h)
-// quantizes each activation row once, then calls a QuantDotFn per weight row.
+// quantizes each activation row once with a QuantGemvKernel's quantizer, then runs the kernel
+// over the weight rows.
 //
-// Activations use one of two layouts, by the weight type's block size:
+// The standard activation layouts, by the weight type's block size:
 //   ActBlock32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 elements; `sum` = d·Σ qs for the minimums);
 //   ActBlockK for the K-quants (256 elements; bsums = Σ qs per 16 for the minimums and offsets).
-// Pure functions: thread-safe.
+// The AVX512-VNNI kernels keep the same codes and scales in layouts of their own, ordered as their
+// weight unpacking leaves the codes (quant_gemv_vnni.cc). Pure functions: thread-safe.
 #ifndef PDSERVE_KERNELS_CPU_QUANT_DOT_H_
 #define PDSERVE_KERNELS_CPU_QUANT_DOT_H_
 
@@ -37,6 +39,9 @@ size_t QuantizedActivationBytes(DType dtype, int64_t cols);
 // activations (Q8_0: d rounded to f16; Q8_K: f32). Requires cols % BlockElements(dtype) == 0.
 void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out);
 
+// One block of QuantizeActivations: the n (32 or 256) codes of x into q; returns the block's d.
+float QuantizeActivationBlock(const float* x, int n, int8_t* q);
+
 // Σ_c W[c]·x[c] for one weight row `w` of `cols` elements and its quantized activations `act`.
 using QuantDotFn = float (*)(const void* w, const void* act, int64_t cols);
 
@@ -60,6 +65,28 @@ QuantDotFn QuantDot(DType dtype);
 
 // The fastest kernel the CPU and PDSERVE_SIMD allow for `dtype` (never nullptr for quantized).
 QuantDotFn BestQuantDot(DType dtype);
+
+// A decode GEMV kernel for one weight format: each x row is quantized once into the kernel's
+// activation layout (activation_bytes(dtype, cols) bytes), then `rows` computes
+// y[r] = Σ_c W[r][c]·x[c] for r < n_rows, W's rows `row_bytes` apart. Kernels with equal
+// `quantize` and block size read the same activation bytes.
+struct QuantGemvKernel {
+  size_t (*activation_bytes)(DType dtype, int64_t cols);
+  void (*quantize)(DType dtype, const float* x, int64_t cols, void* act);
+  void (*rows)(DType dtype, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
+               int64_t cols, float* y);
+};
+
+namespace avx512 {
+// The AVX512-VNNI/VBMI kernel for rows of `cols` elements of `dtype` (Q8_0, Q4_0 with
+// cols % 128 == 0; Q4_K, Q6_K), or a kernel whose `rows` is nullptr. Only for CPUs with
+// CpuFeatures::avx512_vnni (quant_gemv_vnni.cc).
+QuantGemvKernel VnniQuantGemv(DType dtype, int64_t cols);
+}  // namespace avx512
+
+// The fastest GEMV kernel the CPU and PDSERVE_SIMD allow for rows of `cols` elements of `dtype`
+// (quantized): a VNNI one where there is one, else the standard layout with BestQuantDot per row.
+QuantGemvKernel BestQuantGemv(DType dtype, int64_t cols);
 
 }  // namespace pdserve::kernels
 

@@ -1,0 +1,358 @@
+// AVX512-VNNI/VBMI GEMV kernels for decode over quantized weight rows (quant_dot.h's
+// QuantGemvKernel). Each weight group is loaded as it lies in the file and its codes gathered into
+// one 512-bit register with a byte permutation (vpermt2b) — no per-block loads or shuffles — and
+// its f16 scales spread over the lanes they scale with a word permutation. The activations are
+// quantized with the standard codes and scales but stored in the order the unpacked codes land in,
+// so that each 64 codes meet their activations in one vpdpbusd (u8 × s8, summed four at a time into
+// int32 lanes) or, for the K-quants, one vpmaddubsw and one vpdpwssd that applies the sub-block
+// scales in the integer domain. Integer sums are exact, so a kernel differs from the scalar
+// reference only in the order fp32 adds the scaled block sums. Two weight rows at a time share
+// each activation load. Compiled with AVX-512, VNNI and VBMI; called only when the CPU has them.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "core/tensor/quant_blocks.h"
+#include "kernels/cpu/quant_dot.h"
+
+namespace pdserve::kernels::avx512 {
+namespace {
+
+using namespace quant;  // NOLINT: the block formats
+
+float F16(uint16_t h) { return _cvtsh_ss(h); }
+
+// The 512-bit constant whose byte (or word) i is table[i].
+template <typename T, size_t N>
+__m512i Table(const T (&table)[N]) {
+  static_assert(sizeof(T) * N == 64);
+  return _mm512_loadu_si512(table);
+}
+
+// y[r] = Block<2> for row pairs, then Block<1> for an odd last row.
+template <typename Kernel>
+void Rows(DType, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act, int64_t cols,
+          float* y) {
+  static const Kernel kernel;  // its constant tables
+  int64_t r = 0;
+  for (; r + 2 <= n_rows; r += 2)
+    kernel.template Block<2>(w + r * row_bytes, row_bytes, act, cols, y + r);
+  if (r < n_rows) kernel.template Block<1>(w + r * row_bytes, row_bytes, act, cols, y + r);
+}
+
+// --- Q4_0: groups of 4 blocks (128 elements, 72 bytes). Lane 4k + m of the int32 sums is block
+// k's codes 4m..4m+3 (low nibbles) and 16+4m..16+4m+3 (high nibbles).
+
+struct ActQ4_0 {
+  int8_t low[64];      // block k's codes 0-15 at 16k..16k+15
+  int8_t high[64];     // block k's codes 16-31 at 16k..16k+15
+  int32_t offset[16];  // lane 4k+m: −8 × the sum of the 8 codes that lane multiplies
+  float d[16];         // lane 4k+m: block k's scale
+};
+constexpr int64_t kQ4_0Group = 4 * kQK;
+
+size_t ActivationBytesQ4_0(DType, int64_t cols) { return cols / kQ4_0Group * sizeof(ActQ4_0); }
+
+void QuantizeQ4_0(DType, const float* x, int64_t cols, void* out) {
+  auto* a = static_cast<ActQ4_0*>(out);
+  for (int64_t g = 0; g < cols / kQ4_0Group; ++g) {
+    for (int k = 0; k < 4; ++k, x += kQK) {
+      int8_t q[kQK];
+      const float d = QuantizeActivationBlock(x, kQK, q);
+      std::memcpy(a[g].low + 16 * k, q, 16);
+      std::memcpy(a[g].high + 16 * k, q + 16, 16);
+      for (int m = 0; m < 4; ++m) {
+        int sum = 0;
+        for (int j = 0; j < 4; ++j) sum += q[4 * m + j] + q[16 + 4 * m + j];
+        a[g].offset[4 * k + m] = -8 * sum;
+        a[g].d[4 * k + m] = d;
+      }
+    }
+  }
+}
+
+struct KernelQ4_0 {
+  // Byte 16k + j of the codes: group byte 18k + 2 + j (block k's qs[j]); 64-71 come from the
+  // second table, which holds the group's last 8 bytes.
+  const __m512i qs_index = [] {
+    uint8_t t[64];
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 16; ++j) t[16 * k + j] = static_cast<uint8_t>(18 * k + 2 + j);
+    return Table(t);
+  }();
+  // Word 4k + m: block k's d (word 9k of the group).
+  const __m512i d_index = [] {
+    uint16_t t[32] = {};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint16_t>(9 * (i / 4));
+    return Table(t);
+  }();
+
+  template <int R>
+  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
+    const auto* a = static_cast<const ActQ4_0*>(act);
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    __m512 sum[R];
+    for (int k = 0; k < R; ++k) sum[k] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < cols / kQ4_0Group; ++g) {
+      const __m512i low_a = _mm512_loadu_si512(a[g].low);
+      const __m512i high_a = _mm512_loadu_si512(a[g].high);
+      const __m512i offset = _mm512_loadu_si512(a[g].offset);
+      const __m512 da = _mm512_loadu_ps(a[g].d);
+      for (int k = 0; k < R; ++k) {
+        const uint8_t* group = w + k * row_bytes + g * 72;
+        const __m512i head = _mm512_loadu_si512(group);
+        const __m512i tail =
+            _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 64)));
+        const __m512i qs = _mm512_permutex2var_epi8(head, qs_index, tail);
+        __m512i dot = _mm512_dpbusd_epi32(offset, _mm512_and_si512(qs, nibble), low_a);
+        dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble), high_a);
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)));
+        sum[k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(dot), sum[k]);
+      }
+    }
+    for (int k = 0; k < R; ++k) y[k] = _mm512_reduce_add_ps(sum[k]);
+  }
+};
+
+// --- Q8_0: groups of 2 blocks (64 elements, 68 bytes). Lanes 0-7 are block 0's, 8-15 block 1's.
+
+struct ActQ8_0 {
+  int8_t qs[64];
+  float d[16];  // lanes 0-7: block 0's scale; 8-15: block 1's
+};
+constexpr int64_t kQ8_0Group = 2 * kQK;
+
+size_t ActivationBytesQ8_0(DType, int64_t cols) { return cols / kQ8_0Group * sizeof(ActQ8_0); }
+
+void QuantizeQ8_0(DType, const float* x, int64_t cols, void* out) {
+  auto* a = static_cast<ActQ8_0*>(out);
+  for (int64_t g = 0; g < cols / kQ8_0Group; ++g) {
+    for (int k = 0; k < 2; ++k, x += kQK) {
+      const float d = QuantizeActivationBlock(x, kQK, a[g].qs + kQK * k);
+      for (int i = 0; i < 8; ++i) a[g].d[8 * k + i] = d;
+    }
+  }
+}
+
+struct KernelQ8_0 {
+  // Code p: block 0's qs at group bytes 2-33, block 1's at 36-67 (64-67 from the second table).
+  const __m512i qs_index = [] {
+    uint8_t t[64];
+    for (int p = 0; p < 64; ++p) t[p] = static_cast<uint8_t>(p < 32 ? 2 + p : 4 + p);
+    return Table(t);
+  }();
+  const __m512i d_index = [] {  // words 0-7: block 0's d (word 0); 8-15: block 1's (word 17)
+    uint16_t t[32] = {};
+    for (int i = 0; i < 16; ++i) t[i] = i < 8 ? 0 : 17;
+    return Table(t);
+  }();
+
+  template <int R>
+  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
+    const auto* a = static_cast<const ActQ8_0*>(act);
+    __m512 sum[R];
+    for (int k = 0; k < R; ++k) sum[k] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < cols / kQ8_0Group; ++g) {
+      const __m512i qa = _mm512_loadu_si512(a[g].qs);
+      const __m512 da = _mm512_loadu_ps(a[g].d);
+      for (int k = 0; k < R; ++k) {
+        const uint8_t* group = w + k * row_bytes + g * 68;
+        uint32_t last;
+        std::memcpy(&last, group + 64, sizeof(last));
+        const __m512i head = _mm512_loadu_si512(group);
+        const __m512i qs = _mm512_permutex2var_epi8(
+            head, qs_index, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(last))));
+        // |w| × (a with w's sign): vpdpbusd multiplies unsigned by signed bytes.
+        const __m512i signed_a =
+            _mm512_mask_sub_epi8(qa, _mm512_movepi8_mask(qs), _mm512_setzero_si512(), qa);
+        const __m512i dot =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qs), signed_a);
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)));
+        sum[k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(dot), sum[k]);
+      }
+    }
+    for (int k = 0; k < R; ++k) y[k] = _mm512_reduce_add_ps(sum[k]);
+  }
+};
+
+// --- Q4_K: one super-block (256 elements, 144 bytes) a step. Its codes as two registers of 64
+// bytes: the low nibbles of the first are sub-blocks 0 and 2, its high nibbles 1 and 3; the second
+// register's 4, 6 and 5, 7. A chunk's byte products (vpmaddubsw, int16 pairs) are scaled by their
+// sub-block's 6-bit scale and summed into int32 lanes by vpdpwssd.
+
+struct ActQ4_K {
+  int8_t qs[256];   // sub-blocks in the order 0, 2, 1, 3, 4, 6, 5, 7
+  int16_t sums[8];  // Σ codes of sub-block j (natural order), for the minimums
+  float d;
+  float pad[3];
+};
+constexpr int kQ4KChunkOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+size_t ActivationBytesQ4_K(DType, int64_t cols) { return cols / kQK_K * sizeof(ActQ4_K); }
+
+void QuantizeQ4_K(DType, const float* x, int64_t cols, void* out) {
+  auto* a = static_cast<ActQ4_K*>(out);
+  for (int64_t b = 0; b < cols / kQK_K; ++b, x += kQK_K) {
+    int8_t q[kQK_K];
+    a[b].d = QuantizeActivationBlock(x, kQK_K, q);
+    for (int i = 0; i < 8; ++i) {
+      const int sub = kQ4KChunkOrder[i];
+      std::memcpy(a[b].qs + 32 * i, q + 32 * sub, 32);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += q[32 * sub + j];
+      a[b].sums[sub] = static_cast<int16_t>(sum);
+    }
+    std::memset(a[b].pad, 0, sizeof(a[b].pad));
+  }
+}
+
+// Q4_K/Q5_K's 12 scale bytes as 8 scales (bytes 0-7) and 8 minimums (bytes 8-15), 6 bits each
+// (ScaleMinK4 for all eight sub-blocks at once).
+__m128i ScalesAndMinsK4(const uint8_t* packed) {
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof(u));
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+  const uint32_t scales_low = u[0] & low6, mins_low = u[1] & low6;
+  const uint32_t scales_high = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);
+  const uint32_t mins_high = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);
+  return _mm_set_epi32(static_cast<int>(mins_high), static_cast<int>(mins_low),
+                       static_cast<int>(scales_high), static_cast<int>(scales_low));
+}
+
+struct KernelQ4_K {
+  // Chunk c's scale words: words 0-15 its first sub-block's scale, 16-31 its second's.
+  __m512i scale_index[4];
+  KernelQ4_K() {
+    for (int c = 0; c < 4; ++c) {
+      uint16_t t[32];
+      for (int i = 0; i < 32; ++i) t[i] = static_cast<uint16_t>(kQ4KChunkOrder[2 * c + i / 16]);
+      scale_index[c] = Table(t);
+    }
+  }
+
+  template <int R>
+  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
+    const auto* a = static_cast<const ActQ4_K*>(act);
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    __m512 sum[R];
+    __m128 mins[R];
+    for (int k = 0; k < R; ++k) {
+      sum[k] = _mm512_setzero_ps();
+      mins[k] = _mm_setzero_ps();
+    }
+    for (int64_t b = 0; b < cols / kQK_K; ++b) {
+      __m512i qa[4];
+      for (int c = 0; c < 4; ++c) qa[c] = _mm512_loadu_si512(a[b].qs + 64 * c);
+      const __m128i act_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[b].sums));
+      for (int k = 0; k < R; ++k) {
+        const auto* x = reinterpret_cast<const BlockQ4_K*>(w + k * row_bytes) + b;
+        const __m128i packed = ScalesAndMinsK4(x->scales);
+        const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(packed));
+        const __m512i z[2] = {_mm512_loadu_si512(x->qs), _mm512_loadu_si512(x->qs + 64)};
+        __m512i dot = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          const __m512i codes = c % 2 == 0
+                                    ? _mm512_and_si512(z[c / 2], nibble)
+                                    : _mm512_and_si512(_mm512_srli_epi16(z[c / 2], 4), nibble);
+          dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(codes, qa[c]),
+                                    _mm512_permutexvar_epi16(scale_index[c], scales));
+        }
+        const float da = a[b].d;
+        sum[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(da * F16(x->d)), sum[k]);
+        const __m128i min_dot =
+            _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed, 8)), act_sums);
+        mins[k] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_dot), _mm_set1_ps(da * F16(x->dmin)), mins[k]);
+      }
+    }
+    for (int k = 0; k < R; ++k) {
+      const __m128 m = _mm_hadd_ps(mins[k], mins[k]);
+      y[k] = _mm512_reduce_add_ps(sum[k]) - _mm_cvtss_f32(_mm_hadd_ps(m, m));
+    }
+  }
+};
+
+// --- Q6_K: one super-block (256 elements, 210 bytes) a step, on the standard ActBlockK (its codes
+// in natural order). A 128-element half's codes are two registers: ql's low nibbles with qh's bits
+// 0-1 (elements 0-31) and 2-3 (32-63), and ql's high nibbles with qh's bits 4-5 and 6-7
+// (64-127). Codes are unsigned (0-63); the −32 is applied through the activations' sums per 16.
+
+struct KernelQ6_K {
+  // Chunk q's scale words: 8 words each of scales 4q .. 4q+3 (16 elements per scale).
+  __m512i scale_index[4];
+  KernelQ6_K() {
+    for (int q = 0; q < 4; ++q) {
+      uint16_t t[32];
+      for (int i = 0; i < 32; ++i) t[i] = static_cast<uint16_t>(4 * q + i / 8);
+      scale_index[q] = Table(t);
+    }
+  }
+
+  template <int R>
+  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
+    const auto* a = static_cast<const ActBlockK*>(act);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    constexpr int kLowOrHigh = 0xEC;  // vpternlogd: (A & C) | B
+    __m512 sum[R];
+    for (int k = 0; k < R; ++k) sum[k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < cols / kQK_K; ++b) {
+      __m512i qa[4];
+      for (int c = 0; c < 4; ++c) qa[c] = _mm512_loadu_si512(a[b].qs + 64 * c);
+      const __m512i act_sums =
+          _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].bsums)));
+      for (int k = 0; k < R; ++k) {
+        const auto* x = reinterpret_cast<const BlockQ6_K*>(w + k * row_bytes) + b;
+        const __m256i sc =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)));
+        const __m512i scales = _mm512_zextsi256_si512(sc);
+        // −32 · Σ_g scale_g · (Σ codes of group g)
+        __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), act_sums,
+                                          _mm512_zextsi256_si512(_mm256_sub_epi16(
+                                              _mm256_setzero_si256(), _mm256_slli_epi16(sc, 5))));
+        for (int half = 0; half < 2; ++half) {
+          const __m512i ql = _mm512_loadu_si512(x->ql + 64 * half);
+          const __m256i qh =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * half));
+          const __m512i qh2 =  // bytes 0-31: qh; 32-63: qh >> 2
+              _mm512_inserti64x4(_mm512_zextsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+          const __m512i codes[2] = {
+              _mm512_ternarylogic_epi32(ql, _mm512_and_si512(_mm512_slli_epi16(qh2, 4), bits45),
+                                        low4, kLowOrHigh),
+              _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), _mm512_and_si512(qh2, bits45),
+                                        low4, kLowOrHigh)};
+          for (int c = 0; c < 2; ++c) {
+            const int q = 2 * half + c;
+            dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(codes[c], qa[q]),
+                                      _mm512_permutexvar_epi16(scale_index[q], scales));
+          }
+        }
+        sum[k] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(a[b].d * F16(x->d)), sum[k]);
+      }
+    }
+    for (int k = 0; k < R; ++k) y[k] = _mm512_reduce_add_ps(sum[k]);
+  }
+};
+
+}  // namespace
+
+QuantGemvKernel VnniQuantGemv(DType dtype, int64_t cols) {
+  switch (dtype) {
+    case DType::kQ4_0:
+      if (cols % kQ4_0Group == 0) return {ActivationBytesQ4_0, QuantizeQ4_0, Rows<KernelQ4_0>};
+      break;
+    case DType::kQ8_0:
+      if (cols % kQ8_0Group == 0) return {ActivationBytesQ8_0, QuantizeQ8_0, Rows<KernelQ8_0>};
+      break;
+    case DType::kQ4_K:
+      return {ActivationBytesQ4_K, QuantizeQ4_K, Rows<KernelQ4_K>};
+    case DType::kQ6_K:
+      return {QuantizedActivationBytes, QuantizeActivations, Rows<KernelQ6_K>};
+    default:
+      break;
+  }
+  return {nullptr, nullptr, nullptr};
+}
+
+}  // namespace pdserve::kernels::avx512
