@@ -1,5 +1,7 @@
 #include "kernels/cpu/quant_dot.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -142,11 +144,18 @@ float ScalarDotQ6_K(const void* w, const void* act, int64_t cols) {
   return sum;
 }
 
-// The standard layouts' GEMV: one BestQuantDot call per weight row.
+// The standard layouts' GEMV: one BestQuantDot call per weight row, each row's cache lines
+// prefetched kQuantPrefetchBytes ahead first (quant_dot.h).
 void StandardRows(DType dtype, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
                   int64_t cols, float* y) {
   const QuantDotFn dot = BestQuantDot(dtype);
-  for (int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + r * row_bytes, act, cols);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    for (size_t i = 0; i < row_bytes; i += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + kQuantPrefetchBytes + i), _MM_HINT_T0);
+    }
+    y[r] = dot(row, act, cols);
+  }
 }
 
 }  // namespace

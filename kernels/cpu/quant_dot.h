@@ -70,12 +70,19 @@ QuantDotFn BestQuantDot(DType dtype);
 // activation layout (activation_bytes(dtype, cols) bytes), then `rows` computes
 // y[r] = Σ_c W[r][c]·x[c] for r < n_rows, W's rows `row_bytes` apart. Kernels with equal
 // `quantize` and block size read the same activation bytes.
+//
+// Weights are read once per token, mostly from memory: the kernels ask for the bytes
+// kQuantPrefetchBytes ahead of those they read (a page ahead, where the hardware prefetchers,
+// which stop at page boundaries, do not reach; 110M Q8_0 decode on a Xeon, 2 threads: 130 → 291
+// tokens/s).
 struct QuantGemvKernel {
   size_t (*activation_bytes)(DType dtype, int64_t cols);
   void (*quantize)(DType dtype, const float* x, int64_t cols, void* act);
   void (*rows)(DType dtype, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
                int64_t cols, float* y);
 };
+
+inline constexpr int kQuantPrefetchBytes = 4096;
 
 namespace avx512 {
 // The AVX512-VNNI/VBMI kernel for rows of `cols` elements of `dtype` (Q8_0, Q4_0 with

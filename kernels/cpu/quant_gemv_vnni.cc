@@ -29,6 +29,15 @@ __m512i Table(const T (&table)[N]) {
   return _mm512_loadu_si512(table);
 }
 
+// Prefetches every cache line of the kBytes bytes from p, kQuantPrefetchBytes ahead.
+template <int kBytes>
+void PrefetchAhead(const uint8_t* p) {
+  for (int i = 0; i < kBytes; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
+  }
+  _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + kBytes - 1), _MM_HINT_T0);
+}
+
 // y[r] = Block<2> for row pairs, then Block<1> for an odd last row.
 template <typename Kernel>
 void Rows(DType, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act, int64_t cols,
@@ -100,6 +109,7 @@ struct KernelQ4_0 {
       const __m512 da = _mm512_loadu_ps(a[g].d);
       for (int k = 0; k < R; ++k) {
         const uint8_t* group = w + k * row_bytes + g * 72;
+        PrefetchAhead<72>(group);
         const __m512i head = _mm512_loadu_si512(group);
         const __m512i tail =
             _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 64)));
@@ -158,6 +168,7 @@ struct KernelQ8_0 {
       const __m512 da = _mm512_loadu_ps(a[g].d);
       for (int k = 0; k < R; ++k) {
         const uint8_t* group = w + k * row_bytes + g * 68;
+        PrefetchAhead<68>(group);
         uint32_t last;
         std::memcpy(&last, group + 64, sizeof(last));
         const __m512i head = _mm512_loadu_si512(group);
@@ -248,6 +259,7 @@ struct KernelQ4_K {
       const __m128i act_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[b].sums));
       for (int k = 0; k < R; ++k) {
         const auto* x = reinterpret_cast<const BlockQ4_K*>(w + k * row_bytes) + b;
+        PrefetchAhead<sizeof(BlockQ4_K)>(reinterpret_cast<const uint8_t*>(x));
         const __m128i packed = ScalesAndMinsK4(x->scales);
         const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(packed));
         const __m512i z[2] = {_mm512_loadu_si512(x->qs), _mm512_loadu_si512(x->qs + 64)};
@@ -303,6 +315,7 @@ struct KernelQ6_K {
           _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].bsums)));
       for (int k = 0; k < R; ++k) {
         const auto* x = reinterpret_cast<const BlockQ6_K*>(w + k * row_bytes) + b;
+        PrefetchAhead<sizeof(BlockQ6_K)>(reinterpret_cast<const uint8_t*>(x));
         const __m256i sc =
             _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)));
         const __m512i scales = _mm512_zextsi256_si512(sc);
