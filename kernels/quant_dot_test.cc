@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/tensor/quant_blocks.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 
@@ -238,13 +240,16 @@ TEST(QuantDotTest, SimdDequantizationIsBitExact) {
 
 // Matmul on quantized weights vs the reference on the dequantized weights: exact weights, so
 // the error is the activations' int8 rounding (≤ half a step of max|x|/127 per element) for the
-// GEMV path, and summation order for the SGEMM one.
+// GEMV path and the int8 GEMM (8 rows and more, on VNNI CPUs, blocks of 32 with one scale), and
+// summation order for the SGEMM one.
 TEST(QuantDotTest, MatmulPathsMatchTheReference) {
   const int64_t rows = 96, cols = 512;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     std::vector<float> workspace(MatmulWorkspaceFloats(threads, cols));
     for (DType dtype : kQuantTypes) {
+      const bool int8_gemm = GetCpuFeatures().avx512_vnni && Block32AsU8For(dtype) != nullptr &&
+                             ActiveSimdLevel() == SimdLevel::kAvx512;
       const QuantMatrix w = MakeMatrix(dtype, rows, cols, 17, Pattern::kRandom);
       for (int64_t n : {1, 3, 4, 7, 8, 20}) {
         const std::vector<float> x = RandomVector(n * cols, 19 + n);
@@ -262,12 +267,85 @@ TEST(QuantDotTest, MatmulPathsMatchTheReference) {
             }
             // |x| ≤ 1: the int8 rounding moves each product by at most |w|·(1/127)/2.
             const double tolerance =
-                n < 8 ? weights / 254.0 + 1e-5 * magnitude : 1e-5 * magnitude + 1e-6;
+                n < 8 || int8_gemm ? weights / 254.0 + 1e-5 * magnitude : 1e-5 * magnitude + 1e-6;
             ASSERT_NEAR(got[b * rows + r], want[b * rows + r], tolerance)
                 << DTypeName(dtype) << " n " << n << " row " << r << " threads " << threads;
           }
         }
       }
+    }
+  }
+}
+
+// Block32AsU8For's codes, scales and mins give the dequantized weights bit for bit (in fp32), for
+// every format that has one (all but Q6_K), on every pattern.
+TEST(QuantDotTest, BlocksAsUnsignedCodesAreExact) {
+  const int64_t cols = 512;
+  for (DType dtype : kQuantTypes) {
+    const Block32AsU8Fn unpack = Block32AsU8For(dtype);
+    ASSERT_EQ(unpack == nullptr, dtype == DType::kQ6_K) << DTypeName(dtype);
+    if (unpack == nullptr) continue;
+    for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
+      const QuantMatrix w = MakeMatrix(dtype, 2, cols, 53, pattern);
+      std::vector<float> want(cols);
+      for (int64_t r = 0; r < 2; ++r) {
+        RowAsFloat(w.tensor, r, want.data());
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          uint8_t u[32];
+          float scale, min;
+          unpack(w.bytes.data() + r * RowBytes(dtype, cols), b, u, &scale, &min);
+          for (int j = 0; j < 32; ++j) {
+            ASSERT_EQ(scale * static_cast<float>(u[j]) - min, want[b * 32 + j])
+                << DTypeName(dtype) << " pattern " << static_cast<int>(pattern) << " block " << b;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The AVX-512 activation quantizer of the int8 GEMM writes QuantizeActivations' bytes, NaN,
+// infinities, zero and subnormal blocks included.
+TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
+  if (!GetCpuFeatures().avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  const int64_t cols = 256;
+  std::vector<float> x = RandomVector(cols, 59, 4.0f);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+  x[70] = std::numeric_limits<float>::quiet_NaN();
+  x[100] = std::numeric_limits<float>::infinity();
+  x[101] = -2.0f;
+  for (int j = 128; j < 160; ++j) x[j] = (j % 3 - 1) * 1e-39f;  // subnormal: 127 / max|x| = inf
+  x[200] = -std::numeric_limits<float>::infinity();
+  std::vector<ActBlock32> want(cols / 32), got(cols / 32);
+  QuantizeActivations(DType::kQ8_0, x.data(), cols, want.data());
+  avx512::QuantizeActivations32(x.data(), cols, got.data());
+  for (size_t b = 0; b < want.size(); ++b) {
+    EXPECT_EQ(std::memcmp(&got[b].d, &want[b].d, sizeof(float)), 0) << "block " << b;
+    EXPECT_EQ(std::memcmp(&got[b].sum, &want[b].sum, sizeof(float)), 0) << "block " << b;
+    EXPECT_EQ(std::memcmp(got[b].qs, want[b].qs, 32), 0) << "block " << b;
+  }
+}
+
+// The int8 GEMM's edges: a weight row count that leaves a partial panel, x row counts that leave
+// partial tiles, and more x rows than one slab of the workspace holds (one thread).
+TEST(QuantDotTest, Int8GemmEdges) {
+  if (!GetCpuFeatures().avx512_vnni || ActiveSimdLevel() != SimdLevel::kAvx512) {
+    GTEST_SKIP() << "no AVX512-VNNI";
+  }
+  const int64_t rows = 37, cols = 256;
+  ThreadPool pool(1);
+  std::vector<float> workspace(MatmulWorkspaceFloats(1, cols));
+  const QuantMatrix w = MakeMatrix(DType::kQ4_0, rows, cols, 61, Pattern::kRandom);
+  for (int64_t n : {int64_t{13}, int64_t{500}}) {
+    const std::vector<float> x = RandomVector(n * cols, 67);
+    std::vector<float> got(n * rows, -1.0f), want(n * rows);
+    Matmul(pool, x.data(), n, w.tensor, got.data(), workspace);
+    // Row by row through the GEMV path (the same int8 activations, per row).
+    for (int64_t b = 0; b < n; ++b) {
+      Matmul(pool, x.data() + b * cols, 1, w.tensor, want.data() + b * rows, workspace);
+    }
+    for (int64_t i = 0; i < n * rows; ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4 * (std::fabs(want[i]) + 1.0)) << "n " << n << " at " << i;
     }
   }
 }

@@ -6,7 +6,10 @@
 #ifndef PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 #define PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
+
+#include "kernels/cpu/quant_dot.h"
 
 namespace pdserve::kernels {
 
@@ -30,6 +33,29 @@ void GemmTile(const GemmTileArgs& args);
 namespace avx512 {
 inline constexpr int kGemmMr = 12, kGemmNr = 32;  // 24 accumulators of 16 floats
 void GemmTile(const GemmTileArgs& args);
+
+// The int8 GEMM for quantized weights whose blocks Block32AsU8For unpacks (AVX512-VNNI,
+// gemm_int8_vnni.cc). Weights are packed into panels of kInt8GemmNr rows: per 32-element block,
+// 8 steps of 64 bytes (step s holds row j's codes 4s..4s+3 at bytes 4j..4j+3), then the rows' 16
+// scales and 16 mins as floats. x rows are quantized per 32 elements (ActBlock32, as for Q8_0
+// weights), and y[i, j] = Σ_b d_x·scale·(Σ u·q_x) − min·sum_x: integer products summed exactly
+// per block (vpdpbusd), the block's scales applied in fp32.
+inline constexpr int kInt8GemmMr = 12, kInt8GemmNr = 16;
+inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof(float);
+
+// Packs weight rows [begin, end) (`row_bytes` apart from `w`, `cols` columns) into
+// ceil((end − begin) / kInt8GemmNr) panels of cols / 32 blocks each at `packed`; rows past `end`
+// have zero codes, scales and mins.
+void PackInt8Panels(Block32AsU8Fn unpack, const uint8_t* w, size_t row_bytes, int64_t cols,
+                    int64_t begin, int64_t end, uint8_t* packed);
+
+// y[i, j] = Σ_c x[i, c]·W[j, c] for i < n and j < rows, W the `rows` rows packed at `packed`;
+// x as n rows of cols / 32 ActBlock32, y rows `ldy` floats apart.
+void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
+                    int64_t n, float* y, int64_t ldy);
+
+// QuantizeActivations(DType::kQ8_0, …)'s bytes, bit for bit, with AVX-512.
+void QuantizeActivations32(const float* x, int64_t cols, ActBlock32* out);
 }  // namespace avx512
 
 }  // namespace pdserve::kernels

@@ -4,6 +4,7 @@
 #include <array>
 #include <vector>
 
+#include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/gemv_kernels.h"
 #include "kernels/cpu/quant_dot.h"
@@ -203,6 +204,46 @@ void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor
   }
 }
 
+// Prefill on quantized weights with int8 products (AVX512-VNNI, gemm_kernels.h), when the CPU
+// has them and the format's blocks unpack to 32 codes with one scale: x quantized per 32 into the
+// workspace, then chunks of kGemmChunkRows weight rows packed by each thread and multiplied. x
+// goes in slabs of as many rows as the workspace holds beside the threads' panels. False, doing
+// nothing, where the path does not apply.
+bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
+              std::span<float> workspace) {
+  const Block32AsU8Fn unpack = Block32AsU8For(w.dtype);
+  if (unpack == nullptr || ActiveSimdLevel() != SimdLevel::kAvx512 ||
+      !GetCpuFeatures().avx512_vnni) {
+    return false;
+  }
+  const int64_t cols = w.cols(), blocks = cols / quant::kQK;
+  const size_t panel_bytes =
+      (kGemmChunkRows / avx512::kInt8GemmNr) * blocks * avx512::kInt8PanelBlockBytes;
+  const size_t act_row_bytes = blocks * sizeof(ActBlock32);
+  auto* bytes = reinterpret_cast<uint8_t*>(workspace.data());
+  const size_t panels_total = pool.size() * panel_bytes;
+  if (workspace.size_bytes() < panels_total + kGemmMinRowsQuantized * act_row_bytes) return false;
+  const int64_t slab =
+      std::min<int64_t>(n, (workspace.size_bytes() - panels_total) / act_row_bytes);
+  auto* acts = reinterpret_cast<ActBlock32*>(bytes + panels_total);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const size_t row_bytes = RowBytes(w.dtype, cols);
+  for (int64_t i0 = 0; i0 < n; i0 += slab) {
+    const int64_t rows_x = std::min(slab, n - i0);
+    pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) {
+        avx512::QuantizeActivations32(x + (i0 + i) * cols, cols, acts + i * blocks);
+      }
+    });
+    pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
+      uint8_t* panels = bytes + thread * panel_bytes;
+      avx512::PackInt8Panels(unpack, data, row_bytes, cols, begin, end, panels);
+      avx512::Int8GemmPanels(panels, end - begin, cols, acts, rows_x, y + i0 * ldy + begin, ldy);
+    });
+  }
+  return true;
+}
+
 }  // namespace
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
@@ -226,6 +267,7 @@ void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, fl
     });
     return;
   }
+  if (IsQuantized(w.dtype) && Int8Gemm(pool, x, n, w, y, ldy, workspace)) return;
   const size_t per_thread = (kGemmChunkRows + kGemmMaxNr) * w.cols();
   const GemmKernel kernel = ActiveGemmKernel();
   pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {

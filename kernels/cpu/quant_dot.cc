@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/tensor/float16.h"
 #include "core/tensor/quant_blocks.h"
@@ -88,6 +89,59 @@ float ScalarDot32(const void* w, const void* act, int64_t cols) {
     sum += c.d * a[i].d * static_cast<float>(Dot32(c.q, a[i].qs)) + c.min * a[i].sum;
   }
   return sum;
+}
+
+// A row's 32-element block as unsigned codes: the stored codes, min = −m for the formats with a
+// minimum, else min = bias·d with bias the format's offset (8, 16; 128 for Q8_0, whose codes are
+// flipped to unsigned): every product and difference exact in fp32. Byte loops, for speed: the
+// prefill GEMM unpacks every weight once per call.
+template <DType D>
+void Block32AsU8(const void* row, int64_t b, uint8_t* u, float* scale, float* min) {
+  if constexpr (D == DType::kQ8_0) {
+    const auto& x = static_cast<const BlockQ8_0*>(row)[b];
+    for (int j = 0; j < kQK; ++j) u[j] = static_cast<uint8_t>(x.qs[j]) ^ 0x80;
+    *scale = F16ToF32(x.d);
+    *min = 128.0f * *scale;
+    return;
+  } else {
+    using Block = std::conditional_t<
+        D == DType::kQ4_0, BlockQ4_0,
+        std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
+                           std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
+    const Block& x = static_cast<const Block*>(row)[b];
+    for (int j = 0; j < kQK / 2; ++j) {
+      u[j] = x.qs[j] & 0x0F;
+      u[j + kQK / 2] = x.qs[j] >> 4;
+    }
+    if constexpr (D == DType::kQ5_0 || D == DType::kQ5_1) {
+      uint32_t qh;
+      std::memcpy(&qh, x.qh, sizeof(qh));
+      for (int j = 0; j < kQK; ++j) u[j] |= static_cast<uint8_t>(((qh >> j) & 1u) << 4);
+    }
+    *scale = F16ToF32(x.d);
+    if constexpr (D == DType::kQ4_1 || D == DType::kQ5_1) {
+      *min = -F16ToF32(x.m);
+    } else {
+      *min = (D == DType::kQ4_0 ? 8.0f : 16.0f) * *scale;
+    }
+  }
+}
+
+// Sub-block b % 8 of super-block b / 8 of a Q4_K/Q5_K row: codes 0-15 (0-31), scale d·s, min
+// dmin·m.
+template <typename Block, bool kFifthBit>
+void SubBlockK4AsU8(const void* row, int64_t b, uint8_t* u, float* scale, float* min) {
+  const Block& x = static_cast<const Block*>(row)[b / 8];
+  const int sub = static_cast<int>(b % 8), shift = (sub & 1) * 4;
+  for (int l = 0; l < kQK; ++l) {
+    int code = (x.qs[(sub / 2) * 32 + l] >> shift) & 0xF;
+    if constexpr (kFifthBit) code += ((x.qh[l] >> sub) & 1) * 16;
+    u[l] = static_cast<uint8_t>(code);
+  }
+  uint8_t s, m;
+  ScaleMinK4(sub, x.scales, &s, &m);
+  *scale = F16ToF32(x.d) * s;
+  *min = F16ToF32(x.dmin) * m;
 }
 
 // --- K-quants: Σ over sub-blocks of scale · (integer dot) − minimum · (activation sum).
@@ -238,6 +292,27 @@ QuantDotFn BestQuantDot(DType dtype) {
   }
   QuantDotFn fast = avx2::QuantDot(dtype);
   return fast != nullptr ? fast : ScalarQuantDot(dtype);
+}
+
+Block32AsU8Fn Block32AsU8For(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return Block32AsU8<DType::kQ8_0>;
+    case DType::kQ4_0:
+      return Block32AsU8<DType::kQ4_0>;
+    case DType::kQ4_1:
+      return Block32AsU8<DType::kQ4_1>;
+    case DType::kQ5_0:
+      return Block32AsU8<DType::kQ5_0>;
+    case DType::kQ5_1:
+      return Block32AsU8<DType::kQ5_1>;
+    case DType::kQ4_K:
+      return SubBlockK4AsU8<BlockQ4_K, false>;
+    case DType::kQ5_K:
+      return SubBlockK4AsU8<BlockQ5_K, true>;
+    default:
+      return nullptr;  // plain types; Q6_K's scales cover 16 elements
+  }
 }
 
 QuantGemvKernel BestQuantGemv(DType dtype, int64_t cols) {

@@ -66,6 +66,15 @@ QuantDotFn QuantDot(DType dtype);
 // The fastest kernel the CPU and PDSERVE_SIMD allow for `dtype` (never nullptr for quantized).
 QuantDotFn BestQuantDot(DType dtype);
 
+// Block b (32 elements) of a weight row as unsigned codes u[32] with value = scale·u − min as the
+// format's dequantization computes it in fp32, bit for bit (for the K-quants, sub-block b of the
+// row); the prefill int8 GEMM's weights (gemm_kernels.h).
+using Block32AsU8Fn = void (*)(const void* row, int64_t b, uint8_t* u, float* scale, float* min);
+
+// The function for `dtype`, or nullptr where 32-element blocks with one scale do not exist
+// (plain dtypes; Q6_K, whose scales cover 16 elements).
+Block32AsU8Fn Block32AsU8For(DType dtype);
+
 // A decode GEMV kernel for one weight format: each x row is quantized once into the kernel's
 // activation layout (activation_bytes(dtype, cols) bytes), then `rows` computes
 // y[r] = Σ_c W[r][c]·x[c] for r < n_rows, W's rows `row_bytes` apart. Kernels with equal
