@@ -240,16 +240,15 @@ TEST(QuantDotTest, SimdDequantizationIsBitExact) {
 
 // Matmul on quantized weights vs the reference on the dequantized weights: exact weights, so
 // the error is the activations' int8 rounding (≤ half a step of max|x|/127 per element) for the
-// GEMV path and the int8 GEMM (8 rows and more, on VNNI CPUs, blocks of 32 with one scale), and
-// summation order for the SGEMM one.
+// GEMV path and the int8 GEMM (8 rows and more where Int8GemmFor has a tile), and summation order
+// for the SGEMM one.
 TEST(QuantDotTest, MatmulPathsMatchTheReference) {
   const int64_t rows = 96, cols = 512;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     std::vector<float> workspace(MatmulWorkspaceFloats(threads, cols));
     for (DType dtype : kQuantTypes) {
-      const bool int8_gemm = GetCpuFeatures().avx512_vnni && Block32AsU8For(dtype) != nullptr &&
-                             ActiveSimdLevel() == SimdLevel::kAvx512;
+      const bool int8_gemm = Int8GemmFor(dtype) != nullptr;
       const QuantMatrix w = MakeMatrix(dtype, rows, cols, 17, Pattern::kRandom);
       for (int64_t n : {1, 3, 4, 7, 8, 20}) {
         const std::vector<float> x = RandomVector(n * cols, 19 + n);
@@ -304,10 +303,9 @@ TEST(QuantDotTest, BlocksAsUnsignedCodesAreExact) {
   }
 }
 
-// The AVX-512 activation quantizer of the int8 GEMM writes QuantizeActivations' bytes, NaN,
-// infinities, zero and subnormal blocks included.
+// The int8 GEMM's AVX2 activation quantizer writes QuantizeActivations' bytes, NaN, infinities,
+// zero and subnormal blocks included.
 TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
-  if (!GetCpuFeatures().avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI";
   const int64_t cols = 256;
   std::vector<float> x = RandomVector(cols, 59, 4.0f);
   std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
@@ -318,7 +316,7 @@ TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
   x[200] = -std::numeric_limits<float>::infinity();
   std::vector<ActBlock32> want(cols / 32), got(cols / 32);
   QuantizeActivations(DType::kQ8_0, x.data(), cols, want.data());
-  avx512::QuantizeActivations32(x.data(), cols, got.data());
+  QuantizeActivations32(x.data(), cols, got.data());
   for (size_t b = 0; b < want.size(); ++b) {
     EXPECT_EQ(std::memcmp(&got[b].d, &want[b].d, sizeof(float)), 0) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b].sum, &want[b].sum, sizeof(float)), 0) << "block " << b;
@@ -326,28 +324,63 @@ TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
   }
 }
 
-// The int8 GEMM's edges: a weight row count that leaves a partial panel, x row counts that leave
-// partial tiles, and more x rows than one slab of the workspace holds (one thread).
-TEST(QuantDotTest, Int8GemmEdges) {
-  if (!GetCpuFeatures().avx512_vnni || ActiveSimdLevel() != SimdLevel::kAvx512) {
-    GTEST_SKIP() << "no AVX512-VNNI";
+// Each int8 GEMM tile (AVX2 for codes ≤ 15; AVX512-VNNI where the CPU has it) against the
+// GEMM's own arithmetic in double — Σ_b (scale·u − min)·(d_x·q_x) over the unpacked blocks and the
+// quantized x — on a weight row count that leaves partial panels and x row counts that leave
+// partial tiles; then Matmul with more x rows than one slab of its workspace holds (one thread).
+TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
+  const int64_t rows = 37, cols = 256, blocks = cols / 32;
+  for (DType dtype : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ5_K}) {
+    const Block32AsU8Fn unpack = Block32AsU8For(dtype);
+    std::vector<std::pair<const char*, Int8GemmFn>> tiles;
+    if (Block32AsU8MaxCode(dtype) <= avx2::kInt8MaxCode) {
+      tiles.push_back({"avx2", avx2::Int8GemmPanels});
+    }
+    if (GetCpuFeatures().avx512_vnni) tiles.push_back({"vnni", avx512::Int8GemmPanels});
+    const QuantMatrix w = MakeMatrix(dtype, rows, cols, 61, Pattern::kRandom);
+    const size_t row_bytes = RowBytes(dtype, cols);
+    std::vector<uint8_t> packed(3 * blocks * kInt8PanelBlockBytes);
+    PackInt8Panels(unpack, w.bytes.data(), row_bytes, cols, 0, rows, packed.data());
+    for (int64_t n : {1, 5, 13}) {
+      const std::vector<float> x = RandomVector(n * cols, 67 + n);
+      std::vector<ActBlock32> act(n * blocks);
+      for (int64_t i = 0; i < n; ++i) {
+        QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
+      }
+      for (auto [name, tile] : tiles) {
+        std::vector<float> got(n * rows, -1.0f);
+        tile(packed.data(), rows, cols, act.data(), n, got.data(), rows);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double want = 0.0, magnitude = 0.0;
+            for (int64_t b = 0; b < blocks; ++b) {
+              uint8_t u[32];
+              float scale, min;
+              unpack(w.bytes.data() + r * row_bytes, b, u, &scale, &min);
+              const ActBlock32& a = act[i * blocks + b];
+              for (int j = 0; j < 32; ++j) {
+                const double term = (double{scale} * u[j] - min) * (double{a.d} * a.qs[j]);
+                want += term;
+                magnitude += std::fabs(term);
+              }
+            }
+            ASSERT_NEAR(got[i * rows + r], want, 1e-5 * magnitude + 1e-6)
+                << DTypeName(dtype) << " " << name << " n " << n << " row " << r;
+          }
+        }
+      }
+    }
   }
-  const int64_t rows = 37, cols = 256;
+  // Slabs: 500 x rows against one thread's workspace (room for about 384 at 256 columns).
   ThreadPool pool(1);
   std::vector<float> workspace(MatmulWorkspaceFloats(1, cols));
-  const QuantMatrix w = MakeMatrix(DType::kQ4_0, rows, cols, 61, Pattern::kRandom);
-  for (int64_t n : {int64_t{13}, int64_t{500}}) {
-    const std::vector<float> x = RandomVector(n * cols, 67);
-    std::vector<float> got(n * rows, -1.0f), want(n * rows);
-    Matmul(pool, x.data(), n, w.tensor, got.data(), workspace);
-    // Row by row through the GEMV path (the same int8 activations, per row).
-    for (int64_t b = 0; b < n; ++b) {
-      Matmul(pool, x.data() + b * cols, 1, w.tensor, want.data() + b * rows, workspace);
-    }
-    for (int64_t i = 0; i < n * rows; ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-4 * (std::fabs(want[i]) + 1.0)) << "n " << n << " at " << i;
-    }
-  }
+  const QuantMatrix w = MakeMatrix(DType::kQ4_0, rows, cols, 71, Pattern::kRandom);
+  const int64_t n = 500;
+  const std::vector<float> x = RandomVector(n * cols, 73);
+  std::vector<float> all(n * rows), first(13 * rows);
+  Matmul(pool, x.data(), n, w.tensor, all.data(), workspace);
+  Matmul(pool, x.data() + 400 * cols, 13, w.tensor, first.data(), workspace);
+  for (int64_t i = 0; i < 13 * rows; ++i) ASSERT_EQ(all[400 * rows + i], first[i]) << i;
 }
 
 // Row-stacked parts in different formats (as Q4_K_M's q/k in Q4_K with v in Q6_K): each part's

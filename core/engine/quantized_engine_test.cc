@@ -1,9 +1,10 @@
 // LlamaEngine on a model as users download it: tests/data/tiny-q4_k_m.gguf (llama-quantize's
 // Q4_K_M: Q4_K and Q6_K matrices; scripts/make_quant_vectors.sh) against LlamaReference on the
 // same weights (which dequantizes them). Prefill runs SGEMM on dequantized tiles — only the
-// summation order differs — except on AVX512-VNNI CPUs, whose int8 GEMM quantizes the activations
-// as decode does; decode steps run the integer dot products on int8 activations, whose rounding
-// bounds their error. The matrices stay quantized in the engine (none converted).
+// summation order differs — except where the int8 GEMM runs Q4_K (kernels/cpu/gemm_kernels.h),
+// which quantizes the activations as decode does; decode steps run the integer dot products on int8
+// activations, whose rounding bounds their error. The matrices stay quantized in the engine (none
+// converted).
 #include <cmath>
 #include <set>
 #include <span>
@@ -14,7 +15,7 @@
 #include "core/engine/llama_reference.h"
 #include "core/formats/model_loader.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu_features.h"
+#include "kernels/cpu/gemm_kernels.h"
 
 namespace pdserve {
 namespace {
@@ -74,8 +75,7 @@ TEST(QuantizedEngineTest, PrefillAndDecodeMatchTheReference) {
     ForwardChunk chunk{prefill, tokens, /*all_logits=*/true};
     absl::StatusOr<std::span<const float>> all = (*engine)->Forward({&chunk, 1});
     ASSERT_TRUE(all.ok()) << all.status();
-    const bool int8_prefill = kernels::GetCpuFeatures().avx512_vnni &&
-                              kernels::ActiveSimdLevel() == kernels::SimdLevel::kAvx512;
+    const bool int8_prefill = kernels::Int8GemmFor(DType::kQ4_K) != nullptr;
     EXPECT_LT(RelativeError(*all, want), int8_prefill ? 2e-2 : 1e-5)
         << "prefill, threads " << threads;
 

@@ -204,21 +204,17 @@ void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor
   }
 }
 
-// Prefill on quantized weights with int8 products (AVX512-VNNI, gemm_kernels.h), when the CPU
-// has them and the format's blocks unpack to 32 codes with one scale: x quantized per 32 into the
-// workspace, then chunks of kGemmChunkRows weight rows packed by each thread and multiplied. x
-// goes in slabs of as many rows as the workspace holds beside the threads' panels. False, doing
-// nothing, where the path does not apply.
+// Prefill on quantized weights with int8 products where Int8GemmFor has a tile: x quantized once
+// per 32 into the workspace, then chunks of kGemmChunkRows weight rows packed by each thread and
+// multiplied. x goes in slabs of as many rows as the workspace holds beside the threads' panels.
+// False, doing nothing, where the path does not apply.
 bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
               std::span<float> workspace) {
+  const Int8GemmFn gemm = Int8GemmFor(w.dtype);
+  if (gemm == nullptr) return false;
   const Block32AsU8Fn unpack = Block32AsU8For(w.dtype);
-  if (unpack == nullptr || ActiveSimdLevel() != SimdLevel::kAvx512 ||
-      !GetCpuFeatures().avx512_vnni) {
-    return false;
-  }
   const int64_t cols = w.cols(), blocks = cols / quant::kQK;
-  const size_t panel_bytes =
-      (kGemmChunkRows / avx512::kInt8GemmNr) * blocks * avx512::kInt8PanelBlockBytes;
+  const size_t panel_bytes = (kGemmChunkRows / kInt8GemmNr) * blocks * kInt8PanelBlockBytes;
   const size_t act_row_bytes = blocks * sizeof(ActBlock32);
   auto* bytes = reinterpret_cast<uint8_t*>(workspace.data());
   const size_t panels_total = pool.size() * panel_bytes;
@@ -232,13 +228,13 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
     const int64_t rows_x = std::min(slab, n - i0);
     pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
       for (int64_t i = begin; i < end; ++i) {
-        avx512::QuantizeActivations32(x + (i0 + i) * cols, cols, acts + i * blocks);
+        QuantizeActivations32(x + (i0 + i) * cols, cols, acts + i * blocks);
       }
     });
     pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
       uint8_t* panels = bytes + thread * panel_bytes;
-      avx512::PackInt8Panels(unpack, data, row_bytes, cols, begin, end, panels);
-      avx512::Int8GemmPanels(panels, end - begin, cols, acts, rows_x, y + i0 * ldy + begin, ldy);
+      PackInt8Panels(unpack, data, row_bytes, cols, begin, end, panels);
+      gemm(panels, end - begin, cols, acts, rows_x, y + i0 * ldy + begin, ldy);
     });
   }
   return true;

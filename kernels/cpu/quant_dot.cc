@@ -315,6 +315,19 @@ Block32AsU8Fn Block32AsU8For(DType dtype) {
   }
 }
 
+int Block32AsU8MaxCode(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return 255;
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ5_K:
+      return 31;
+    default:
+      return 15;
+  }
+}
+
 QuantGemvKernel BestQuantGemv(DType dtype, int64_t cols) {
   if (ActiveSimdLevel() == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni) {
     if (QuantGemvKernel vnni = avx512::VnniQuantGemv(dtype, cols); vnni.rows != nullptr) {

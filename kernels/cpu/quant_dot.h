@@ -75,6 +75,10 @@ using Block32AsU8Fn = void (*)(const void* row, int64_t b, uint8_t* u, float* sc
 // (plain dtypes; Q6_K, whose scales cover 16 elements).
 Block32AsU8Fn Block32AsU8For(DType dtype);
 
+// The largest code Block32AsU8For(dtype) writes: 255 (Q8_0), 31 (Q5_0, Q5_1, Q5_K), 15 (Q4_0,
+// Q4_1, Q4_K).
+int Block32AsU8MaxCode(DType dtype);
+
 // A decode GEMV kernel for one weight format: each x row is quantized once into the kernel's
 // activation layout (activation_bytes(dtype, cols) bytes), then `rows` computes
 // y[r] = Σ_c W[r][c]·x[c] for r < n_rows, W's rows `row_bytes` apart. Kernels with equal

@@ -1,0 +1,167 @@
+// The int8 GEMM's packing and activation quantizer, and its AVX2 tile (gemm_kernels.h): a tile of
+// up to 6 x rows × 8 weight rows sums a block's vpmaddubsw products in int16 (codes ≤ 15 keep
+// 8 steps below 2^15), widens them once per block with vpmaddwd and applies the block's scales in
+// fp32.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/tensor/float16.h"
+#include "core/tensor/quant_blocks.h"
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu_features.h"
+
+namespace pdserve::kernels {
+namespace {
+
+using quant::kQK;
+
+constexpr size_t kCodesBytes = 8 * 64;
+constexpr int kTileMr = 6, kHalfNr = 8;
+
+// Lane j of the result: the int32 at base[j · 8 + s] (row j's codes 4s..4s+3).
+__m256i Step(const uint8_t* rows, int s) {
+  const __m256i index =
+      _mm256_add_epi32(_mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56), _mm256_set1_epi32(s));
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows), index, 4);
+}
+
+// One tile: x rows [0, MR) against weight rows [0, nr ≤ 8) of a half panel whose block b's codes
+// step s lies at half + b·kInt8PanelBlockBytes + 64·s and its scales and mins 512 and 576 bytes on.
+template <int MR>
+void Tile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy, int nr) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 sum[MR];
+  for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b, half += kInt8PanelBlockBytes) {
+    __m256i dot[MR];
+    for (int s = 0; s < 8; ++s) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 64 * s));
+      for (int i = 0; i < MR; ++i) {
+        int32_t codes;
+        std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
+        const __m256i products = _mm256_maddubs_epi16(w, _mm256_set1_epi32(codes));
+        dot[i] = s == 0 ? products : _mm256_add_epi16(dot[i], products);
+      }
+    }
+    const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
+    const __m256 min = _mm256_loadu_ps(
+        reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
+    for (int i = 0; i < MR; ++i) {
+      const ActBlock32& a = x[i * blocks + b];
+      const __m256 block = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
+      sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
+      sum[i] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a.sum), sum[i]);
+    }
+  }
+  const __m256i live =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int);
+
+template <int... M>
+constexpr std::array<TileFn, sizeof...(M)> Tiles(std::integer_sequence<int, M...>) {
+  return {Tile<M + 1>...};
+}
+constexpr auto kTiles = Tiles(std::make_integer_sequence<int, kTileMr>());  // [mr − 1]
+
+}  // namespace
+
+void PackInt8Panels(Block32AsU8Fn unpack, const uint8_t* w, size_t row_bytes, int64_t cols,
+                    int64_t begin, int64_t end, uint8_t* packed) {
+  const int64_t blocks = cols / kQK;
+  for (int64_t r0 = begin; r0 < end; r0 += kInt8GemmNr) {
+    const int live = static_cast<int>(std::min<int64_t>(kInt8GemmNr, end - r0));
+    for (int64_t b = 0; b < blocks; ++b, packed += kInt8PanelBlockBytes) {
+      alignas(32) uint8_t codes[kInt8GemmNr][kQK] = {};
+      float scales[kInt8GemmNr] = {}, mins[kInt8GemmNr] = {};
+      for (int j = 0; j < live; ++j) {
+        unpack(w + (r0 + j) * row_bytes, b, codes[j], &scales[j], &mins[j]);
+      }
+      for (int s = 0; s < 8; ++s) {
+        for (int h = 0; h < 2; ++h) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + 64 * s + 32 * h),
+                              Step(codes[kHalfNr * h], s));
+        }
+      }
+      std::memcpy(packed + kCodesBytes, scales, sizeof(scales));
+      std::memcpy(packed + kCodesBytes + sizeof(scales), mins, sizeof(mins));
+    }
+  }
+}
+
+void QuantizeActivations32(const float* x, int64_t cols, ActBlock32* out) {
+  const __m256 lowest = _mm256_set1_ps(-127.0f), highest = _mm256_set1_ps(127.0f);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < cols / kQK; ++b, x += kQK) {
+    __m256 v[4];
+    // vmaxps returns its second operand when either is NaN: NaNs are skipped, as std::max does.
+    __m256 lanes = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      lanes = _mm256_max_ps(_mm256_and_ps(v[k], magnitude), lanes);
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    ActBlock32& a = out[b];
+    if (amax == 0.0f) {
+      a = ActBlock32{};
+      continue;
+    }
+    const __m256 inverse = _mm256_set1_ps(127.0f / amax);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      // Clamped first (a NaN product becomes -127, ±inf ±127, as the scalar code maps them), then
+      // rounded half to even.
+      q[k] = _mm256_cvtps_epi32(
+          _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], inverse), lowest), highest));
+    }
+    // packs interleave 128-bit lanes; the permutation restores element order.
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.qs), bytes);
+    const __m256i total =
+        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    a.d = F16ToF32(F32ToF16(amax / 127.0f));
+    a.sum = a.d * static_cast<float>(_mm_cvtsi128_si32(t));
+  }
+}
+
+Int8GemmFn Int8GemmFor(DType dtype) {
+  if (Block32AsU8For(dtype) == nullptr) return nullptr;
+  if (ActiveSimdLevel() == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni) {
+    return avx512::Int8GemmPanels;
+  }
+  return Block32AsU8MaxCode(dtype) <= avx2::kInt8MaxCode ? avx2::Int8GemmPanels : nullptr;
+}
+
+namespace avx2 {
+
+void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
+                    int64_t n, float* y, int64_t ldy) {
+  const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
+  for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
+    const TileFn tile = kTiles[std::min<int64_t>(kTileMr, n - i0) - 1];
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int h = 0; h < 2; ++h) {
+        const int64_t first = p * kInt8GemmNr + kHalfNr * h;
+        if (first >= rows) break;
+        tile(packed + p * blocks * kInt8PanelBlockBytes + 32 * h, blocks, x + i0 * blocks,
+             y + i0 * ldy + first, ldy, static_cast<int>(std::min<int64_t>(kHalfNr, rows - first)));
+      }
+    }
+  }
+}
+
+}  // namespace avx2
+}  // namespace pdserve::kernels
