@@ -174,7 +174,8 @@ TEST(QuantDotTest, ScalarAndSimdDotsMatchDequantizedProducts) {
 
 // Every GEMV kernel — BestQuantGemv's and, where the CPU has VNNI, the VNNI ones with their own
 // activation layouts — equals the scalar dot products up to summation order: odd row counts (the
-// kernels take rows in pairs), column counts a kernel does and does not take, every pattern.
+// kernels take rows in pairs), 1 to 6 activation rows (in fours), column counts a kernel does and
+// does not take, every pattern.
 TEST(QuantDotTest, GemvKernelsMatchTheScalarDots) {
   const int64_t rows = 7;
   for (DType dtype : kQuantTypes) {
@@ -193,28 +194,35 @@ TEST(QuantDotTest, GemvKernelsMatchTheScalarDots) {
       }
       for (Pattern pattern : {Pattern::kRandom, Pattern::kExtreme, Pattern::kZero}) {
         const QuantMatrix w = MakeMatrix(dtype, rows, cols, 43, pattern);
-        const std::vector<float> x = RandomVector(cols, 47);
-        std::vector<uint8_t> standard(QuantizedActivationBytes(dtype, cols));
-        QuantizeActivations(dtype, x.data(), cols, standard.data());
-        const std::vector<double> a = DequantizedActivations(dtype, standard.data(), cols);
-        std::vector<float> row(cols);
-        for (auto [name, kernel] : kernels) {
-          std::vector<uint8_t> act(kernel.activation_bytes(dtype, cols));
-          kernel.quantize(dtype, x.data(), cols, act.data());
-          std::vector<float> y(rows, -1.0f);
-          kernel.rows(dtype, w.bytes.data(), RowBytes(dtype, cols), rows, act.data(), cols,
-                      y.data());
-          for (int64_t r = 0; r < rows; ++r) {
-            RowAsFloat(w.tensor, r, row.data());
-            double magnitude = 0.0;
-            for (int64_t c = 0; c < cols; ++c) magnitude += std::fabs(row[c] * a[c]);
-            const float want = ScalarQuantDot(dtype)(w.bytes.data() + r * RowBytes(dtype, cols),
-                                                     standard.data(), cols);
-            ASSERT_NEAR(y[r], want, 1e-5 * magnitude + 1e-30)
-                << DTypeName(dtype) << " " << name << " pattern " << static_cast<int>(pattern)
-                << " row " << r << " cols " << cols;
-            if (pattern == Pattern::kZero) {
-              EXPECT_EQ(y[r], 0.0f);
+        for (int nb : {1, 3, 6}) {  // activation rows: one pass, a partial pass, 4 + 2
+          const std::vector<float> x = RandomVector(nb * cols, 47 + nb);
+          std::vector<float> row(cols);
+          for (auto [name, kernel] : kernels) {
+            const size_t act_bytes = kernel.activation_bytes(dtype, cols);
+            std::vector<uint8_t> act(nb * act_bytes);
+            for (int b = 0; b < nb; ++b) {
+              kernel.quantize(dtype, x.data() + b * cols, cols, act.data() + b * act_bytes);
+            }
+            std::vector<float> y(nb * rows, -1.0f);
+            kernel.rows(dtype, w.bytes.data(), RowBytes(dtype, cols), rows, act.data(), act_bytes,
+                        nb, cols, y.data(), rows);
+            for (int b = 0; b < nb; ++b) {
+              std::vector<uint8_t> standard(QuantizedActivationBytes(dtype, cols));
+              QuantizeActivations(dtype, x.data() + b * cols, cols, standard.data());
+              const std::vector<double> a = DequantizedActivations(dtype, standard.data(), cols);
+              for (int64_t r = 0; r < rows; ++r) {
+                RowAsFloat(w.tensor, r, row.data());
+                double magnitude = 0.0;
+                for (int64_t c = 0; c < cols; ++c) magnitude += std::fabs(row[c] * a[c]);
+                const float want = ScalarQuantDot(dtype)(w.bytes.data() + r * RowBytes(dtype, cols),
+                                                         standard.data(), cols);
+                ASSERT_NEAR(y[b * rows + r], want, 1e-5 * magnitude + 1e-30)
+                    << DTypeName(dtype) << " " << name << " pattern " << static_cast<int>(pattern)
+                    << " x row " << b << " of " << nb << " row " << r << " cols " << cols;
+                if (pattern == Pattern::kZero) {
+                  EXPECT_EQ(y[b * rows + r], 0.0f);
+                }
+              }
             }
           }
         }
@@ -249,8 +257,9 @@ TEST(QuantDotTest, MatmulPathsMatchTheReference) {
     std::vector<float> workspace(MatmulWorkspaceFloats(threads, cols));
     for (DType dtype : kQuantTypes) {
       const bool int8_gemm = Int8GemmFor(dtype) != nullptr;
+      const int64_t gemv_below = BestQuantGemv(dtype, cols).gemm_from_rows;
       const QuantMatrix w = MakeMatrix(dtype, rows, cols, 17, Pattern::kRandom);
-      for (int64_t n : {1, 3, 4, 7, 8, 20}) {
+      for (int64_t n : {1, 3, 4, 7, 8, 20, 64}) {
         const std::vector<float> x = RandomVector(n * cols, 19 + n);
         std::vector<float> got(n * rows), want(n * rows);
         Matmul(pool, x.data(), n, w.tensor, got.data(), workspace);
@@ -265,8 +274,9 @@ TEST(QuantDotTest, MatmulPathsMatchTheReference) {
               weights += std::fabs(row[c]);
             }
             // |x| ≤ 1: the int8 rounding moves each product by at most |w|·(1/127)/2.
-            const double tolerance =
-                n < 8 || int8_gemm ? weights / 254.0 + 1e-5 * magnitude : 1e-5 * magnitude + 1e-6;
+            const double tolerance = n < gemv_below || int8_gemm
+                                         ? weights / 254.0 + 1e-5 * magnitude
+                                         : 1e-5 * magnitude + 1e-6;
             ASSERT_NEAR(got[b * rows + r], want[b * rows + r], tolerance)
                 << DTypeName(dtype) << " n " << n << " row " << r << " threads " << threads;
           }
@@ -377,10 +387,10 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   const QuantMatrix w = MakeMatrix(DType::kQ4_0, rows, cols, 71, Pattern::kRandom);
   const int64_t n = 500;
   const std::vector<float> x = RandomVector(n * cols, 73);
-  std::vector<float> all(n * rows), first(13 * rows);
+  std::vector<float> all(n * rows), last(100 * rows);
   Matmul(pool, x.data(), n, w.tensor, all.data(), workspace);
-  Matmul(pool, x.data() + 400 * cols, 13, w.tensor, first.data(), workspace);
-  for (int64_t i = 0; i < 13 * rows; ++i) ASSERT_EQ(all[400 * rows + i], first[i]) << i;
+  Matmul(pool, x.data() + 400 * cols, 100, w.tensor, last.data(), workspace);
+  for (int64_t i = 0; i < 100 * rows; ++i) ASSERT_EQ(all[400 * rows + i], last[i]) << i;
 }
 
 // Row-stacked parts in different formats (as Q4_K_M's q/k in Q4_K with v in Q6_K): each part's

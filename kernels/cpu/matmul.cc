@@ -15,12 +15,13 @@ namespace {
 
 static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
 
-// Activation rows from which the GEMM beats repeated GEMV passes over the weights. For 16-bit and
-// f32 weights GemvRange passes over a cache-resident block of weight rows once per 4 x rows,
-// widening in registers, which beats packing every weight for the GEMM up to about 64 rows; for
-// quantized weights every pass repeats the integer dot products, so the GEMM wins from 8.
-constexpr int64_t kGemmMinRowsQuantized = 8;
+// Activation rows from which the GEMM beats repeated GEMV passes over the weights, for 16-bit and
+// f32 weights: GemvRange passes over a cache-resident block of weight rows once per 4 x rows,
+// widening in registers, which beats packing every weight for the GEMM up to about 64 rows. For
+// quantized weights each GEMV kernel says (QuantGemvKernel::gemm_from_rows).
 constexpr int64_t kGemmMinRowsFloat = 64;
+// The int8 GEMM quantizes x in slabs of at least this many rows.
+constexpr int64_t kInt8GemmMinSlab = 8;
 // Weight rows per GEMM chunk, packed (widened to fp32) at a time; threads take such chunks in
 // turn, which balances uneven threads. A multiple of every micro-kernel's panel width.
 constexpr int64_t kGemmChunkRows = 128;
@@ -61,8 +62,8 @@ constexpr size_t kMaxGemvParts = 8;
 
 // Decode-sized batches of quantized weights, row-stacked `parts` (≤ kMaxGemvParts) of one column
 // count: each x row quantized once per activation layout into `workspace`, then each part's
-// BestQuantGemv kernel over blocks of kGemvRowBlock weight rows, every x row passing over a block
-// while it is in cache; all parts' rows in one parallel pass.
+// BestQuantGemv kernel over blocks of kGemvRowBlock weight rows with every x row, while the block
+// is in cache; all parts' rows in one parallel pass.
 void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor> parts,
                    float* y, int64_t ldy, std::span<float> workspace) {
   struct Part {
@@ -114,18 +115,25 @@ void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, std::span<const 
       const Part& p = table[i];
       const int64_t block_end = std::min({end, p.end_row, r + kGemvRowBlock});
       const uint8_t* w = p.data + (r - p.first_row) * p.row_bytes;
-      for (int64_t b = 0; b < n; ++b) {
-        p.kernel.rows(p.dtype, w, p.row_bytes, block_end - r, p.acts + b * p.act_bytes, cols,
-                      y + b * ldy + r);
-      }
+      p.kernel.rows(p.dtype, w, p.row_bytes, block_end - r, p.acts, p.act_bytes,
+                    static_cast<int>(n), cols, y + r, ldy);
       r = block_end;
     }
   });
 }
 
-bool AllQuantized(std::span<const Tensor> parts) {
-  return std::all_of(parts.begin(), parts.end(),
-                     [](const Tensor& t) { return IsQuantized(t.dtype); });
+// Whether QuantizedGemv takes n x rows of `parts`: all quantized, fewer rows than every part's
+// kernel hands to the GEMM, and their activations fit the workspace.
+bool TakesQuantizedGemv(std::span<const Tensor> parts, int64_t n, size_t workspace_bytes) {
+  if (parts.size() > kMaxGemvParts) return false;
+  size_t bytes = 0;
+  for (const Tensor& w : parts) {
+    if (!IsQuantized(w.dtype)) return false;
+    const QuantGemvKernel kernel = BestQuantGemv(w.dtype, w.cols());
+    if (n >= kernel.gemm_from_rows) return false;
+    bytes += n * kernel.activation_bytes(w.dtype, w.cols());
+  }
+  return bytes <= workspace_bytes;
 }
 
 // The prefill GEMM's micro-kernel for the active instruction set (gemm_kernels.h).
@@ -218,7 +226,7 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
   const size_t act_row_bytes = blocks * sizeof(ActBlock32);
   auto* bytes = reinterpret_cast<uint8_t*>(workspace.data());
   const size_t panels_total = pool.size() * panel_bytes;
-  if (workspace.size_bytes() < panels_total + kGemmMinRowsQuantized * act_row_bytes) return false;
+  if (workspace.size_bytes() < panels_total + kInt8GemmMinSlab * act_row_bytes) return false;
   const int64_t slab =
       std::min<int64_t>(n, (workspace.size_bytes() - panels_total) / act_row_bytes);
   auto* acts = reinterpret_cast<ActBlock32*>(bytes + panels_total);
@@ -251,7 +259,7 @@ namespace {
 
 void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
                 std::span<float> workspace) {
-  if (n < kGemmMinRowsQuantized && IsQuantized(w.dtype)) {
+  if (TakesQuantizedGemv(std::span<const Tensor>(&w, 1), n, workspace.size_bytes())) {
     QuantizedGemv(pool, x, n, std::span<const Tensor>(&w, 1), y, ldy, workspace);
     return;
   }
@@ -282,7 +290,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const Tensor>
             std::span<float> workspace) {
   int64_t rows = 0;
   for (const Tensor& part : parts) rows += part.rows();
-  if (n < kGemmMinRowsQuantized && parts.size() <= kMaxGemvParts && AllQuantized(parts)) {
+  if (TakesQuantizedGemv(parts, n, workspace.size_bytes())) {
     QuantizedGemv(pool, x, n, parts, y, rows, workspace);
     return;
   }

@@ -198,17 +198,20 @@ float ScalarDotQ6_K(const void* w, const void* act, int64_t cols) {
   return sum;
 }
 
-// The standard layouts' GEMV: one BestQuantDot call per weight row, each row's cache lines
-// prefetched kQuantPrefetchBytes ahead first (quant_dot.h).
+constexpr int64_t kStandardGemmFromRows = 12;
+
+// The standard layouts' GEMV: one BestQuantDot call per (weight row, activation row), each
+// weight row's cache lines prefetched kQuantPrefetchBytes ahead first (quant_dot.h).
 void StandardRows(DType dtype, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
-                  int64_t cols, float* y) {
+                  size_t act_bytes, int nb, int64_t cols, float* y, int64_t ldy) {
   const QuantDotFn dot = BestQuantDot(dtype);
+  const auto* a = static_cast<const uint8_t*>(act);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + r * row_bytes;
     for (size_t i = 0; i < row_bytes; i += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row + kQuantPrefetchBytes + i), _MM_HINT_T0);
     }
-    y[r] = dot(row, act, cols);
+    for (int b = 0; b < nb; ++b) y[b * ldy + r] = dot(row, a + b * act_bytes, cols);
   }
 }
 
@@ -334,7 +337,7 @@ QuantGemvKernel BestQuantGemv(DType dtype, int64_t cols) {
       return vnni;
     }
   }
-  return {QuantizedActivationBytes, QuantizeActivations, StandardRows};
+  return {QuantizedActivationBytes, QuantizeActivations, StandardRows, kStandardGemmFromRows};
 }
 
 }  // namespace pdserve::kernels

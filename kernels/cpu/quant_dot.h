@@ -81,8 +81,9 @@ int Block32AsU8MaxCode(DType dtype);
 
 // A decode GEMV kernel for one weight format: each x row is quantized once into the kernel's
 // activation layout (activation_bytes(dtype, cols) bytes), then `rows` computes
-// y[r] = Σ_c W[r][c]·x[c] for r < n_rows, W's rows `row_bytes` apart. Kernels with equal
-// `quantize` and block size read the same activation bytes.
+// y[b·ldy + r] = Σ_c W[r][c]·x_b[c] for r < n_rows and b < nb, W's rows `row_bytes` apart and
+// the activation rows `act_bytes` apart (the VNNI kernels unpack each weight group once for up to
+// 4 of them). Kernels with equal `quantize` and block size read the same activation bytes.
 //
 // Weights are read once per token, mostly from memory: the kernels ask for the bytes
 // kQuantPrefetchBytes ahead of those they read (a page ahead, where the hardware prefetchers,
@@ -92,7 +93,11 @@ struct QuantGemvKernel {
   size_t (*activation_bytes)(DType dtype, int64_t cols);
   void (*quantize)(DType dtype, const float* x, int64_t cols, void* act);
   void (*rows)(DType dtype, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
-               int64_t cols, float* y);
+               size_t act_bytes, int nb, int64_t cols, float* y, int64_t ldy);
+  // Activation rows from which Matmul's prefill GEMM, which unpacks every weight once per call,
+  // beats this kernel (stories110M Q4_0 decode batches, Intel Xeon, 2 threads: the VNNI kernels,
+  // which unpack a weight group once per 4 x rows, 48-63; the one-row kernels 8-16).
+  int64_t gemm_from_rows;
 };
 
 inline constexpr int kQuantPrefetchBytes = 4096;

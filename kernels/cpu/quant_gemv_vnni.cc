@@ -10,6 +10,7 @@
 // each activation load. Compiled with AVX-512, VNNI and VBMI; called only when the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/tensor/quant_blocks.h"
@@ -38,15 +39,61 @@ void PrefetchAhead(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + kBytes - 1), _MM_HINT_T0);
 }
 
-// y[r] = Block<2> for row pairs, then Block<1> for an odd last row.
-template <typename Kernel>
-void Rows(DType, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act, int64_t cols,
-          float* y) {
-  static const Kernel kernel;  // its constant tables
+// y[b·ldy + r] for R weight rows × NB activation rows (act_bytes apart): each weight group is
+// unpacked once (Kernel::Unpack) and multiplied into every activation row (Kernel::Multiply).
+template <typename Kernel, int R, int NB>
+void Block(const Kernel& kernel, const uint8_t* w, size_t row_bytes, const uint8_t* act,
+           size_t act_bytes, int64_t cols, float* y, int64_t ldy) {
+  __m512 sum[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) sum[r][b] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < cols / Kernel::kGroup; ++g) {
+    for (int r = 0; r < R; ++r) {
+      const typename Kernel::Weights weights = kernel.Unpack(w + r * row_bytes, g);
+      for (int b = 0; b < NB; ++b) {
+        sum[r][b] = kernel.Multiply(weights, act + b * act_bytes, g, sum[r][b]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) y[b * ldy + r] = _mm512_reduce_add_ps(sum[r][b]);
+}
+
+constexpr int64_t kGemmFromRows = 56;  // QuantGemvKernel::gemm_from_rows
+
+// Weight rows in pairs (then an odd last one) against activation rows in fours (then the rest).
+template <typename Kernel, int NB>
+void RowsFor(const Kernel& kernel, const uint8_t* w, size_t row_bytes, int64_t n_rows,
+             const uint8_t* act, size_t act_bytes, int64_t cols, float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + 2 <= n_rows; r += 2)
-    kernel.template Block<2>(w + r * row_bytes, row_bytes, act, cols, y + r);
-  if (r < n_rows) kernel.template Block<1>(w + r * row_bytes, row_bytes, act, cols, y + r);
+  for (; r + 2 <= n_rows; r += 2) {
+    Block<Kernel, 2, NB>(kernel, w + r * row_bytes, row_bytes, act, act_bytes, cols, y + r, ldy);
+  }
+  if (r < n_rows) {
+    Block<Kernel, 1, NB>(kernel, w + r * row_bytes, row_bytes, act, act_bytes, cols, y + r, ldy);
+  }
+}
+
+template <typename Kernel>
+void Rows(DType, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* act,
+          size_t act_bytes, int nb, int64_t cols, float* y, int64_t ldy) {
+  static const Kernel kernel;  // its constant tables
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int b = 0; b < nb; b += 4, a += 4 * act_bytes, y += 4 * ldy) {
+    switch (std::min(4, nb - b)) {
+      case 1:
+        RowsFor<Kernel, 1>(kernel, w, row_bytes, n_rows, a, act_bytes, cols, y, ldy);
+        break;
+      case 2:
+        RowsFor<Kernel, 2>(kernel, w, row_bytes, n_rows, a, act_bytes, cols, y, ldy);
+        break;
+      case 3:
+        RowsFor<Kernel, 3>(kernel, w, row_bytes, n_rows, a, act_bytes, cols, y, ldy);
+        break;
+      default:
+        RowsFor<Kernel, 4>(kernel, w, row_bytes, n_rows, a, act_bytes, cols, y, ldy);
+    }
+  }
 }
 
 // --- Q4_0: groups of 4 blocks (128 elements, 72 bytes). Lane 4k + m of the int32 sums is block
@@ -96,32 +143,30 @@ struct KernelQ4_0 {
     return Table(t);
   }();
 
-  template <int R>
-  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
-    const auto* a = static_cast<const ActQ4_0*>(act);
+  static constexpr int64_t kGroup = kQ4_0Group;
+  struct Weights {
+    __m512i low, high;
+    __m512 d;
+  };
+
+  Weights Unpack(const uint8_t* row, int64_t g) const {
+    const uint8_t* group = row + g * 72;
+    PrefetchAhead<72>(group);
+    const __m512i head = _mm512_loadu_si512(group);
+    const __m512i tail =
+        _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 64)));
+    const __m512i qs = _mm512_permutex2var_epi8(head, qs_index, tail);
     const __m512i nibble = _mm512_set1_epi8(0x0F);
-    __m512 sum[R];
-    for (int k = 0; k < R; ++k) sum[k] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < cols / kQ4_0Group; ++g) {
-      const __m512i low_a = _mm512_loadu_si512(a[g].low);
-      const __m512i high_a = _mm512_loadu_si512(a[g].high);
-      const __m512i offset = _mm512_loadu_si512(a[g].offset);
-      const __m512 da = _mm512_loadu_ps(a[g].d);
-      for (int k = 0; k < R; ++k) {
-        const uint8_t* group = w + k * row_bytes + g * 72;
-        PrefetchAhead<72>(group);
-        const __m512i head = _mm512_loadu_si512(group);
-        const __m512i tail =
-            _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 64)));
-        const __m512i qs = _mm512_permutex2var_epi8(head, qs_index, tail);
-        __m512i dot = _mm512_dpbusd_epi32(offset, _mm512_and_si512(qs, nibble), low_a);
-        dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble), high_a);
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)));
-        sum[k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(dot), sum[k]);
-      }
-    }
-    for (int k = 0; k < R; ++k) y[k] = _mm512_reduce_add_ps(sum[k]);
+    return {_mm512_and_si512(qs, nibble), _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble),
+            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)))};
+  }
+
+  __m512 Multiply(const Weights& w, const uint8_t* act, int64_t g, __m512 sum) const {
+    const ActQ4_0& a = reinterpret_cast<const ActQ4_0*>(act)[g];
+    __m512i dot =
+        _mm512_dpbusd_epi32(_mm512_loadu_si512(a.offset), w.low, _mm512_loadu_si512(a.low));
+    dot = _mm512_dpbusd_epi32(dot, w.high, _mm512_loadu_si512(a.high));
+    return _mm512_fmadd_ps(_mm512_mul_ps(w.d, _mm512_loadu_ps(a.d)), _mm512_cvtepi32_ps(dot), sum);
   }
 };
 
@@ -158,33 +203,32 @@ struct KernelQ8_0 {
     return Table(t);
   }();
 
-  template <int R>
-  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
-    const auto* a = static_cast<const ActQ8_0*>(act);
-    __m512 sum[R];
-    for (int k = 0; k < R; ++k) sum[k] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < cols / kQ8_0Group; ++g) {
-      const __m512i qa = _mm512_loadu_si512(a[g].qs);
-      const __m512 da = _mm512_loadu_ps(a[g].d);
-      for (int k = 0; k < R; ++k) {
-        const uint8_t* group = w + k * row_bytes + g * 68;
-        PrefetchAhead<68>(group);
-        uint32_t last;
-        std::memcpy(&last, group + 64, sizeof(last));
-        const __m512i head = _mm512_loadu_si512(group);
-        const __m512i qs = _mm512_permutex2var_epi8(
-            head, qs_index, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(last))));
-        // |w| × (a with w's sign): vpdpbusd multiplies unsigned by signed bytes.
-        const __m512i signed_a =
-            _mm512_mask_sub_epi8(qa, _mm512_movepi8_mask(qs), _mm512_setzero_si512(), qa);
-        const __m512i dot =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qs), signed_a);
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)));
-        sum[k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(dot), sum[k]);
-      }
-    }
-    for (int k = 0; k < R; ++k) y[k] = _mm512_reduce_add_ps(sum[k]);
+  static constexpr int64_t kGroup = kQ8_0Group;
+  struct Weights {
+    __m512i magnitude;  // |codes|
+    __mmask64 negative;
+    __m512 d;
+  };
+
+  Weights Unpack(const uint8_t* row, int64_t g) const {
+    const uint8_t* group = row + g * 68;
+    PrefetchAhead<68>(group);
+    uint32_t last;
+    std::memcpy(&last, group + 64, sizeof(last));
+    const __m512i head = _mm512_loadu_si512(group);
+    const __m512i qs = _mm512_permutex2var_epi8(
+        head, qs_index, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(last))));
+    return {_mm512_abs_epi8(qs), _mm512_movepi8_mask(qs),
+            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)))};
+  }
+
+  // |w| × (a with w's sign): vpdpbusd multiplies unsigned by signed bytes.
+  __m512 Multiply(const Weights& w, const uint8_t* act, int64_t g, __m512 sum) const {
+    const ActQ8_0& a = reinterpret_cast<const ActQ8_0*>(act)[g];
+    const __m512i qa = _mm512_loadu_si512(a.qs);
+    const __m512i signed_a = _mm512_mask_sub_epi8(qa, w.negative, _mm512_setzero_si512(), qa);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.magnitude, signed_a);
+    return _mm512_fmadd_ps(_mm512_mul_ps(w.d, _mm512_loadu_ps(a.d)), _mm512_cvtepi32_ps(dot), sum);
   }
 };
 
@@ -243,45 +287,45 @@ struct KernelQ4_K {
     }
   }
 
-  template <int R>
-  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
-    const auto* a = static_cast<const ActQ4_K*>(act);
+  static constexpr int64_t kGroup = kQK_K;
+  struct Weights {
+    __m512i codes[4], scales[4];
+    __m128i mins;  // 8 words
+    float d, dmin;
+  };
+
+  Weights Unpack(const uint8_t* row, int64_t b) const {
+    const auto* x = reinterpret_cast<const BlockQ4_K*>(row) + b;
+    PrefetchAhead<sizeof(BlockQ4_K)>(reinterpret_cast<const uint8_t*>(x));
     const __m512i nibble = _mm512_set1_epi8(0x0F);
-    __m512 sum[R];
-    __m128 mins[R];
-    for (int k = 0; k < R; ++k) {
-      sum[k] = _mm512_setzero_ps();
-      mins[k] = _mm_setzero_ps();
+    const __m128i packed = ScalesAndMinsK4(x->scales);
+    const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(packed));
+    Weights w;
+    for (int h = 0; h < 2; ++h) {
+      const __m512i z = _mm512_loadu_si512(x->qs + 64 * h);
+      w.codes[2 * h] = _mm512_and_si512(z, nibble);
+      w.codes[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), nibble);
     }
-    for (int64_t b = 0; b < cols / kQK_K; ++b) {
-      __m512i qa[4];
-      for (int c = 0; c < 4; ++c) qa[c] = _mm512_loadu_si512(a[b].qs + 64 * c);
-      const __m128i act_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[b].sums));
-      for (int k = 0; k < R; ++k) {
-        const auto* x = reinterpret_cast<const BlockQ4_K*>(w + k * row_bytes) + b;
-        PrefetchAhead<sizeof(BlockQ4_K)>(reinterpret_cast<const uint8_t*>(x));
-        const __m128i packed = ScalesAndMinsK4(x->scales);
-        const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(packed));
-        const __m512i z[2] = {_mm512_loadu_si512(x->qs), _mm512_loadu_si512(x->qs + 64)};
-        __m512i dot = _mm512_setzero_si512();
-        for (int c = 0; c < 4; ++c) {
-          const __m512i codes = c % 2 == 0
-                                    ? _mm512_and_si512(z[c / 2], nibble)
-                                    : _mm512_and_si512(_mm512_srli_epi16(z[c / 2], 4), nibble);
-          dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(codes, qa[c]),
-                                    _mm512_permutexvar_epi16(scale_index[c], scales));
-        }
-        const float da = a[b].d;
-        sum[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(da * F16(x->d)), sum[k]);
-        const __m128i min_dot =
-            _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed, 8)), act_sums);
-        mins[k] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_dot), _mm_set1_ps(da * F16(x->dmin)), mins[k]);
-      }
+    for (int c = 0; c < 4; ++c) w.scales[c] = _mm512_permutexvar_epi16(scale_index[c], scales);
+    w.mins = _mm_cvtepu8_epi16(_mm_srli_si128(packed, 8));
+    w.d = F16(x->d);
+    w.dmin = F16(x->dmin);
+    return w;
+  }
+
+  // The minimums' 4 partial sums go into lanes 0-3 (the final reduction adds every lane).
+  __m512 Multiply(const Weights& w, const uint8_t* act, int64_t b, __m512 sum) const {
+    const ActQ4_K& a = reinterpret_cast<const ActQ4_K*>(act)[b];
+    __m512i dot = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      dot = _mm512_dpwssd_epi32(
+          dot, _mm512_maddubs_epi16(w.codes[c], _mm512_loadu_si512(a.qs + 64 * c)), w.scales[c]);
     }
-    for (int k = 0; k < R; ++k) {
-      const __m128 m = _mm_hadd_ps(mins[k], mins[k]);
-      y[k] = _mm512_reduce_add_ps(sum[k]) - _mm_cvtss_f32(_mm_hadd_ps(m, m));
-    }
+    sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(a.d * w.d), sum);
+    const __m128i min_dot =
+        _mm_madd_epi16(w.mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.sums)));
+    return _mm512_fnmadd_ps(_mm512_zextps128_ps512(_mm_cvtepi32_ps(min_dot)),
+                            _mm512_set1_ps(a.d * w.dmin), sum);
   }
 };
 
@@ -301,50 +345,53 @@ struct KernelQ6_K {
     }
   }
 
-  template <int R>
-  void Block(const uint8_t* w, size_t row_bytes, const void* act, int64_t cols, float* y) const {
-    const auto* a = static_cast<const ActBlockK*>(act);
+  static constexpr int64_t kGroup = kQK_K;
+  struct Weights {
+    __m512i codes[4], scales[4];
+    __m512i offset_scales;  // −32 × each group's scale, words 0-15
+    float d;
+  };
+
+  // A half's codes: ql's low nibbles with qh's bits 0-1 (elements 0-31) and 2-3 (32-63), then
+  // ql's high nibbles with qh's bits 4-5 and 6-7 (64-127).
+  Weights Unpack(const uint8_t* row, int64_t b) const {
+    const auto* x = reinterpret_cast<const BlockQ6_K*>(row) + b;
+    PrefetchAhead<sizeof(BlockQ6_K)>(reinterpret_cast<const uint8_t*>(x));
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     constexpr int kLowOrHigh = 0xEC;  // vpternlogd: (A & C) | B
-    __m512 sum[R];
-    for (int k = 0; k < R; ++k) sum[k] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < cols / kQK_K; ++b) {
-      __m512i qa[4];
-      for (int c = 0; c < 4; ++c) qa[c] = _mm512_loadu_si512(a[b].qs + 64 * c);
-      const __m512i act_sums =
-          _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].bsums)));
-      for (int k = 0; k < R; ++k) {
-        const auto* x = reinterpret_cast<const BlockQ6_K*>(w + k * row_bytes) + b;
-        PrefetchAhead<sizeof(BlockQ6_K)>(reinterpret_cast<const uint8_t*>(x));
-        const __m256i sc =
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)));
-        const __m512i scales = _mm512_zextsi256_si512(sc);
-        // −32 · Σ_g scale_g · (Σ codes of group g)
-        __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), act_sums,
-                                          _mm512_zextsi256_si512(_mm256_sub_epi16(
-                                              _mm256_setzero_si256(), _mm256_slli_epi16(sc, 5))));
-        for (int half = 0; half < 2; ++half) {
-          const __m512i ql = _mm512_loadu_si512(x->ql + 64 * half);
-          const __m256i qh =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * half));
-          const __m512i qh2 =  // bytes 0-31: qh; 32-63: qh >> 2
-              _mm512_inserti64x4(_mm512_zextsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-          const __m512i codes[2] = {
-              _mm512_ternarylogic_epi32(ql, _mm512_and_si512(_mm512_slli_epi16(qh2, 4), bits45),
-                                        low4, kLowOrHigh),
-              _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), _mm512_and_si512(qh2, bits45),
-                                        low4, kLowOrHigh)};
-          for (int c = 0; c < 2; ++c) {
-            const int q = 2 * half + c;
-            dot = _mm512_dpwssd_epi32(dot, _mm512_maddubs_epi16(codes[c], qa[q]),
-                                      _mm512_permutexvar_epi16(scale_index[q], scales));
-          }
-        }
-        sum[k] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(a[b].d * F16(x->d)), sum[k]);
-      }
+    const __m256i sc =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)));
+    const __m512i scales = _mm512_zextsi256_si512(sc);
+    Weights w;
+    for (int half = 0; half < 2; ++half) {
+      const __m512i ql = _mm512_loadu_si512(x->ql + 64 * half);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * half));
+      const __m512i qh2 =  // bytes 0-31: qh; 32-63: qh >> 2
+          _mm512_inserti64x4(_mm512_zextsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+      w.codes[2 * half] = _mm512_ternarylogic_epi32(
+          ql, _mm512_and_si512(_mm512_slli_epi16(qh2, 4), bits45), low4, kLowOrHigh);
+      w.codes[2 * half + 1] = _mm512_ternarylogic_epi32(
+          _mm512_srli_epi16(ql, 4), _mm512_and_si512(qh2, bits45), low4, kLowOrHigh);
     }
-    for (int k = 0; k < R; ++k) y[k] = _mm512_reduce_add_ps(sum[k]);
+    for (int q = 0; q < 4; ++q) w.scales[q] = _mm512_permutexvar_epi16(scale_index[q], scales);
+    w.offset_scales =
+        _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5)));
+    w.d = F16(x->d);
+    return w;
+  }
+
+  // Codes are unsigned (0-63); the −32 enters as −32 · Σ_g scale_g · (Σ codes of group g).
+  __m512 Multiply(const Weights& w, const uint8_t* act, int64_t b, __m512 sum) const {
+    const ActBlockK& a = reinterpret_cast<const ActBlockK*>(act)[b];
+    __m512i dot = _mm512_dpwssd_epi32(
+        _mm512_setzero_si512(),
+        _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums))),
+        w.offset_scales);
+    for (int q = 0; q < 4; ++q) {
+      dot = _mm512_dpwssd_epi32(
+          dot, _mm512_maddubs_epi16(w.codes[q], _mm512_loadu_si512(a.qs + 64 * q)), w.scales[q]);
+    }
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(a.d * w.d), sum);
   }
 };
 
@@ -353,19 +400,21 @@ struct KernelQ6_K {
 QuantGemvKernel VnniQuantGemv(DType dtype, int64_t cols) {
   switch (dtype) {
     case DType::kQ4_0:
-      if (cols % kQ4_0Group == 0) return {ActivationBytesQ4_0, QuantizeQ4_0, Rows<KernelQ4_0>};
+      if (cols % kQ4_0Group == 0)
+        return {ActivationBytesQ4_0, QuantizeQ4_0, Rows<KernelQ4_0>, kGemmFromRows};
       break;
     case DType::kQ8_0:
-      if (cols % kQ8_0Group == 0) return {ActivationBytesQ8_0, QuantizeQ8_0, Rows<KernelQ8_0>};
+      if (cols % kQ8_0Group == 0)
+        return {ActivationBytesQ8_0, QuantizeQ8_0, Rows<KernelQ8_0>, kGemmFromRows};
       break;
     case DType::kQ4_K:
-      return {ActivationBytesQ4_K, QuantizeQ4_K, Rows<KernelQ4_K>};
+      return {ActivationBytesQ4_K, QuantizeQ4_K, Rows<KernelQ4_K>, kGemmFromRows};
     case DType::kQ6_K:
-      return {QuantizedActivationBytes, QuantizeActivations, Rows<KernelQ6_K>};
+      return {QuantizedActivationBytes, QuantizeActivations, Rows<KernelQ6_K>, kGemmFromRows};
     default:
       break;
   }
-  return {nullptr, nullptr, nullptr};
+  return {nullptr, nullptr, nullptr, 0};
 }
 
 }  // namespace pdserve::kernels::avx512
