@@ -67,6 +67,17 @@ ABSL_FLAG(int, shared_prefix_tokens, 0,
           "system prompt), then tokens of its own up to its length (0 = no shared prefix)");
 ABSL_FLAG(int, prefix_groups, 1,
           "loadgen: distinct shared prefixes; request i uses prefix i mod this");
+ABSL_FLAG(int, conversations, 0,
+          "loadgen: multi-turn chat: measured conversations (after --warmup ones) of --turns "
+          "turns, each turn's prompt the whole history (first message --prompt-tokens, answers "
+          "--gen-tokens, later messages --turn-tokens); --rate and --concurrency then count "
+          "conversations (0 = lone requests)");
+ABSL_FLAG(int, turns, 4, "loadgen: turns per chat conversation (--conversations)");
+ABSL_FLAG(int, turn_tokens, 64, "loadgen: tokens of each later user message in a chat");
+ABSL_FLAG(int, turn_tokens_max, 0,
+          "loadgen: later chat messages uniform over [--turn-tokens, this] (0 = fixed)");
+ABSL_FLAG(double, think_time, 1.0,
+          "loadgen: seconds between a chat answer's end and the conversation's next turn");
 ABSL_FLAG(std::string, trace, "",
           "loadgen: Mooncake-format JSONL trace (timestamp ms, input_length, output_length, "
           "hash_ids of 512-token blocks); lengths and arrivals from it");
@@ -123,6 +134,8 @@ struct Config {
   int warmup = 0;
   loadgen::LengthSpec prompt, output;
   int shared_prefix = 0, prefix_groups = 1;
+  int conversations = 0, turns = 1;  // chat when conversations > 0
+  loadgen::LengthSpec turn_message;
   std::string trace;
   double trace_speedup = 1;
   int vocab = 512;
@@ -183,6 +196,26 @@ absl::StatusOr<Config> ConfigFromFlags() {
   if (!c.trace.empty() && c.shared_prefix > 0) {
     return absl::InvalidArgumentError(
         "--shared-prefix-tokens is for synthetic prompts; a trace shares blocks by its hash_ids");
+  }
+  c.conversations = absl::GetFlag(FLAGS_conversations);
+  if (c.conversations < 0) return absl::InvalidArgumentError("--conversations must be ≥ 0");
+  if (c.conversations > 0) {
+    if (!c.trace.empty()) {
+      return absl::InvalidArgumentError("--conversations draws its own prompts; leave out --trace");
+    }
+    if (Specified("requests")) {
+      return absl::InvalidArgumentError(
+          "--requests counts lone requests; a chat run counts --conversations");
+    }
+    c.turns = absl::GetFlag(FLAGS_turns);
+    if (c.turns < 1) return absl::InvalidArgumentError("--turns must be ≥ 1");
+    PDSERVE_ASSIGN_OR_RETURN(
+        c.turn_message, Lengths("turn-tokens", absl::GetFlag(FLAGS_turn_tokens), "turn-tokens-max",
+                                absl::GetFlag(FLAGS_turn_tokens_max), 1));
+    c.run.think_time_s = absl::GetFlag(FLAGS_think_time);
+    if (!(c.run.think_time_s >= 0) || !std::isfinite(c.run.think_time_s)) {
+      return absl::InvalidArgumentError("--think-time must be ≥ 0");
+    }
   }
   c.trace_speedup = absl::GetFlag(FLAGS_trace_speedup);
   if (!(c.trace_speedup > 0)) return absl::InvalidArgumentError("--trace-speedup must be > 0");
@@ -257,16 +290,24 @@ absl::StatusOr<std::vector<loadgen::RequestSpec>> BuildWorkload(const Config& c,
           c.trace, " has ", trace.size(), " requests, not more than --warmup ", c.warmup));
     }
     specs = loadgen::TraceWorkload(trace, c.vocab, seed, c.trace_speedup);
+  } else if (c.conversations > 0) {
+    specs =
+        loadgen::ChatWorkload({c.warmup + c.conversations, c.turns, c.prompt, c.turn_message,
+                               c.output, c.vocab, seed, c.shared_prefix, c.prefix_groups, c.seed});
   } else {
     specs = loadgen::SyntheticWorkload({c.warmup + c.requests, c.prompt, c.output, c.vocab, seed,
                                         c.shared_prefix, c.prefix_groups, c.seed});
   }
+  // A chat conversation is one arrival, and the warm-up counts conversations.
+  auto unit = [&](const loadgen::RequestSpec& s) {
+    return s.conversation >= 0 ? s.conversation : s.index;
+  };
   if (use_rate) {
-    const std::vector<double> offsets =
-        loadgen::ArrivalOffsets(c.arrival, rate, static_cast<int>(specs.size()), seed);
-    for (size_t i = 0; i < specs.size(); ++i) specs[i].arrival_s = offsets[i];
+    const int units = specs.empty() ? 0 : unit(specs.back()) + 1;
+    const std::vector<double> offsets = loadgen::ArrivalOffsets(c.arrival, rate, units, seed);
+    for (loadgen::RequestSpec& s : specs) s.arrival_s = offsets[static_cast<size_t>(unit(s))];
   }
-  for (size_t i = 0; i < specs.size(); ++i) specs[i].warmup = static_cast<int>(i) < c.warmup;
+  for (loadgen::RequestSpec& s : specs) s.warmup = unit(s) < c.warmup;
   return specs;
 }
 
@@ -287,6 +328,11 @@ nlohmann::json ConfigJson(const Config& c, const loadgen::Backend& backend, doub
       {"prompt_tokens", c.trace.empty() ? c.prompt.Describe() : "trace"},
       {"output_tokens", c.trace.empty() ? c.output.Describe() : "trace"},
       {"shared_prefix_tokens", c.shared_prefix},
+      {"conversations", c.conversations},
+      {"turns", c.conversations > 0 ? nlohmann::json(c.turns) : nlohmann::json()},
+      {"turn_tokens",
+       c.conversations > 0 ? nlohmann::json(c.turn_message.Describe()) : nlohmann::json()},
+      {"think_time_s", c.conversations > 0 ? nlohmann::json(c.run.think_time_s) : nlohmann::json()},
       {"prefix_groups", c.prefix_groups},
       {"trace", c.trace},
       {"trace_speedup", c.trace_speedup},
@@ -318,14 +364,21 @@ absl::StatusOr<std::pair<Report, std::vector<loadgen::RequestRecord>>> RunOnce(
     const Config& c, loadgen::Backend& backend, double rate, bool use_rate, uint64_t seed) {
   PDSERVE_ASSIGN_OR_RETURN(std::vector<loadgen::RequestSpec> specs,
                            BuildWorkload(c, rate, use_rate, seed));
-  const int measured = static_cast<int>(specs.size()) - c.warmup;
+  const int measured = static_cast<int>(std::count_if(
+      specs.begin(), specs.end(), [](const loadgen::RequestSpec& s) { return !s.warmup; }));
+  const std::string chat =
+      c.conversations > 0
+          ? absl::StrFormat(
+                "%d conversations (+%d warm-up) of %d turns, messages %s, think %.3g s, ",
+                c.conversations, c.warmup, c.turns, c.turn_message.Describe(), c.run.think_time_s)
+          : "";
   std::string how = c.closed_loop ? absl::StrCat("closed loop, ", c.concurrency, " clients")
                     : use_rate    ? absl::StrFormat("%s arrivals at %.4g req/s",
                                                     loadgen::ArrivalProcessName(c.arrival), rate)
                                   : absl::StrFormat("trace timestamps / %.4g", c.trace_speedup);
-  std::printf("loadgen: %s, %d requests (+%d warm-up), %s, prompt %s, output %s, seed %llu\n",
-              backend.Describe().c_str(), measured, c.warmup, how.c_str(),
-              c.trace.empty() ? c.prompt.Describe().c_str() : c.trace.c_str(),
+  std::printf("loadgen: %s, %s%d requests (+%zu warm-up), %s, prompt %s, output %s, seed %llu\n",
+              backend.Describe().c_str(), chat.c_str(), measured, specs.size() - measured,
+              how.c_str(), c.trace.empty() ? c.prompt.Describe().c_str() : c.trace.c_str(),
               c.trace.empty() ? c.output.Describe().c_str() : "from trace",
               static_cast<unsigned long long>(seed));
   std::fflush(stdout);

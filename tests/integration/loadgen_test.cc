@@ -122,6 +122,29 @@ TEST_F(LoadgenTest, HttpReportAgreesWithTheRoutersHistograms) {
   ExpectAgreement({"--protocol=http", "--url=http://" + cluster_->router_http_address()});
 }
 
+// Multi-turn chat over HTTP: 2 conversations of 3 turns, each turn's prompt the whole history.
+// With the prefix cache on, every later turn reuses the whole pages of the turn before it (64 →
+// 96 → 128 prompt tokens: at least 48 and 80 cached tokens, pages of 16 before the last token),
+// which the report counts from the API's usage.prompt_tokens_details.
+TEST_F(LoadgenTest, ChatTurnsReuseTheirHistoryFromThePrefixCache) {
+  const std::string json = (directory_ / "chat.json").string();
+  ASSERT_EQ(
+      RunLoadgen({"--protocol=http", "--url=" + cluster_->router_http_address(),
+                  "--conversations=2", "--turns=3", "--warmup=0", "--rate=20", "--prompt-tokens=64",
+                  "--turn-tokens=24", "--gen-tokens=8", "--think-time=0.05", "--json=" + json}),
+      0)
+      << cluster_->LogTail();
+  const nlohmann::json report = ReadJson(json);
+  ASSERT_FALSE(report.is_discarded()) << "no JSON report at " << json;
+  EXPECT_EQ(report["requests"]["completed"], 6) << report.dump(2);
+  EXPECT_EQ(report["config"]["conversations"], 2);
+  const nlohmann::json& cached = report["cached_prompt_tokens"];
+  ASSERT_TRUE(cached.is_object()) << report.dump(2);
+  EXPECT_EQ(cached["of_prompt_tokens"], 2 * (64 + 96 + 128));
+  EXPECT_GE(cached["tokens"].get<int>(), 2 * (48 + 80));
+  EXPECT_LE(cached["tokens"].get<int>(), 2 * (96 + 128));
+}
+
 TEST_F(LoadgenTest, SweepWritesItsReportAndPlots) {
   if (std::system("command -v gnuplot > /dev/null") != 0) {
     GTEST_SKIP() << "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)";

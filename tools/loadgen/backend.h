@@ -72,6 +72,10 @@ struct BackendResult {
   bool cancelled = false;
   int retries = 0;      // refusals for overload retried before this outcome
   double queue_s = -1;  // the server's queue time, when the protocol reports it
+  // Prompt tokens the server took from its prefix cache, when it reports them (gRPC timings;
+  // HTTP usage.prompt_tokens_details.cached_tokens, else llama-server's timings.cache_n); -1 if
+  // not.
+  int cached_tokens = -1;
 };
 
 class Backend {

@@ -49,7 +49,10 @@ BackendResult GrpcBackend::Send(const BackendRequest& request, Cancellation& can
     return result;
   }
   result.output_tokens = final->completion_tokens() > 0 ? final->completion_tokens() : counted;
-  if (final->has_timings()) result.queue_s = final->timings().queue_seconds();
+  if (final->has_timings()) {
+    result.queue_s = final->timings().queue_seconds();
+    result.cached_tokens = static_cast<int>(final->timings().cached_prompt_tokens());
+  }
   return result;
 }
 

@@ -157,7 +157,7 @@ BackendResult HttpBackend::SendOnce(const BackendRequest& request, Cancellation&
   std::string error_body;
   SseReader reader;
   bool done = false, timed_out = false;
-  int chunks = 0, usage_tokens = -1;
+  int chunks = 0, usage_tokens = -1, cached_tokens = -1;
   auto on_event = [&](const std::string& payload) {
     if (payload == "[DONE]") {
       done = true;
@@ -181,6 +181,17 @@ BackendResult HttpBackend::SendOnce(const BackendRequest& request, Cancellation&
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
       if (auto n = u->find("completion_tokens"); n != u->end() && n->is_number_integer()) {
         usage_tokens = n->get<int>();
+      }
+      if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object()) {
+        if (auto n = d->find("cached_tokens"); n != d->end() && n->is_number_integer()) {
+          cached_tokens = n->get<int>();
+        }
+      }
+    }
+    // llama-server: "timings": {"cache_n": prompt tokens reused, ...} on the last chunk.
+    if (auto t = j.find("timings"); t != j.end() && t->is_object() && cached_tokens < 0) {
+      if (auto n = t->find("cache_n"); n != t->end() && n->is_number_integer()) {
+        cached_tokens = n->get<int>();
       }
     }
   };
@@ -216,6 +227,7 @@ BackendResult HttpBackend::SendOnce(const BackendRequest& request, Cancellation&
   cancellation.ClearHook();
   result.cancelled = cancellation.cancelled();
   result.output_tokens = usage_tokens >= 0 ? usage_tokens : chunks;
+  result.cached_tokens = cached_tokens;
   if (timed_out) {
     result.code = "DEADLINE_EXCEEDED";
     result.message = absl::StrCat("no end of stream within ", request.timeout_s, " s");

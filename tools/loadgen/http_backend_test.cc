@@ -52,8 +52,9 @@ class FakeOpenAiServer {
         return;
       }
       const int prompt = static_cast<int>(body.at("prompt").size());
-      res.set_chunked_content_provider("text/event-stream", [n, prompt](size_t,
-                                                                        httplib::DataSink& sink) {
+      const CacheReport cache = cache_report_;
+      res.set_chunked_content_provider("text/event-stream", [n, prompt, cache](
+                                                                size_t, httplib::DataSink& sink) {
         auto send = [&](const std::string& data) {
           const std::string event = absl::StrCat("data: ", data, "\n\n");
           sink.write(event.data(), event.size());
@@ -67,12 +68,17 @@ class FakeOpenAiServer {
                    .dump());
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-        send(nlohmann::json{
+        nlohmann::json last{
             {"id", "cmpl-1"},
             {"choices", nlohmann::json::array()},
             {"usage",
-             {{"prompt_tokens", prompt}, {"completion_tokens", n}, {"total_tokens", prompt + n}}}}
-                 .dump());
+             {{"prompt_tokens", prompt}, {"completion_tokens", n}, {"total_tokens", prompt + n}}}};
+        if (cache == CacheReport::kUsage) {
+          last["usage"]["prompt_tokens_details"] = {{"cached_tokens", prompt / 2}};
+        } else if (cache == CacheReport::kLlamaServerTimings) {
+          last["timings"] = {{"cache_n", prompt - 1}, {"prompt_n", 1}};
+        }
+        send(last.dump());
         send("[DONE]");
         sink.done();
         return true;
@@ -89,6 +95,9 @@ class FakeOpenAiServer {
   int port() const { return port_; }
   // The next `n` completions are refused with 429 and Retry-After: 0.
   void Refuse(int n) { refusals_ = n; }
+  // How the final chunk reports prompt tokens reused from a prefix cache.
+  enum class CacheReport { kNone, kUsage, kLlamaServerTimings };
+  void ReportCache(CacheReport how) { cache_report_ = how; }
   int posts() const { return posts_; }
   const nlohmann::json& last_body() const { return last_body_; }
 
@@ -99,6 +108,7 @@ class FakeOpenAiServer {
   nlohmann::json last_body_;
   std::atomic<int> refusals_{0};
   std::atomic<int> posts_{0};
+  std::atomic<CacheReport> cache_report_{CacheReport::kNone};
 };
 
 TEST(HttpBackend, StreamsTokensFromSse) {
@@ -113,8 +123,9 @@ TEST(HttpBackend, StreamsTokensFromSse) {
   const BackendResult result =
       (*backend)->Send(Req(&prompt, 6, 10), cancellation, [&] { ++tokens; });
   EXPECT_EQ(result.code, "OK") << result.message;
-  EXPECT_EQ(result.output_tokens, 6);  // from usage
-  EXPECT_EQ(tokens, 5);                // the empty-text chunk is not a token
+  EXPECT_EQ(result.output_tokens, 6);   // from usage
+  EXPECT_EQ(tokens, 5);                 // the empty-text chunk is not a token
+  EXPECT_EQ(result.cached_tokens, -1);  // not reported
   const nlohmann::json& body = server.last_body();
   EXPECT_EQ(body["model"], "m1");
   EXPECT_EQ(body["prompt"], nlohmann::json(prompt));
@@ -123,6 +134,21 @@ TEST(HttpBackend, StreamsTokensFromSse) {
   EXPECT_EQ(body["ignore_eos"], true);
   EXPECT_EQ(body["temperature"], 0);
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
+}
+
+// Prompt tokens from the server's prefix cache: OpenAI's usage.prompt_tokens_details.cached_tokens
+// (pdserve), or llama-server's timings.cache_n.
+TEST(HttpBackend, CachedPromptTokensFromUsageOrLlamaServerTimings) {
+  FakeOpenAiServer server;
+  absl::StatusOr<std::unique_ptr<HttpBackend>> backend =
+      HttpBackend::Create(absl::StrCat("127.0.0.1:", server.port()), "m1");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const std::vector<int> prompt = {5, 6, 7, 8, 9, 10};
+  Cancellation cancellation;
+  server.ReportCache(FakeOpenAiServer::CacheReport::kUsage);
+  EXPECT_EQ((*backend)->Send(Req(&prompt, 3, 10), cancellation, [] {}).cached_tokens, 3);
+  server.ReportCache(FakeOpenAiServer::CacheReport::kLlamaServerTimings);
+  EXPECT_EQ((*backend)->Send(Req(&prompt, 3, 10), cancellation, [] {}).cached_tokens, 5);
 }
 
 TEST(HttpBackend, ProbeTakesTheServedModelWhenNoneIsGiven) {

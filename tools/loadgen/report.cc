@@ -83,6 +83,10 @@ Report ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo) 
     ttft.push_back(r.ttft());
     e2e.push_back(r.e2e());
     if (r.queue_s >= 0) queue.push_back(r.queue_s);
+    if (r.cached_tokens >= 0) {
+      report.cached_prompt_tokens += r.cached_tokens;
+      report.prompt_tokens_reporting_cache += r.prompt_tokens;
+    }
     if (r.output_tokens >= 2) tpot.push_back(r.tpot());
     for (size_t k = 1; k < r.token_s.size(); ++k) itl.push_back(r.token_s[k] - r.token_s[k - 1]);
     if (MeetsSlo(r, slo, /*with_e2e=*/true)) ++good;
@@ -131,6 +135,13 @@ nlohmann::json ReportJson(const Report& r, const Slo& slo) {
       {"ttft_ms", limit(slo.ttft_s)}, {"tpot_ms", limit(slo.tpot_s)}, {"e2e_ms", limit(slo.e2e_s)}};
   j["slo_met"] = r.slo_met;
   j["slo_attainment"] = r.slo_attainment;
+  j["cached_prompt_tokens"] =
+      r.prompt_tokens_reporting_cache > 0
+          ? nlohmann::json{{"tokens", r.cached_prompt_tokens},
+                           {"of_prompt_tokens", r.prompt_tokens_reporting_cache},
+                           {"share", static_cast<double>(r.cached_prompt_tokens) /
+                                         r.prompt_tokens_reporting_cache}}
+          : nlohmann::json();
   j["retried_requests"] = r.retried_requests;
   j["retries"] = r.retries;
   j["errors"] = r.errors;
@@ -161,6 +172,12 @@ void PrintReport(std::FILE* out, const Report& r, const Slo& slo) {
   if (limits.empty()) limits = " none given";
   std::fprintf(out, "  SLO%s: goodput %.2f req/s, attainment %.1f%% (%d/%d)\n", limits.c_str(),
                r.goodput, r.slo_attainment * 100, r.slo_met, r.measured);
+  if (r.prompt_tokens_reporting_cache > 0) {
+    std::fprintf(out, "  prompt tokens from the server's prefix cache: %lld of %lld (%.1f%%)\n",
+                 static_cast<long long>(r.cached_prompt_tokens),
+                 static_cast<long long>(r.prompt_tokens_reporting_cache),
+                 100.0 * r.cached_prompt_tokens / r.prompt_tokens_reporting_cache);
+  }
   std::fprintf(out,
                "  retried after overload (RESOURCE_EXHAUSTED / 429): %d requests, %d retries\n",
                r.retried_requests, r.retries);
@@ -171,14 +188,15 @@ void PrintReport(std::FILE* out, const Report& r, const Slo& slo) {
 }
 
 std::string RequestsCsv(const std::vector<RequestRecord>& records) {
-  std::string csv = "id,warmup,send_s,prompt_tokens,output_tokens,ttft_s,tpot_s,e2e_s,code\n";
+  std::string csv =
+      "id,warmup,send_s,prompt_tokens,output_tokens,ttft_s,tpot_s,e2e_s,code,cached_tokens\n";
   for (const RequestRecord& r : records) {
     const bool timed = r.sent && !r.token_s.empty();
     absl::StrAppend(&csv, r.id, ",", r.warmup ? 1 : 0, ",", r.sent ? Cell(r.send_s) : "", ",",
                     r.prompt_tokens, ",", r.output_tokens, ",", timed ? Cell(r.ttft()) : "", ",",
                     timed && r.output_tokens >= 2 ? Cell(r.tpot()) : "", ",",
                     r.sent ? Cell(r.e2e()) : "", ",", !r.sent || r.abandoned ? "ABANDONED" : r.code,
-                    "\n");
+                    ",", r.cached_tokens >= 0 ? absl::StrCat(r.cached_tokens) : "", "\n");
   }
   return csv;
 }

@@ -7,6 +7,8 @@
 //   e2e    send → last token.
 //   queue  the router's queue time (its admission queue and the prefill worker's), as its final
 //          message reports it (gRPC only).
+//   cached prompt share   prompt tokens the server took from its prefix cache ÷ prompt tokens,
+//                         over completed requests whose server reports it.
 //   goodput          completed requests/s meeting ALL given SLOs (TTFT, TPOT, e2e).
 //   SLO attainment   fraction of measured requests meeting both the TTFT and the TPOT SLO (a
 //                    limit not given is met); failed and abandoned requests count as missing.
@@ -56,6 +58,9 @@ struct Report {
   double goodput = 0;         // completed requests meeting all SLOs / duration
   double slo_attainment = 0;  // requests meeting TTFT and TPOT SLOs / measured
   int slo_met = 0;
+  // Prompt tokens of completed requests that the server reported taking from its prefix cache,
+  // and all prompt tokens of those requests; both 0 when no request reported it.
+  int64_t cached_prompt_tokens = 0, prompt_tokens_reporting_cache = 0;
   int retried_requests = 0;  // sent requests refused for overload at least once, then retried
   int retries = 0;           // their retries in all
   std::map<std::string, int> errors;                // code → count (failed requests)
@@ -75,7 +80,7 @@ nlohmann::json ReportJson(const Report& report, const Slo& slo);
 void PrintReport(std::FILE* out, const Report& report, const Slo& slo);
 
 // One row per request (warm-up included, flagged): id, warmup, send_s, prompt_tokens,
-// output_tokens, ttft_s, tpot_s, e2e_s, code. Unavailable cells are empty.
+// output_tokens, ttft_s, tpot_s, e2e_s, code, cached_tokens. Unavailable cells are empty.
 std::string RequestsCsv(const std::vector<RequestRecord>& records);
 
 // Writes `text` to `path`; Unavailable naming the path on failure.

@@ -113,6 +113,20 @@ TEST(Report, GoodputNeedsEverySloButAttainmentOnlyTtftAndTpot) {
   EXPECT_NEAR(none.slo_attainment, 0.5, 1e-12);  // completed / measured
 }
 
+// The cached share counts completed requests whose server reported it, and only those.
+TEST(Report, CachedPromptShareOverRequestsThatReportIt) {
+  std::vector<RequestRecord> records = Records();
+  EXPECT_TRUE(ReportJson(ComputeReport(records, Slo{}), Slo{})["cached_prompt_tokens"].is_null());
+  records[0].cached_tokens = 6;  // completed, 10 prompt tokens
+  records[2].cached_tokens = 9;  // failed: left out
+  const Report r = ComputeReport(records, Slo{});
+  EXPECT_EQ(r.cached_prompt_tokens, 6);
+  EXPECT_EQ(r.prompt_tokens_reporting_cache, 10);
+  const nlohmann::json j = ReportJson(r, Slo{});
+  EXPECT_NEAR(j["cached_prompt_tokens"]["share"].get<double>(), 0.6, 1e-12);
+  EXPECT_THAT(RequestsCsv(records), ::testing::HasSubstr(",OK,6\n"));
+}
+
 TEST(Report, JsonAndCsv) {
   const Slo slo{0.2, 0, 0};
   const nlohmann::json j = ReportJson(ComputeReport(Records(), slo), slo);
@@ -132,10 +146,11 @@ TEST(Report, JsonAndCsv) {
 
   const std::string csv = RequestsCsv(Records());
   EXPECT_THAT(csv, ::testing::StartsWith(
-                       "id,warmup,send_s,prompt_tokens,output_tokens,ttft_s,tpot_s,e2e_s,code\n"
-                       "0,0,0.000000,10,3,0.100000,0.150000,0.400000,OK\n"));
-  EXPECT_THAT(csv, ::testing::HasSubstr("\n2,0,0.500000,0,0,,,0.100000,UNAVAILABLE\n"));
-  EXPECT_THAT(csv, ::testing::HasSubstr("\n4,0,,0,0,,,,ABANDONED\n"));
+                       "id,warmup,send_s,prompt_tokens,output_tokens,ttft_s,tpot_s,e2e_s,code,"
+                       "cached_tokens\n"
+                       "0,0,0.000000,10,3,0.100000,0.150000,0.400000,OK,\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr("\n2,0,0.500000,0,0,,,0.100000,UNAVAILABLE,\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr("\n4,0,,0,0,,,,ABANDONED,\n"));
 }
 
 }  // namespace

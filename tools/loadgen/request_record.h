@@ -19,7 +19,7 @@ struct RequestRecord {
   bool sent = false;
   // Sent but cut off when the run stopped (--duration); not an error of the server's.
   bool abandoned = false;
-  double scheduled_s = 0;  // when the arrival process said to send it (open loop)
+  double scheduled_s = 0;  // when the arrival process (chat: the think time) said to send it
   double send_s = 0;
   double done_s = 0;  // end of the stream (or of the failed call)
   int prompt_tokens = 0;
@@ -35,6 +35,8 @@ struct RequestRecord {
   // The router's queue time for the request (Timings.queue_seconds: its admission queue and the
   // prefill worker's), when the protocol reports it (gRPC); negative otherwise.
   double queue_s = -1;
+  // Prompt tokens the server reused from its prefix cache, when it reports them; -1 otherwise.
+  int cached_tokens = -1;
 
   bool ok() const { return sent && !abandoned && code == kCodeOk; }
   // send → first token; requires !token_s.empty().

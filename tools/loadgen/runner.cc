@@ -115,6 +115,7 @@ void RunOne(Backend& backend, const RequestSpec& spec, const RunOptions& options
   r.error = result.message;
   r.retries = result.retries;
   r.queue_s = result.queue_s;
+  r.cached_tokens = result.cached_tokens;
   if (r.code != kCodeOk && result.cancelled) {
     r.abandoned = true;
   } else if (r.code == kCodeOk && r.token_s.empty()) {
@@ -149,14 +150,36 @@ std::vector<RequestRecord> RunWorkload(Backend& backend, const std::vector<Reque
   std::thread progress;
   if (options.progress != nullptr) progress = std::thread([&] { state.Progress(stop_progress); });
 
+  // Units of work: a conversation's turns in order, or one lone request.
+  std::vector<std::vector<size_t>> units;
+  for (size_t i = 0; i < indexed.size(); ++i) {
+    const bool same = i > 0 && indexed[i].conversation >= 0 &&
+                      indexed[i].conversation == indexed[i - 1].conversation;
+    if (same) {
+      units.back().push_back(i);
+    } else {
+      units.push_back({i});
+    }
+  }
+  auto run_unit = [&](const std::vector<size_t>& unit) {
+    for (size_t k = 0; k < unit.size() && !state.Expired(); ++k) {
+      if (k > 0) {  // the user reads the answer and types the next message
+        std::this_thread::sleep_for(std::chrono::duration<double>(options.think_time_s));
+        if (state.Expired()) break;
+        records[unit[k]].scheduled_s = state.Now();
+      }
+      RunOne(backend, indexed[unit[k]], options, state, records[unit[k]]);
+    }
+  };
+
   std::vector<std::thread> threads;
   size_t launched = 0;
   if (options.concurrency > 0) {
     std::atomic<size_t> next{0};
     for (int c = 0; c < options.concurrency; ++c) {
       threads.emplace_back([&] {
-        for (size_t i = next++; i < indexed.size() && !state.Expired(); i = next++) {
-          RunOne(backend, indexed[i], options, state, records[i]);
+        for (size_t u = next++; u < units.size() && !state.Expired(); u = next++) {
+          run_unit(units[u]);
         }
         state.Finish();
       });
@@ -164,20 +187,19 @@ std::vector<RequestRecord> RunWorkload(Backend& backend, const std::vector<Reque
     state.WaitAll(static_cast<size_t>(options.concurrency));
     for (std::thread& t : threads) t.join();
   } else {
-    std::vector<size_t> order(indexed.size());
+    std::vector<size_t> order(units.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return indexed[a].arrival_s < indexed[b].arrival_s;
-    });
-    for (size_t i : order) {
+    auto arrival = [&](size_t u) { return indexed[units[u].front()].arrival_s; };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return arrival(a) < arrival(b); });
+    for (size_t u : order) {
       const Clock::time_point when =
-          state.start() +
-          std::chrono::microseconds(static_cast<int64_t>(indexed[i].arrival_s * 1e6));
-      if (options.duration_s > 0 && indexed[i].arrival_s >= options.duration_s) break;
+          state.start() + std::chrono::microseconds(static_cast<int64_t>(arrival(u) * 1e6));
+      if (options.duration_s > 0 && arrival(u) >= options.duration_s) break;
       std::this_thread::sleep_until(when);
       if (state.Expired()) break;
-      threads.emplace_back([&, i] {
-        RunOne(backend, indexed[i], options, state, records[i]);
+      threads.emplace_back([&, u] {
+        run_unit(units[u]);
         state.Finish();
       });
       ++launched;

@@ -78,6 +78,31 @@ TEST(Runner, ClosedLoopKeepsConcurrencyClients) {
   EXPECT_EQ(backend.max_in_flight.load(), 2);
 }
 
+// A conversation's turns go one after another, each think_time_s after the previous one ended;
+// conversations run side by side (open loop) or one per client (closed loop).
+TEST(Runner, ChatTurnsWaitForThePreviousAnswerAndTheThinkTime) {
+  for (int concurrency : {0, 2}) {
+    FakeBackend backend;
+    std::vector<RequestSpec> specs = Specs(6, 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      specs[i].conversation = static_cast<int>(i) / 3;
+      specs[i].turn = static_cast<int>(i) % 3;
+      specs[i].warmup = false;
+    }
+    RunOptions options;
+    options.concurrency = concurrency;
+    options.think_time_s = 0.03;
+    const std::vector<RequestRecord> records = RunWorkload(backend, specs, options);
+    for (size_t i = 0; i < records.size(); ++i) {
+      EXPECT_TRUE(records[i].ok()) << records[i].code;
+      if (i % 3 == 0) continue;
+      EXPECT_GE(records[i].send_s, records[i - 1].done_s + 0.03) << "turn " << i % 3;
+      EXPECT_GE(records[i].scheduled_s, records[i - 1].done_s + 0.03);
+    }
+    EXPECT_LE(backend.max_in_flight.load(), 2) << "one turn at a time per conversation";
+  }
+}
+
 TEST(Runner, ShortOutputIsAnError) {
   FakeBackend backend;
   backend.short_by = 1;

@@ -121,6 +121,32 @@ std::vector<RequestSpec> SyntheticWorkload(const SyntheticOptions& options) {
   return specs;
 }
 
+std::vector<RequestSpec> ChatWorkload(const ChatOptions& options) {
+  std::vector<RequestSpec> specs;
+  specs.reserve(static_cast<size_t>(options.conversations) * options.turns);
+  for (int c = 0; c < options.conversations; ++c) {
+    std::mt19937_64 rng(Mix(options.seed ^ 0x6a09e667f3bcc908ULL, static_cast<uint64_t>(c)));
+    std::vector<int> history;
+    if (options.shared_prefix > 0) {
+      const uint64_t group = static_cast<uint64_t>(c % std::max(1, options.prefix_groups));
+      std::mt19937_64 group_rng(Mix(options.prefix_seed ^ 0x243f6a8885a308d3ULL, group));
+      AppendRandom(group_rng, options.vocab, options.shared_prefix, history);
+    }
+    for (int t = 0; t < options.turns; ++t) {
+      AppendRandom(rng, options.vocab, Draw(rng, t == 0 ? options.first : options.message),
+                   history);
+      RequestSpec& spec = specs.emplace_back();
+      spec.index = static_cast<int>(specs.size()) - 1;
+      spec.conversation = c;
+      spec.turn = t;
+      spec.prompt = history;
+      spec.output_tokens = Draw(rng, options.answer);
+      AppendRandom(rng, options.vocab, spec.output_tokens, history);  // the reply, as resent
+    }
+  }
+  return specs;
+}
+
 std::vector<int> TracePrompt(const TraceEntry& entry, int vocab, uint64_t seed, uint64_t salt) {
   std::vector<int> prompt;
   prompt.reserve(static_cast<size_t>(entry.input_length));

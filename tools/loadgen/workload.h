@@ -1,5 +1,6 @@
 // loadgen workload: what each request asks for (prompt token ids, output length, arrival offset),
-// built from length distributions (fixed or uniform) or from a Mooncake-format JSONL trace.
+// built from length distributions (fixed or uniform), from a Mooncake-format JSONL trace, or as
+// multi-turn chat conversations (each turn's prompt the whole history plus a new message).
 //
 // Prompts are random token ids in [3, vocab) (0..2 are unk/BOS/EOS). With a trace, the prompt is
 // made of 512-token blocks, one per hash id: block ids are drawn from a generator seeded by
@@ -50,6 +51,10 @@ struct RequestSpec {
   double arrival_s = 0;  // offset from the start of the run (open loop; unused when closed)
   std::vector<int> prompt;
   int output_tokens = 0;
+  // Chat: the conversation this turn belongs to (turns of one conversation are sent in order, each
+  // after the previous one ends; RunOptions::think_time_s) and its turn; -1 for a lone request.
+  int conversation = -1;
+  int turn = 0;
 };
 
 struct SyntheticOptions {
@@ -68,6 +73,26 @@ struct SyntheticOptions {
 
 // `count` requests with lengths drawn from the specs (arrival offsets left at 0).
 std::vector<RequestSpec> SyntheticWorkload(const SyntheticOptions& options);
+
+struct ChatOptions {
+  int conversations = 0;  // warm-up included
+  int turns = 1;
+  LengthSpec first;    // the first user message (after the shared prefix, if any)
+  LengthSpec message;  // each later user message
+  LengthSpec answer;   // each answer's length: max_tokens, and the reply the next turn repeats
+  int vocab = 512;
+  uint64_t seed = 0;
+  int shared_prefix = 0;  // a system prompt: conversation c uses prefix c mod prefix_groups
+  int prefix_groups = 1;
+  uint64_t prefix_seed = 0;
+};
+
+// `conversations` × `turns` requests, conversation-major (arrival offsets left at 0). Turn t + 1's
+// prompt is turn t's prompt, then an answer of turn t's output length, then a new message: the
+// whole history, as a chat client resends it. The answers in the history are drawn tokens, not
+// what the server generated, so every server sees the same prompts and reuses at most the previous
+// turn's prompt from a prefix cache. Deterministic per (seed, conversation).
+std::vector<RequestSpec> ChatWorkload(const ChatOptions& options);
 
 // One request per trace entry: arrival = timestamp / speedup, prompt built from the hash blocks
 // (tokens past the last hash block come from a per-request generator).

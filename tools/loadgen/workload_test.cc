@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -156,6 +157,59 @@ TEST(SyntheticWorkload, GroupsShareTheirPrefixAndNothingMore) {
   // A prompt shorter than the prefix still gets one token of its own.
   options.prompt = {10, 10};
   for (const RequestSpec& s : SyntheticWorkload(options)) EXPECT_EQ(s.prompt.size(), 31u);
+}
+
+// Each turn's prompt extends the previous turn's exactly: the previous prompt, an answer of the
+// previous output length, a new message; conversations differ, a seed reproduces them, and a
+// shared prefix opens every conversation of its group.
+TEST(ChatWorkload, TurnsExtendTheHistoryExactly) {
+  ChatOptions o;
+  o.conversations = 4;
+  o.turns = 3;
+  o.first = {20, 30};
+  o.message = {5, 9};
+  o.answer = {4, 6};
+  o.vocab = 1000;
+  o.seed = 7;
+  o.shared_prefix = 16;
+  o.prefix_groups = 2;
+  o.prefix_seed = 99;
+  const std::vector<RequestSpec> specs = ChatWorkload(o);
+  ASSERT_EQ(specs.size(), 12u);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const RequestSpec& s = specs[i];
+    EXPECT_EQ(s.index, static_cast<int>(i));
+    EXPECT_EQ(s.conversation, static_cast<int>(i) / 3);
+    EXPECT_EQ(s.turn, static_cast<int>(i) % 3);
+    EXPECT_GE(s.output_tokens, 4);
+    EXPECT_LE(s.output_tokens, 6);
+    for (int t : s.prompt) {
+      EXPECT_GE(t, 3);
+      EXPECT_LT(t, 1000);
+    }
+    if (s.turn == 0) {
+      EXPECT_GE(s.prompt.size(), 16u + 20u);
+      EXPECT_LE(s.prompt.size(), 16u + 30u);
+      continue;
+    }
+    const RequestSpec& previous = specs[i - 1];
+    ASSERT_TRUE(std::equal(previous.prompt.begin(), previous.prompt.end(), s.prompt.begin()))
+        << "turn " << s.turn << " of conversation " << s.conversation;
+    const size_t added = s.prompt.size() - previous.prompt.size();
+    EXPECT_GE(added, static_cast<size_t>(previous.output_tokens) + 5);
+    EXPECT_LE(added, static_cast<size_t>(previous.output_tokens) + 9);
+  }
+  // Conversations 0 and 2 share group 0's prefix and nothing after it; 0 and 1 do not share it.
+  auto common = [&](int a, int b) {
+    const auto& x = specs[3 * a].prompt;
+    const auto& y = specs[3 * b].prompt;
+    return std::mismatch(x.begin(), x.end(), y.begin(), y.end()).first - x.begin();
+  };
+  EXPECT_EQ(common(0, 2), 16);
+  EXPECT_LT(common(0, 1), 16);
+  EXPECT_EQ(ChatWorkload(o)[7].prompt, specs[7].prompt);
+  o.seed = 8;
+  EXPECT_NE(ChatWorkload(o)[7].prompt, specs[7].prompt);
 }
 
 }  // namespace
