@@ -161,6 +161,7 @@ absl::Status RunBench() {
   const std::string path = absl::GetFlag(FLAGS_model);
   if (path.empty()) return absl::InvalidArgumentError("--model is required");
   PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(path));
+  ApplyAutoWeights(weights, options);
   const ModelConfig& c = weights.config;
   const int decode_context = absl::GetFlag(FLAGS_decode_context);
   if (decode_context < 0 || decode_context > prompt_tokens) {

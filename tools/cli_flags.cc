@@ -21,7 +21,10 @@ ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]");
 ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = all");
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
 ABSL_FLAG(int, threads, 0, "Worker threads; 0 = all cores, or 1 for models too small to split");
-ABSL_FLAG(std::string, weights, "f32", "Weight dtype the engine runs: f32, f16 or bf16");
+ABSL_FLAG(std::string, weights, "auto",
+          "Weight dtype the engine runs: auto (as the file stores its plain matrices: f32, f16 "
+          "or bf16; f16 beside a quantized file's matrices, which stay quantized), f32, f16 or "
+          "bf16");
 ABSL_FLAG(std::string, device, "cpu",
           "Where generate, eval, bench, prefill and decode run the model: cpu, or cuda (a CUDA "
           "build and a GPU)");
@@ -68,9 +71,24 @@ absl::StatusOr<LoadedModel> LoadModelFromFlags() {
   return model;
 }
 
+DType StoredWeightDtype(const ModelWeights& weights) {
+  for (const LayerWeights& layer : weights.layers) {
+    for (const Tensor* t :
+         {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
+      if (t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16) {
+        return t->dtype;
+      }
+    }
+  }
+  return DType::kF16;
+}
+
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions options;
-  PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(absl::GetFlag(FLAGS_weights)));
+  const std::string dtype = absl::GetFlag(FLAGS_weights);
+  if (dtype != "auto") {
+    PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(dtype));
+  }
   PDSERVE_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = automatic)");
@@ -78,6 +96,10 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   options.max_sequences = 1;
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return options;
+}
+
+void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options) {
+  if (absl::GetFlag(FLAGS_weights) == "auto") options.weight_dtype = StoredWeightDtype(weights);
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag) {

@@ -54,8 +54,16 @@ namespace pdserve::cli {
 absl::StatusOr<LoadedModel> LoadModelFromFlags();
 
 // Engine options from --threads and --weights (one sequence); callers set the batch and context
-// limits once the model is known. Call before loading, so flag errors come first.
+// limits once the model is known, and ApplyAutoWeights. Call before loading, so flag errors come
+// first.
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
+
+// The dtype of the first plain layer matrix (f32, f16 or bf16); f16 when every one is quantized.
+DType StoredWeightDtype(const ModelWeights& weights);
+
+// With --weights auto (the default), the engine runs the weights as the file stores them:
+// options.weight_dtype = StoredWeightDtype(weights).
+void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options);
 
 // The whole of the file `path` given by `flag`; NotFound naming both when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag = "--text");

@@ -162,6 +162,7 @@ absl::Status RunEval() {
   PDSERVE_ASSIGN_OR_RETURN(CompressionProfile profile, ProfileFromFlags());
   PDSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(absl::GetFlag(FLAGS_text)));
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
+  ApplyAutoWeights(model.weights, options);
   if (ctx < 4 || ctx > model.weights.config.max_seq_len) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ctx ", ctx, " is outside [4, ", model.weights.config.max_seq_len, "]"));

@@ -33,6 +33,7 @@ absl::Status RunGenerate() {
   params.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   PDSERVE_RETURN_IF_ERROR(params.sampling.Validate());
   PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFromFlags());
+  ApplyAutoWeights(model.weights, options);
   const Tokenizer& tokenizer = *model.tokenizer;
   const std::vector<int> ids = tokenizer.Encode(absl::GetFlag(FLAGS_prompt), /*add_bos=*/true);
   const std::vector<int32_t> prompt(ids.begin(), ids.end());

@@ -109,6 +109,7 @@ absl::StatusOr<WorkerModel> LoadWorkerModel(int default_sequences, bool plain) {
   }
 
   PDSERVE_ASSIGN_OR_RETURN(worker.model, LoadModelFromFlags());
+  ApplyAutoWeights(worker.model.weights, worker.engine);
   PDSERVE_ASSIGN_OR_RETURN(worker.prepared, PrepareModelFromFlags(worker.model.weights, profile,
                                                                   &worker.calibration_hash));
   const int sequences = absl::GetFlag(FLAGS_max_sequences);

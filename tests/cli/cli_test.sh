@@ -220,6 +220,14 @@ assert three["decode_step_bytes"]["weights"] == one["decode_step_bytes"]["weight
 assert one["decode_step_bytes"]["v"] < one["decode_step_bytes"]["k"], one
 assert three["decode_tokens_per_s"] > 0 and three["decode_step_ms"] > 0, three
 PY
+# --- --weights auto (the default): a 16-bit file runs as stored, f32 only when asked --------------
+for w in auto f32; do
+  (cd "$REPO" && "$PDSERVE" bench --model models/pd10m/model.gguf --prompt-tokens 8 --gen-tokens 2 \
+    --repetitions 1 --weights "$w" --log-level warn) >"$WORK/weights-$w.json" || fail "bench --weights $w"
+done
+grep -q '"weights":"f16"' "$WORK/weights-auto.json" || fail "f16 file, --weights auto: $(tail -1 "$WORK/weights-auto.json")"
+grep -q '"weights":"f32"' "$WORK/weights-f32.json" || fail "f16 file, --weights f32: $(tail -1 "$WORK/weights-f32.json")"
+
 rc=0
 "$PDSERVE" bench --model "$MODEL" --batch 0 2>"$WORK/err" >/dev/null || rc=$?
 [ "$rc" -eq 1 ] && grep -q -- "--batch" "$WORK/err" || fail "bench --batch 0: rc=$rc, $(cat "$WORK/err")"
