@@ -6,8 +6,10 @@
 // so that each 64 codes meet their activations in one vpdpbusd (u8 × s8, summed four at a time into
 // int32 lanes) or, for the K-quants, one vpmaddubsw and one vpdpwssd that applies the sub-block
 // scales in the integer domain. Integer sums are exact, so a kernel differs from the scalar
-// reference only in the order fp32 adds the scaled block sums. Two weight rows at a time share
-// each activation load. Compiled with AVX-512, VNNI and VBMI; called only when the CPU has them.
+// reference only in the order fp32 adds the scaled block sums. Each kernel splits a group's
+// unpacking (Unpack) from its product with one activation row (Multiply), so a group is unpacked
+// once for up to 4 activation rows, two weight rows at a time. Compiled with AVX-512, VNNI and
+// VBMI; called only when the CPU has them.
 #include <immintrin.h>
 
 #include <algorithm>
