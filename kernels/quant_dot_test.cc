@@ -334,7 +334,18 @@ TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
   }
 }
 
-// Each int8 GEMM tile (AVX2 for codes ≤ 15; AVX512-VNNI where the CPU has it) against the
+// Sets every code byte of a Q4_0, Q4_K, Q5_K or Q8_0 matrix to its largest unsigned code (0xFF
+// bytes; Q8_0: 127), scales untouched.
+void SetLargestCodes(DType dtype, std::vector<uint8_t>& bytes) {
+  const size_t block = BlockBytes(dtype);
+  // [first, last) code bytes of a block: after Q4_0/Q8_0's d; after Q4_K/Q5_K's d, dmin, scales.
+  const size_t first = BlockElements(dtype) == 256 ? 4 + quant::kScaleBytesK : 2;
+  for (size_t b = 0; b < bytes.size(); b += block) {
+    std::memset(bytes.data() + b + first, dtype == DType::kQ8_0 ? 0x7F : 0xFF, block - first);
+  }
+}
+
+// Each int8 GEMM tile (AVX2 for codes ≤ 31; AVX512-VNNI where the CPU has it) against the
 // GEMM's own arithmetic in double — Σ_b (scale·u − min)·(d_x·q_x) over the unpacked blocks and the
 // quantized x — on a weight row count that leaves partial panels and x row counts that leave
 // partial tiles; then Matmul with more x rows than one slab of its workspace holds (one thread).
@@ -343,39 +354,46 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   for (DType dtype : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ5_K}) {
     const Block32AsU8Fn unpack = Block32AsU8For(dtype);
     std::vector<std::pair<const char*, Int8GemmFn>> tiles;
-    if (Block32AsU8MaxCode(dtype) <= avx2::kInt8MaxCode) {
-      tiles.push_back({"avx2", avx2::Int8GemmPanels});
-    }
+    const Int8GemmFn avx2_tile = avx2::Int8GemmPanelsFor(Block32AsU8MaxCode(dtype));
+    ASSERT_EQ(avx2_tile == nullptr, dtype == DType::kQ8_0) << DTypeName(dtype);
+    if (avx2_tile != nullptr) tiles.push_back({"avx2", avx2_tile});
     if (GetCpuFeatures().avx512_vnni) tiles.push_back({"vnni", avx512::Int8GemmPanels});
-    const QuantMatrix w = MakeMatrix(dtype, rows, cols, 61, Pattern::kRandom);
-    const size_t row_bytes = RowBytes(dtype, cols);
-    std::vector<uint8_t> packed(3 * blocks * kInt8PanelBlockBytes);
-    PackInt8Panels(unpack, w.bytes.data(), row_bytes, cols, 0, rows, packed.data());
-    for (int64_t n : {1, 5, 13}) {
-      const std::vector<float> x = RandomVector(n * cols, 67 + n);
-      std::vector<ActBlock32> act(n * blocks);
-      for (int64_t i = 0; i < n; ++i) {
-        QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
-      }
-      for (auto [name, tile] : tiles) {
-        std::vector<float> got(n * rows, -1.0f);
-        tile(packed.data(), rows, cols, act.data(), n, got.data(), rows);
+    // Random blocks; then every code at its largest against x all 1 (codes 127): the int16 sums
+    // of the AVX2 tile at their bound.
+    for (bool largest : {false, true}) {
+      QuantMatrix w = MakeMatrix(dtype, rows, cols, 61, Pattern::kRandom);
+      if (largest) SetLargestCodes(dtype, w.bytes);
+      const size_t row_bytes = RowBytes(dtype, cols);
+      std::vector<uint8_t> packed(3 * blocks * kInt8PanelBlockBytes);
+      PackInt8Panels(unpack, w.bytes.data(), row_bytes, cols, 0, rows, packed.data());
+      for (int64_t n : {1, 5, 13}) {
+        const std::vector<float> x =
+            largest ? std::vector<float>(n * cols, 1.0f) : RandomVector(n * cols, 67 + n);
+        std::vector<ActBlock32> act(n * blocks);
         for (int64_t i = 0; i < n; ++i) {
-          for (int64_t r = 0; r < rows; ++r) {
-            double want = 0.0, magnitude = 0.0;
-            for (int64_t b = 0; b < blocks; ++b) {
-              uint8_t u[32];
-              float scale, min;
-              unpack(w.bytes.data() + r * row_bytes, b, u, &scale, &min);
-              const ActBlock32& a = act[i * blocks + b];
-              for (int j = 0; j < 32; ++j) {
-                const double term = (double{scale} * u[j] - min) * (double{a.d} * a.qs[j]);
-                want += term;
-                magnitude += std::fabs(term);
+          QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
+        }
+        for (auto [name, tile] : tiles) {
+          std::vector<float> got(n * rows, -1.0f);
+          tile(packed.data(), rows, cols, act.data(), n, got.data(), rows);
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double want = 0.0, magnitude = 0.0;
+              for (int64_t b = 0; b < blocks; ++b) {
+                uint8_t u[32];
+                float scale, min;
+                unpack(w.bytes.data() + r * row_bytes, b, u, &scale, &min);
+                const ActBlock32& a = act[i * blocks + b];
+                for (int j = 0; j < 32; ++j) {
+                  const double term = (double{scale} * u[j] - min) * (double{a.d} * a.qs[j]);
+                  want += term;
+                  magnitude += std::fabs(term);
+                }
               }
+              ASSERT_NEAR(got[i * rows + r], want, 1e-5 * magnitude + 1e-6)
+                  << DTypeName(dtype) << " " << name << " n " << n << " row " << r
+                  << (largest ? " (largest codes)" : "");
             }
-            ASSERT_NEAR(got[i * rows + r], want, 1e-5 * magnitude + 1e-6)
-                << DTypeName(dtype) << " " << name << " n " << n << " row " << r;
           }
         }
       }

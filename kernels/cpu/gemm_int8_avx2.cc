@@ -1,6 +1,6 @@
 // The int8 GEMM's packing and activation quantizer, and its AVX2 tile (gemm_kernels.h): a tile of
 // up to 6 x rows × 8 weight rows sums a block's vpmaddubsw products in int16 (codes ≤ 15 keep
-// 8 steps below 2^15), widens them once per block with vpmaddwd and applies the block's scales in
+// 8 steps below 2^15, codes ≤ 31 4), widens them with vpmaddwd and applies the block's scales in
 // fp32.
 #include <immintrin.h>
 
@@ -31,28 +31,35 @@ __m256i Step(const uint8_t* rows, int s) {
 
 // One tile: x rows [0, MR) against weight rows [0, nr ≤ 8) of a half panel whose block b's codes
 // step s lies at half + b·kInt8PanelBlockBytes + 64·s and its scales and mins 512 and 576 bytes on.
-template <int MR>
+// The int16 products are widened to int32 every kSteps steps (8 for codes ≤ 15, 4 for ≤ 31).
+template <int MR, int kSteps>
 void Tile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy, int nr) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 sum[MR];
   for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, half += kInt8PanelBlockBytes) {
     __m256i dot[MR];
-    for (int s = 0; s < 8; ++s) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 64 * s));
-      for (int i = 0; i < MR; ++i) {
-        int32_t codes;
-        std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
-        const __m256i products = _mm256_maddubs_epi16(w, _mm256_set1_epi32(codes));
-        dot[i] = s == 0 ? products : _mm256_add_epi16(dot[i], products);
+    for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
+    for (int s0 = 0; s0 < 8; s0 += kSteps) {
+      __m256i dot16[MR];
+      for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
+      for (int s = s0; s < s0 + kSteps; ++s) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 64 * s));
+        for (int i = 0; i < MR; ++i) {
+          int32_t codes;
+          std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
+          dot16[i] = _mm256_add_epi16(dot16[i], _mm256_maddubs_epi16(w, _mm256_set1_epi32(codes)));
+        }
       }
+      for (int i = 0; i < MR; ++i)
+        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], ones));
     }
     const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
     const __m256 min = _mm256_loadu_ps(
         reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
     for (int i = 0; i < MR; ++i) {
       const ActBlock32& a = x[i * blocks + b];
-      const __m256 block = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
+      const __m256 block = _mm256_cvtepi32_ps(dot[i]);
       sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
       sum[i] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a.sum), sum[i]);
     }
@@ -64,11 +71,31 @@ void Tile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, in
 
 using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int);
 
-template <int... M>
+template <int kSteps, int... M>
 constexpr std::array<TileFn, sizeof...(M)> Tiles(std::integer_sequence<int, M...>) {
-  return {Tile<M + 1>...};
+  return {Tile<M + 1, kSteps>...};
 }
-constexpr auto kTiles = Tiles(std::make_integer_sequence<int, kTileMr>());  // [mr − 1]
+
+// Tiles<kSteps>[mr − 1]: the tile for mr x rows.
+template <int kSteps>
+constexpr auto kTiles = Tiles<kSteps>(std::make_integer_sequence<int, kTileMr>());
+
+template <int kSteps>
+void Int8GemmPanelsAvx2(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
+                        int64_t n, float* y, int64_t ldy) {
+  const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
+  for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
+    const TileFn tile = kTiles<kSteps>[std::min<int64_t>(kTileMr, n - i0) - 1];
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int h = 0; h < 2; ++h) {
+        const int64_t first = p * kInt8GemmNr + kHalfNr * h;
+        if (first >= rows) break;
+        tile(packed + p * blocks * kInt8PanelBlockBytes + 32 * h, blocks, x + i0 * blocks,
+             y + i0 * ldy + first, ldy, static_cast<int>(std::min<int64_t>(kHalfNr, rows - first)));
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -142,25 +169,16 @@ Int8GemmFn Int8GemmFor(DType dtype) {
   if (ActiveSimdLevel() == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni) {
     return avx512::Int8GemmPanels;
   }
-  return Block32AsU8MaxCode(dtype) <= avx2::kInt8MaxCode ? avx2::Int8GemmPanels : nullptr;
+  return avx2::Int8GemmPanelsFor(Block32AsU8MaxCode(dtype));
 }
 
 namespace avx2 {
 
-void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
-                    int64_t n, float* y, int64_t ldy) {
-  const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
-  for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
-    const TileFn tile = kTiles[std::min<int64_t>(kTileMr, n - i0) - 1];
-    for (int64_t p = 0; p < panels; ++p) {
-      for (int h = 0; h < 2; ++h) {
-        const int64_t first = p * kInt8GemmNr + kHalfNr * h;
-        if (first >= rows) break;
-        tile(packed + p * blocks * kInt8PanelBlockBytes + 32 * h, blocks, x + i0 * blocks,
-             y + i0 * ldy + first, ldy, static_cast<int>(std::min<int64_t>(kHalfNr, rows - first)));
-      }
-    }
-  }
+Int8GemmFn Int8GemmPanelsFor(int max_code) {
+  // A step's pair of products is at most 2 · max_code · 127; kSteps of them must stay < 2^15.
+  if (max_code <= 15) return Int8GemmPanelsAvx2<8>;
+  if (max_code <= 31) return Int8GemmPanelsAvx2<4>;
+  return nullptr;
 }
 
 }  // namespace avx2
