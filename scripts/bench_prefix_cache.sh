@@ -52,22 +52,10 @@ WORKLOAD=(--prompt-tokens "$PROMPT" --gen-tokens "$GEN" --shared-prefix-tokens "
           --prefix-groups "$PREFIX_GROUPS" --warmup "$WARMUP")
 MODES=(off on)
 if [[ -n ${LLAMA_BIN:-} ]]; then MODES+=(llama); fi
-PEER_PID=
-stop_peer() {
-  if [[ -n $PEER_PID ]]; then kill -TERM "$PEER_PID" 2>/dev/null || true; wait "$PEER_PID" || true; fi
-  PEER_PID=
-}
-trap 'cleanup; stop_peer' EXIT
 for mode in "${MODES[@]}"; do
   echo "=== $mode: $PROMPT-token prompts, $SHARED shared ($PREFIX_GROUPS groups) ($(date +%T))"
   if [[ $mode == llama ]]; then
-    LD_LIBRARY_PATH=$LLAMA_BIN "$LLAMA_BIN/llama-server" -m "$MODEL" -t 2 -np 4 -c 8192 \
-      --host 127.0.0.1 --port 8093 > "$WORK/$mode.log" 2>&1 &
-    PEER_PID=$!
-    until curl -sf http://127.0.0.1:8093/health > /dev/null; do
-      kill -0 "$PEER_PID" 2>/dev/null || { tail -20 "$WORK/$mode.log" >&2; exit 1; }
-      sleep 0.5
-    done
+    start_llama_server "$WORK/$mode.log" 8093 -m "$MODEL" -t 2 -np 4 -c 8192
     TARGET=(--protocol http --url 127.0.0.1:8093)
   else
     cache=$([[ $mode == on ]] && echo true || echo false)
@@ -86,7 +74,7 @@ for mode in "${MODES[@]}"; do
     "${WORKLOAD[@]}" --seed "$((SEED + 1))" --slo-ttft-ms "$SLO_TTFT_MS" \
     --slo-tpot-ms "$SLO_TPOT_MS" --out-dir "$WORK/$mode" > "$WORK/$mode.sweep.txt"
   if [[ $mode == llama ]]; then
-    stop_peer
+    stop_llama_server
   else
     kvstore_http=$(awk '$1 == "kvstore" {print $3}' "$WORK/$mode.log")
     curl -s "http://$kvstore_http/metrics" > "$WORK/$mode/kvstore_metrics.txt"

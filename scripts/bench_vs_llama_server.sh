@@ -82,12 +82,6 @@ echo "pdserve profile: $PROFILE; cached KV memory on both sides: $CACHE_MIB MiB"
 
 # shellcheck source=scripts/cluster_lib.sh
 source scripts/cluster_lib.sh
-PEER_PID=
-stop_peer() {
-  if [[ -n $PEER_PID ]]; then kill -TERM "$PEER_PID" 2>/dev/null || true; wait "$PEER_PID" || true; fi
-  PEER_PID=
-}
-trap 'cleanup; stop_peer' EXIT
 
 # Starts `system` for requests of up to `ctx` tokens; sets URL.
 start_system() {
@@ -95,14 +89,8 @@ start_system() {
   case $system in
     llama)
       # shellcheck disable=SC2086  # LLAMA_FLAGS is a list of flags
-      LD_LIBRARY_PATH=$LLAMA_BIN "$LLAMA_BIN/llama-server" -m "$MODEL" -t 2 -np 4 \
-        -c $((4 * ctx)) --cache-ram "$CACHE_MIB" $LLAMA_FLAGS --host 127.0.0.1 --port 8094 \
-        > "$log" 2>&1 &
-      PEER_PID=$!
-      until curl -sf http://127.0.0.1:8094/health > /dev/null; do
-        kill -0 "$PEER_PID" 2>/dev/null || { tail -20 "$log" >&2; exit 1; }
-        sleep 0.5
-      done
+      start_llama_server "$log" 8094 -m "$MODEL" -t 2 -np 4 -c $((4 * ctx)) \
+        --cache-ram "$CACHE_MIB" $LLAMA_FLAGS
       URL=127.0.0.1:8094 ;;
     default)
       start_cluster "$log" --model "$MODEL" --threads 1 --pool-mib "$CACHE_MIB" "${PROFILE_ARGS[@]}"
@@ -112,7 +100,7 @@ start_system() {
       URL=$ROUTER_HTTP ;;
   esac
 }
-stop_system() { if [[ $1 == llama ]]; then stop_peer; else cleanup; fi; }
+stop_system() { if [[ $1 == llama ]]; then stop_llama_server; else cleanup; fi; }
 
 for workload in $WORKLOADS; do
   case $workload in

@@ -1,9 +1,15 @@
 # shellcheck shell=bash
-# Sourced by the serving benchmarks: start and stop one `pdserve up` cluster at a time.
+# Sourced by the serving benchmarks: start and stop one `pdserve up` cluster (or one llama-server)
+# at a time.
 #   start_cluster LOG ARGS...   runs `$PDSERVE up ARGS` in the background, waits for its ready
 #                               line; sets UP_PID, ROUTER (gRPC), ROUTER_HTTP and MONO (the first
 #                               monolithic worker's address, if any)
-#   cleanup                     stops it (SIGTERM, then waits); installed as the EXIT trap
+#   cleanup                     stops it (SIGTERM, then waits)
+#   start_llama_server LOG PORT ARGS...
+#                               runs `$LLAMA_BIN/llama-server ARGS` on 127.0.0.1:PORT in the
+#                               background, waits for its /health; sets PEER_PID
+#   stop_llama_server           stops it
+# Both are stopped on exit.
 UP_PID=
 cleanup() {
   if [[ -n $UP_PID ]] && kill -0 "$UP_PID" 2>/dev/null; then
@@ -12,7 +18,12 @@ cleanup() {
   fi
   UP_PID=
 }
-trap cleanup EXIT
+PEER_PID=
+stop_llama_server() {
+  if [[ -n $PEER_PID ]]; then kill -TERM "$PEER_PID" 2>/dev/null || true; wait "$PEER_PID" || true; fi
+  PEER_PID=
+}
+trap 'cleanup; stop_llama_server' EXIT
 trap 'exit 130' INT TERM
 
 start_cluster() {
@@ -34,4 +45,16 @@ start_cluster() {
   ROUTER_HTTP=$(awk '/^PDSERVE_READY up / {print $4}' "$log")
   # shellcheck disable=SC2034
   MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
+}
+
+start_llama_server() {
+  local log=$1 port=$2; shift 2
+  LD_LIBRARY_PATH=$LLAMA_BIN "$LLAMA_BIN/llama-server" "$@" --host 127.0.0.1 --port "$port" \
+    > "$log" 2>&1 &
+  PEER_PID=$!
+  until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
+    kill -0 "$PEER_PID" 2>/dev/null || { echo "llama-server failed to start; its log ($log):" >&2
+                                        tail -20 "$log" >&2; exit 1; }
+    sleep 0.5
+  done
 }
