@@ -75,9 +75,7 @@ DType StoredWeightDtype(const ModelWeights& weights) {
   for (const LayerWeights& layer : weights.layers) {
     for (const Tensor* t :
          {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
-      if (t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16) {
-        return t->dtype;
-      }
+      if (!IsQuantized(t->dtype)) return t->dtype;
     }
   }
   return DType::kF16;
