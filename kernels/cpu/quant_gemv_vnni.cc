@@ -33,9 +33,9 @@ __m512i Table(const T (&table)[N]) {
 }
 
 // Prefetches every cache line of the kBytes bytes from p, kQuantPrefetchBytes ahead.
-template <int kBytes>
+template <size_t kBytes>
 void PrefetchAhead(const uint8_t* p) {
-  for (int i = 0; i < kBytes; i += 64) {
+  for (size_t i = 0; i < kBytes; i += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
   }
   _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + kBytes - 1), _MM_HINT_T0);
@@ -108,6 +108,7 @@ struct ActQ4_0 {
   float d[16];         // lane 4k+m: block k's scale
 };
 constexpr int64_t kQ4_0Group = 4 * kQK;
+constexpr size_t kQ4_0GroupBytes = 4 * sizeof(BlockQ4_0);  // 72
 
 size_t ActivationBytesQ4_0(DType, int64_t cols) { return cols / kQ4_0Group * sizeof(ActQ4_0); }
 
@@ -152,8 +153,8 @@ struct KernelQ4_0 {
   };
 
   Weights Unpack(const uint8_t* row, int64_t g) const {
-    const uint8_t* group = row + g * 72;
-    PrefetchAhead<72>(group);
+    const uint8_t* group = row + g * kQ4_0GroupBytes;
+    PrefetchAhead<kQ4_0GroupBytes>(group);
     const __m512i head = _mm512_loadu_si512(group);
     const __m512i tail =
         _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 64)));
@@ -179,6 +180,7 @@ struct ActQ8_0 {
   float d[16];  // lanes 0-7: block 0's scale; 8-15: block 1's
 };
 constexpr int64_t kQ8_0Group = 2 * kQK;
+constexpr size_t kQ8_0GroupBytes = 2 * sizeof(BlockQ8_0);  // 68
 
 size_t ActivationBytesQ8_0(DType, int64_t cols) { return cols / kQ8_0Group * sizeof(ActQ8_0); }
 
@@ -213,8 +215,8 @@ struct KernelQ8_0 {
   };
 
   Weights Unpack(const uint8_t* row, int64_t g) const {
-    const uint8_t* group = row + g * 68;
-    PrefetchAhead<68>(group);
+    const uint8_t* group = row + g * kQ8_0GroupBytes;
+    PrefetchAhead<kQ8_0GroupBytes>(group);
     uint32_t last;
     std::memcpy(&last, group + 64, sizeof(last));
     const __m512i head = _mm512_loadu_si512(group);
