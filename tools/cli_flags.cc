@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "tools/flag_struct.h"
 
 ABSL_FLAG(std::string, model, "", "Model: llama2.c .bin, .gguf file or Hugging Face directory");
 ABSL_FLAG(std::string, tokenizer, "", "Tokenizer file (tokenizer.bin or SentencePiece .model)");
@@ -61,15 +62,17 @@ ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, 
 
 namespace pdserve::cli {
 
-absl::StatusOr<LoadedModel> LoadModelFromFlags() {
-  const std::string path = absl::GetFlag(FLAGS_model);
+absl::StatusOr<LoadedModel> LoadModelFrom(const ModelFlags& flags) {
+  const std::string& path = flags.model;
   if (path.empty()) return absl::InvalidArgumentError("--model is required");
-  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(path, absl::GetFlag(FLAGS_tokenizer)));
+  PDSERVE_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(path, flags.tokenizer));
   GetLogger("cli")->info("loaded {} model {} ({}; {:.2f}M parameters)",
                          ModelFormatName(model.format), path, model.weights.config.Describe(),
                          model.weights.config.NumParameters() / 1e6);
   return model;
 }
+
+absl::StatusOr<LoadedModel> LoadModelFromFlags() { return LoadModelFrom(FlagsTo<ModelFlags>()); }
 
 DType StoredWeightDtype(const ModelWeights& weights) {
   for (const LayerWeights& layer : weights.layers) {
@@ -81,14 +84,13 @@ DType StoredWeightDtype(const ModelWeights& weights) {
   return DType::kF16;
 }
 
-absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+absl::StatusOr<EngineOptions> EngineOptionsFrom(const EngineFlags& flags) {
   EngineOptions options;
-  const std::string dtype = absl::GetFlag(FLAGS_weights);
-  if (dtype != "auto") {
-    PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(dtype));
+  if (flags.weights != "auto") {
+    PDSERVE_ASSIGN_OR_RETURN(options.weight_dtype, ParseDType(flags.weights));
   }
-  PDSERVE_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
-  const int threads = absl::GetFlag(FLAGS_threads);
+  PDSERVE_ASSIGN_OR_RETURN(options.device, ParseDevice(flags.device));
+  const int threads = flags.threads;
   if (threads < 0) return absl::InvalidArgumentError("--threads must be ≥ 0 (0 = automatic)");
   options.num_threads = threads;
   options.max_sequences = 1;
@@ -96,8 +98,17 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   return options;
 }
 
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+  return EngineOptionsFrom(FlagsTo<EngineFlags>());
+}
+
+void ApplyAutoWeights(const ModelWeights& weights, const EngineFlags& flags,
+                      EngineOptions& options) {
+  if (flags.weights == "auto") options.weight_dtype = StoredWeightDtype(weights);
+}
+
 void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options) {
-  if (absl::GetFlag(FLAGS_weights) == "auto") options.weight_dtype = StoredWeightDtype(weights);
+  ApplyAutoWeights(weights, FlagsTo<EngineFlags>(), options);
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag) {

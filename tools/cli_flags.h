@@ -50,12 +50,42 @@ ABSL_DECLARE_FLAG(std::string, log_level);
 
 namespace pdserve::cli {
 
-// --model and --tokenizer, loaded; InvalidArgument when --model is missing.
+// --model and --tokenizer (a flag struct, tools/flag_struct.h).
+struct ModelFlags {
+  std::string model;
+  std::string tokenizer;
+
+  template <typename Visitor>
+  void VisitFlags(Visitor&& visit) {
+    visit("model", model);
+    visit("tokenizer", tokenizer);
+  }
+};
+
+// --threads, --weights and --device (a flag struct).
+struct EngineFlags {
+  int threads = 0;
+  std::string weights;
+  std::string device;
+
+  template <typename Visitor>
+  void VisitFlags(Visitor&& visit) {
+    visit("threads", threads);
+    visit("weights", weights);
+    visit("device", device);
+  }
+};
+
+// The model `flags` name, loaded; InvalidArgument when --model is missing.
+absl::StatusOr<LoadedModel> LoadModelFrom(const ModelFlags& flags);
+// LoadModelFrom the current flags.
 absl::StatusOr<LoadedModel> LoadModelFromFlags();
 
-// Engine options from --threads and --weights (one sequence); callers set the batch and context
-// limits once the model is known, and ApplyAutoWeights. Call before loading, so flag errors come
-// first.
+// Engine options from --threads, --weights and --device (one sequence); callers set the batch and
+// context limits once the model is known, and ApplyAutoWeights. Call before loading, so flag
+// errors come first.
+absl::StatusOr<EngineOptions> EngineOptionsFrom(const EngineFlags& flags);
+// EngineOptionsFrom the current flags.
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
 // The dtype of the first plain layer matrix (f32, f16 or bf16); f16 when every one is quantized.
@@ -63,6 +93,9 @@ DType StoredWeightDtype(const ModelWeights& weights);
 
 // With --weights auto (the default), the engine runs the weights as the file stores them:
 // options.weight_dtype = StoredWeightDtype(weights).
+void ApplyAutoWeights(const ModelWeights& weights, const EngineFlags& flags,
+                      EngineOptions& options);
+// ApplyAutoWeights with the current flags.
 void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options);
 
 // The whole of the file `path` given by `flag`; NotFound naming both when it cannot be read.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "tools/flag_struct.h"
 
 ABSL_FLAG(int, swiftkv_layer, -1,
           "SwiftKV: prompt tokens run layers below this one; later layers' KV come from its input "
@@ -96,35 +97,33 @@ absl::Status ParseRetentionBudget(const std::string& value, RetentionOptions& op
       "--kvcrush-budget '", value, "' is not off, a token count ≥ 1 or a percentage in (0, 100]"));
 }
 
-absl::StatusOr<RetentionOptions> RetentionFromFlags() {
+absl::StatusOr<RetentionOptions> RetentionFrom(const ProfileFlags& flags) {
   RetentionOptions o;
-  PDSERVE_RETURN_IF_ERROR(ParseRetentionBudget(absl::GetFlag(FLAGS_kvcrush_budget), o));
+  PDSERVE_RETURN_IF_ERROR(ParseRetentionBudget(flags.kvcrush_budget, o));
   static constexpr std::pair<const char*, RetentionPolicy> kPolicies[] = {
       {"kvcrush", RetentionPolicy::kKvCrush},
       {"snapkv", RetentionPolicy::kImportance},
       {"recent", RetentionPolicy::kRecent}};
-  PDSERVE_ASSIGN_OR_RETURN(
-      o.policy, ParseChoice("kvcrush-policy", absl::GetFlag(FLAGS_kvcrush_policy), kPolicies));
+  PDSERVE_ASSIGN_OR_RETURN(o.policy,
+                           ParseChoice("kvcrush-policy", flags.kvcrush_policy, kPolicies));
   static constexpr std::pair<const char*, RetentionGranularity> kGranularities[] = {
       {"token", RetentionGranularity::kToken}, {"page", RetentionGranularity::kPage}};
   PDSERVE_ASSIGN_OR_RETURN(
-      o.granularity,
-      ParseChoice("kvcrush-granularity", absl::GetFlag(FLAGS_kvcrush_granularity), kGranularities));
+      o.granularity, ParseChoice("kvcrush-granularity", flags.kvcrush_granularity, kGranularities));
   static constexpr std::pair<const char*, AnchorMode> kAnchors[] = {
       {"random", AnchorMode::kRandom},
       {"zeros", AnchorMode::kZeros},
       {"ones", AnchorMode::kOnes},
       {"mean", AnchorMode::kMean},
       {"alternate", AnchorMode::kAlternate}};
-  PDSERVE_ASSIGN_OR_RETURN(
-      o.anchor, ParseChoice("kvcrush-anchor", absl::GetFlag(FLAGS_kvcrush_anchor), kAnchors));
-  o.kvcrush_ratio = absl::GetFlag(FLAGS_kvcrush_ratio);
-  o.window = absl::GetFlag(FLAGS_kvcrush_window);
-  o.pool = absl::GetFlag(FLAGS_kvcrush_pool);
-  o.max_tokens = absl::GetFlag(FLAGS_kvcrush_max_tokens);
-  o.sink = absl::GetFlag(FLAGS_kvcrush_sink);
-  o.recent = absl::GetFlag(FLAGS_kvcrush_recent);
-  o.seed = absl::GetFlag(FLAGS_kvcrush_seed);
+  PDSERVE_ASSIGN_OR_RETURN(o.anchor, ParseChoice("kvcrush-anchor", flags.kvcrush_anchor, kAnchors));
+  o.kvcrush_ratio = flags.kvcrush_ratio;
+  o.window = flags.kvcrush_window;
+  o.pool = flags.kvcrush_pool;
+  o.max_tokens = flags.kvcrush_max_tokens;
+  o.sink = flags.kvcrush_sink;
+  o.recent = flags.kvcrush_recent;
+  o.seed = flags.kvcrush_seed;
   if (absl::Status status = o.Validate(); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--kvcrush-*: ", status.message()));
   }
@@ -133,26 +132,26 @@ absl::StatusOr<RetentionOptions> RetentionFromFlags() {
 
 }  // namespace
 
-absl::StatusOr<CompressionProfile> ProfileFromFlags() {
+absl::StatusOr<CompressionProfile> ProfileFrom(const ProfileFlags& flags) {
   CompressionProfile p;
-  p.swiftkv_layer = absl::GetFlag(FLAGS_swiftkv_layer);
-  p.across_kv = absl::GetFlag(FLAGS_across_kv);
-  p.swiftkv_recovery = absl::GetFlag(FLAGS_swiftkv_recovery);
-  p.zack = absl::GetFlag(FLAGS_zack);
-  p.zack_rho = absl::GetFlag(FLAGS_zack_rho);
-  PDSERVE_ASSIGN_OR_RETURN(p.fp8, ParseFp8(absl::GetFlag(FLAGS_fp8)));
-  PDSERVE_ASSIGN_OR_RETURN(p.f16_kv, ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype)));
+  p.swiftkv_layer = flags.swiftkv_layer;
+  p.across_kv = flags.across_kv;
+  p.swiftkv_recovery = flags.swiftkv_recovery;
+  p.zack = flags.zack;
+  p.zack_rho = flags.zack_rho;
+  PDSERVE_ASSIGN_OR_RETURN(p.fp8, ParseFp8(flags.fp8));
+  PDSERVE_ASSIGN_OR_RETURN(p.f16_kv, ParseKvDtype(flags.kv_dtype));
   if (p.f16_kv && p.fp8 != KvScaleMode::kNone) {
     return absl::InvalidArgumentError(
         "--kv-dtype f16 and --fp8 exclude each other: FP8 stores "
         "e4m3 codes; drop one");
   }
-  p.kcache.top_n = absl::GetFlag(FLAGS_kcache_topn);
-  p.kcache.full_layers = absl::GetFlag(FLAGS_kcache_full_layers);
-  p.kcache.sink = absl::GetFlag(FLAGS_kcache_sink);
-  p.kcache.recent = absl::GetFlag(FLAGS_kcache_recent);
-  p.kcache.renormalize = absl::GetFlag(FLAGS_kcache_renormalize);
-  PDSERVE_ASSIGN_OR_RETURN(p.retention, RetentionFromFlags());
+  p.kcache.top_n = flags.kcache_topn;
+  p.kcache.full_layers = flags.kcache_full_layers;
+  p.kcache.sink = flags.kcache_sink;
+  p.kcache.recent = flags.kcache_recent;
+  p.kcache.renormalize = flags.kcache_renormalize;
+  PDSERVE_ASSIGN_OR_RETURN(p.retention, RetentionFrom(flags));
   if (p.swiftkv_layer < -1 || p.across_kv < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--swiftkv-layer ", p.swiftkv_layer,
                                                    " must be ≥ -1 and --across-kv ", p.across_kv,
@@ -169,11 +168,16 @@ absl::StatusOr<CompressionProfile> ProfileFromFlags() {
   return p;
 }
 
-absl::StatusOr<PreparedModel> PrepareModelFromFlags(const ModelWeights& weights,
-                                                    const CompressionProfile& profile,
-                                                    uint64_t* calibration_hash) {
+absl::StatusOr<CompressionProfile> ProfileFromFlags() {
+  return ProfileFrom(FlagsTo<ProfileFlags>());
+}
+
+absl::StatusOr<PreparedModel> PrepareModelFrom(const ModelWeights& weights,
+                                               const CompressionProfile& profile,
+                                               const std::string& calibration_path,
+                                               uint64_t* calibration_hash) {
   if (calibration_hash != nullptr) *calibration_hash = 0;
-  const std::string path = absl::GetFlag(FLAGS_calibration);
+  const std::string& path = calibration_path;
   std::optional<Calibration> calibration;
   if (!path.empty()) {
     PDSERVE_ASSIGN_OR_RETURN(calibration, ReadCalibrationFile(path));
@@ -187,6 +191,12 @@ absl::StatusOr<PreparedModel> PrepareModelFromFlags(const ModelWeights& weights,
                            PrepareModel(weights, profile, calibration ? &*calibration : nullptr));
   GetLogger("cli")->info("KV profile: {}", profile.Describe());
   return prepared;
+}
+
+absl::StatusOr<PreparedModel> PrepareModelFromFlags(const ModelWeights& weights,
+                                                    const CompressionProfile& profile,
+                                                    uint64_t* calibration_hash) {
+  return PrepareModelFrom(weights, profile, FlagsTo<ProfileFlags>().calibration, calibration_hash);
 }
 
 }  // namespace pdserve::cli

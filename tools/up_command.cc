@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -18,11 +19,12 @@
 #include "core/formats/model_loader.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
+#include "tools/flag_struct.h"
 #include "tools/process_group.h"
 #include "tools/profile_flags.h"
+#include "tools/role_config.h"
 
 ABSL_DECLARE_FLAG(bool, monolithic);
-ABSL_DECLARE_FLAG(std::string, listen);
 
 ABSL_FLAG(int, prefill_workers, 1, "up: prefill worker processes");
 ABSL_FLAG(int, decode_workers, 1, "up: decode (or monolithic) worker processes");
@@ -33,56 +35,18 @@ ABSL_DECLARE_FLAG(double, drain_seconds);
 namespace pdserve::cli {
 namespace {
 
-// Flags `up` hands on to the processes that take them, when set to other than their default.
-constexpr const char* kModelFlags[] = {"model", "tokenizer", "max_context", "log_level",
-                                       "drain_seconds"};
-constexpr const char* kWorkerFlags[] = {"calibration",
-                                        "threads",
-                                        "device",
-                                        "weights",
-                                        "swiftkv_layer",
-                                        "across_kv",
-                                        "swiftkv_recovery",
-                                        "zack",
-                                        "zack_rho",
-                                        "fp8",
-                                        "kv_dtype",
-                                        "kcache_topn",
-                                        "kcache_full_layers",
-                                        "kcache_sink",
-                                        "kcache_recent",
-                                        "kcache_renormalize",
-                                        "max_batch_tokens",
-                                        "max_sequences",
-                                        "max_queue",
-                                        "ucx_tls",
-                                        "require_shm",
-                                        "kvcrush_budget",
-                                        "kvcrush_policy",
-                                        "kvcrush_ratio",
-                                        "kvcrush_window",
-                                        "kvcrush_pool",
-                                        "kvcrush_max_tokens",
-                                        "kvcrush_sink",
-                                        "kvcrush_recent",
-                                        "kvcrush_granularity",
-                                        "kvcrush_anchor",
-                                        "kvcrush_seed"};
-constexpr const char* kRouterFlags[] = {
-    "policy",         "max_inflight",          "max_queued",
-    "max_queued_mib", "queue_timeout_seconds", "worker_silence_seconds",
-    "heartbeat_ms",   "http_listen",           "served_model_name"};
-constexpr const char* kKvStoreFlags[] = {"pool_mib", "slot_kib", "lease_seconds", "ucx_tls",
-                                         "require_shm"};
+// The command line of a `command` process: the command and every flag of its role's struct.
+template <typename Config>
+std::vector<std::string> RoleArgs(const char* command, const Config& config) {
+  std::vector<std::string> args = {command};
+  for (std::string& arg : FlagArgs(config)) args.push_back(std::move(arg));
+  return args;
+}
 
-template <size_t N>
-void Forward(const char* const (&names)[N], std::vector<std::string>& args) {
-  for (const char* name : names) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
-      args.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
-    }
-  }
+// Processes other than the router listen on loopback, on ports of their choosing.
+void OnAnyLoopbackPort(ProcessFlags& process) {
+  process.listen = "127.0.0.1:0";
+  process.http_listen = "127.0.0.1:0";
 }
 
 // Waits until the router lists `expected` healthy workers.
@@ -143,47 +107,39 @@ absl::Status RunUp() {
 
   const absl::Duration startup = absl::Seconds(absl::GetFlag(FLAGS_startup_seconds));
   ProcessGroup group;
-  std::vector<std::string> args = {"router",
-                                   absl::StrCat("--listen=", absl::GetFlag(FLAGS_listen))};
-  Forward(kModelFlags, args);
-  Forward(kRouterFlags, args);
-  PDSERVE_ASSIGN_OR_RETURN(const std::string router, group.Start("router", args, startup));
+  PDSERVE_ASSIGN_OR_RETURN(
+      const std::string router,
+      group.Start("router", RoleArgs("router", FlagsTo<RouterConfig>()), startup));
   const std::string router_http = group.children().back().http_address;
 
   std::string kvstore;
   if (!monolithic) {
-    args = {"kvstore"};
-    Forward(kKvStoreFlags, args);
+    auto store = FlagsTo<KvStoreConfig>();
+    OnAnyLoopbackPort(store.process);
     if (absl::FindCommandLineFlag("slot_kib")->CurrentValue() ==
         absl::FindCommandLineFlag("slot_kib")->DefaultValue()) {
       PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(absl::GetFlag(FLAGS_model)));
       PDSERVE_ASSIGN_OR_RETURN(const CompressionProfile profile, ProfileFromFlags());
-      args.push_back(absl::StrCat("--slot-kib=", SlotKibFor(weights.config, profile)));
+      store.slot_kib = SlotKibFor(weights.config, profile);
     }
-    Forward({"log_level", "drain_seconds"}, args);
-    PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", args, startup));
+    PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", RoleArgs("kvstore", store), startup));
+    auto prefill = FlagsTo<PrefillConfig>();
+    OnAnyLoopbackPort(prefill.worker.process);
+    prefill.worker.router = router;
     for (int i = 0; i < prefill_workers; ++i) {
-      args = {"prefill", absl::StrCat("--router=", router)};
-      Forward(kModelFlags, args);
-      Forward(kWorkerFlags, args);
-      Forward({"prefix_cache"}, args);
-      PDSERVE_RETURN_IF_ERROR(group.Start(absl::StrCat("prefill-", i), args, startup).status());
+      PDSERVE_RETURN_IF_ERROR(
+          group.Start(absl::StrCat("prefill-", i), RoleArgs("prefill", prefill), startup).status());
     }
   }
+  auto decode = FlagsTo<DecodeConfig>();
+  OnAnyLoopbackPort(decode.worker.process);
+  decode.worker.router = router;
+  decode.kvstore = kvstore;  // empty for monolithic workers
   for (int i = 0; i < decode_workers; ++i) {
-    args = {"decode", absl::StrCat("--router=", router)};
-    if (monolithic) {
-      args.push_back("--monolithic");
-      Forward({"threads", "device", "weights", "max_batch_tokens", "max_sequences", "max_queue"},
-              args);
-    } else {
-      args.push_back(absl::StrCat("--kvstore=", kvstore));
-      Forward(kWorkerFlags, args);
-    }
-    Forward(kModelFlags, args);
-    PDSERVE_RETURN_IF_ERROR(
-        group.Start(absl::StrCat(monolithic ? "monolithic-" : "decode-", i), args, startup)
-            .status());
+    PDSERVE_RETURN_IF_ERROR(group
+                                .Start(absl::StrCat(monolithic ? "monolithic-" : "decode-", i),
+                                       RoleArgs("decode", decode), startup)
+                                .status());
   }
   PDSERVE_RETURN_IF_ERROR(
       WaitForWorkers(router, (monolithic ? 0 : prefill_workers) + decode_workers, startup));

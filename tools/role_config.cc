@@ -1,0 +1,43 @@
+// The flags of the service roles (tools/role_config.h).
+#include "tools/role_config.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0 = any)");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
+          "HTTP listen address host:port: /metrics, and the OpenAI API on the router");
+ABSL_FLAG(double, drain_seconds, 30,
+          "On SIGTERM: seconds to finish in-flight work (NOT_SERVING meanwhile) before exiting");
+ABSL_FLAG(std::string, served_model_name, "",
+          "router: the model name of the OpenAI API; default: the --model file or directory name");
+ABSL_FLAG(std::string, router, "", "Router address to register with (workers)");
+ABSL_FLAG(std::string, kvstore, "", "The node-local KV store's gRPC address (decode workers)");
+ABSL_FLAG(std::string, ucx_tls, "shm,tcp",
+          "UCX transports for KV pages, as UCX_TLS; empty = UCX's choice");
+ABSL_FLAG(bool, require_shm, false,
+          "Refuse KV store connections whose UCX lanes fall back to TCP on the same host");
+ABSL_FLAG(int64_t, pool_mib, 256, "kvstore: page pool size in MiB");
+ABSL_FLAG(int64_t, slot_kib, 128, "kvstore: bytes per page slot in KiB");
+ABSL_FLAG(double, lease_seconds, 10, "kvstore: default page lease in seconds");
+ABSL_FLAG(int, max_batch_tokens, 512, "prefill/decode: tokens per forward pass");
+ABSL_FLAG(int, max_sequences, 0, "Sequences per engine; 0 = 8 for prefill, 64 for decode");
+ABSL_FLAG(int, max_context, 0, "Tokens per sequence; 0 = the model's context");
+ABSL_FLAG(int, max_queue, 256, "prefill/decode: queued requests before RESOURCE_EXHAUSTED");
+ABSL_FLAG(bool, monolithic, false, "decode: prefill and decode in this process, no compression");
+ABSL_FLAG(bool, prefix_cache, true,
+          "prefill: reuse the KV pages of prompt prefixes the KV store holds, and publish new "
+          "ones (--noprefix_cache: compute every prompt whole)");
+ABSL_FLAG(std::string, prefill_addresses, "", "router: static prefill workers, comma separated");
+ABSL_FLAG(std::string, decode_addresses, "",
+          "router: static decode workers as decode_addr@kvstore_addr, comma separated");
+ABSL_FLAG(std::string, monolithic_addresses, "", "router: static monolithic workers");
+ABSL_FLAG(std::string, policy, "least-tokens", "router: least-tokens or round-robin");
+ABSL_FLAG(int, max_inflight, 256, "router: requests running at once; more wait in its queue");
+ABSL_FLAG(int, max_queued, 4096,
+          "router: requests waiting beyond --max-inflight before RESOURCE_EXHAUSTED / 429");
+ABSL_FLAG(int64_t, max_queued_mib, 256, "router: request data its queue may hold, in MiB");
+ABSL_FLAG(double, queue_timeout_seconds, 300,
+          "router: longest wait in its queue (or the client's deadline, if sooner)");
+ABSL_FLAG(double, worker_silence_seconds, 30,
+          "router: a worker silent this long is dead if another of its role is live");
+ABSL_FLAG(int, heartbeat_ms, 500, "router: worker heartbeat interval in milliseconds");
