@@ -76,7 +76,8 @@ GenerateRequest TokenRequest(const std::vector<int>& token_ids, int max_tokens) 
   return request;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Create(const std::string& router_address) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(const std::string& router_address,
+                                                       const ClientOptions& options) {
   if (router_address.empty()) return absl::InvalidArgumentError("empty router address");
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
@@ -85,12 +86,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const std::string& router
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel =
       grpc::CreateCustomChannel(router_address, grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<Client>(new Client(router_address, std::move(channel)));
+  for (char c : options.api_key) {
+    if (c <= ' ' || c >= 0x7f) {
+      return absl::InvalidArgumentError("the API key holds a space or a non-printable character");
+    }
+  }
+  return std::unique_ptr<Client>(new Client(router_address, std::move(channel), options));
 }
 
-Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel)
+Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel, ClientOptions options)
     : address_(std::move(address)),
       channel_(std::move(channel)),
+      options_(std::move(options)),
       stub_(v1::Router::NewStub(channel_)) {}
 
 absl::Time Client::Deadline(const CallOptions& options) {
@@ -101,8 +108,9 @@ absl::Time Client::Deadline(const CallOptions& options) {
   return deadline;
 }
 
-void Client::Configure(absl::Time deadline, grpc::ClientContext& context) {
+void Client::Configure(absl::Time deadline, grpc::ClientContext& context) const {
   if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
+  if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
   context.set_wait_for_ready(false);  // an unreachable router is UNAVAILABLE at once
 }
 

@@ -78,10 +78,17 @@ struct GenerateResult {
 GenerateRequest TextRequest(const std::string& text, int max_tokens);
 GenerateRequest TokenRequest(const std::vector<int>& token_ids, int max_tokens);
 
+struct ClientOptions {
+  // Sent with every Generate as "authorization: Bearer <api_key>" when not empty (a router started
+  // with --api-key refuses calls without one as UNAUTHENTICATED).
+  std::string api_key;
+};
+
 class Client {
  public:
   // `router_address` is "host:port". Does not connect yet; InvalidArgument for an empty address.
-  static absl::StatusOr<std::unique_ptr<Client>> Create(const std::string& router_address);
+  static absl::StatusOr<std::unique_ptr<Client>> Create(const std::string& router_address,
+                                                        const ClientOptions& options = {});
 
   // Runs the request to its end and returns all tokens and text.
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
@@ -98,10 +105,11 @@ class Client {
   const std::string& address() const { return address_; }
 
  private:
-  Client(std::string address, std::shared_ptr<grpc::Channel> channel);
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel, ClientOptions options);
   // The call's absolute deadline from `options` (deadline and timeout).
   static absl::Time Deadline(const CallOptions& options);
-  static void Configure(absl::Time deadline, grpc::ClientContext& context);
+  // Sets the deadline and the API key.
+  void Configure(absl::Time deadline, grpc::ClientContext& context) const;
   // One Generate call, no retry.
   absl::StatusOr<GenerateResponse::Final> GenerateOnce(
       const GenerateRequest& request, const CallOptions& options, absl::Time deadline,
@@ -109,6 +117,7 @@ class Client {
 
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
+  ClientOptions options_;
   std::unique_ptr<v1::Router::Stub> stub_;  // thread-safe
 };
 

@@ -44,7 +44,9 @@ absl::Status RunClient() {
   if (absl::GetFlag(FLAGS_timeout_seconds) > 0) {
     options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds));
   }
-  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(router));
+  ClientOptions client_options;
+  PDSERVE_ASSIGN_OR_RETURN(client_options.api_key, ClientApiKeyFromFlags());
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(router, client_options));
   std::fputs(absl::GetFlag(FLAGS_prompt).c_str(), stdout);
   std::fflush(stdout);
   PDSERVE_ASSIGN_OR_RETURN(

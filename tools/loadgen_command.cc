@@ -260,17 +260,20 @@ absl::StatusOr<Config> ConfigFromFlags() {
 }
 
 absl::StatusOr<std::unique_ptr<loadgen::Backend>> MakeBackend(const Config& c) {
+  ClientOptions client_options;
+  PDSERVE_ASSIGN_OR_RETURN(client_options.api_key, ClientApiKeyFromFlags());
   if (c.protocol == "http") {
     const std::string url = absl::GetFlag(FLAGS_url);
     if (url.empty()) return absl::InvalidArgumentError("--protocol http needs --url HOST:PORT");
-    PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<loadgen::HttpBackend> backend,
-                             loadgen::HttpBackend::Create(url, absl::GetFlag(FLAGS_api_model)));
+    PDSERVE_ASSIGN_OR_RETURN(
+        std::unique_ptr<loadgen::HttpBackend> backend,
+        loadgen::HttpBackend::Create(url, absl::GetFlag(FLAGS_api_model), client_options.api_key));
     return std::unique_ptr<loadgen::Backend>(std::move(backend));
   }
   const std::string router = absl::GetFlag(FLAGS_router);
   if (router.empty()) return absl::InvalidArgumentError("loadgen needs --router HOST:PORT");
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<loadgen::GrpcBackend> backend,
-                           loadgen::GrpcBackend::Create(router));
+                           loadgen::GrpcBackend::Create(router, client_options));
   return std::unique_ptr<loadgen::Backend>(std::move(backend));
 }
 

@@ -1,6 +1,10 @@
 // The flags of the service roles (tools/role_config.h).
 #include "tools/role_config.h"
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0 = any)");
@@ -41,3 +45,14 @@ ABSL_FLAG(double, queue_timeout_seconds, 300,
 ABSL_FLAG(double, worker_silence_seconds, 30,
           "router: a worker silent this long is dead if another of its role is live");
 ABSL_FLAG(int, heartbeat_ms, 500, "router: worker heartbeat interval in milliseconds");
+ABSL_FLAG(std::vector<std::string>, api_key, {},
+          "router: API keys accepted from clients (comma separated), as 'Authorization: Bearer "
+          "KEY' on the OpenAI API and gRPC metadata on Generate; none = anyone may call. client "
+          "and loadgen: the key to send. Prefer --api-key-file: flags show in the process list");
+ABSL_FLAG(std::string, api_key_file, "",
+          "router: a file of accepted API keys, one per line ('#' comments); added to --api-key");
+ABSL_FLAG(int, api_key_max_streams, 0,
+          "router: requests each API key may have in flight (429 beyond); 0 = unlimited");
+ABSL_FLAG(int64_t, api_key_tokens_per_minute, 0,
+          "router: prompt + completion tokens each API key may use per minute (429 with "
+          "Retry-After while over); 0 = unlimited");

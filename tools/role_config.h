@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tools/cli_flags.h"
 #include "tools/profile_flags.h"
@@ -56,6 +57,10 @@ struct RouterConfig {
   double queue_timeout_seconds = 0;
   double worker_silence_seconds = 0;
   int heartbeat_ms = 0;
+  std::vector<std::string> api_key;
+  std::string api_key_file;
+  int api_key_max_streams = 0;
+  int64_t api_key_tokens_per_minute = 0;
 
   template <typename Visitor>
   void VisitFlags(Visitor&& visit) {
@@ -73,6 +78,10 @@ struct RouterConfig {
     visit("queue_timeout_seconds", queue_timeout_seconds);
     visit("worker_silence_seconds", worker_silence_seconds);
     visit("heartbeat_ms", heartbeat_ms);
+    visit("api_key", api_key);
+    visit("api_key_file", api_key_file);
+    visit("api_key_max_streams", api_key_max_streams);
+    visit("api_key_tokens_per_minute", api_key_tokens_per_minute);
   }
 };
 

@@ -10,6 +10,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/flag_struct.h"
@@ -72,6 +73,8 @@ std::string OtherValue(const absl::CommandLineFlag& flag) {
     return value ? "false" : "true";
   } else if constexpr (std::is_same_v<T, std::string>) {
     return absl::StrCat(value, "-other");
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return absl::StrCat(absl::StrJoin(value, ","), value.empty() ? "" : ",", "sk-other,sk-more");
   } else if constexpr (std::is_floating_point_v<T>) {
     return absl::StrCat(value + 0.25);
   } else {

@@ -228,6 +228,17 @@ absl::Status RunRouterCommand() {
     *field = absl::Seconds(seconds);
   }
   options.heartbeat_interval = absl::Milliseconds(config.heartbeat_ms);
+  PDSERVE_ASSIGN_OR_RETURN(BearerKeys keys,
+                           BearerKeys::FromFlags(config.api_key, config.api_key_file));
+  const ApiKeyLimits limits{config.api_key_max_streams, config.api_key_tokens_per_minute};
+  PDSERVE_RETURN_IF_ERROR(limits.Validate());
+  if (keys.open()) {
+    GetLogger("router")->warn(
+        "no --api-key or --api-key-file: anyone who reaches the router may use it");
+  } else {
+    GetLogger("router")->info("{} API keys accepted", keys.size());
+    options.api_keys = std::make_shared<ApiKeyGate>(std::move(keys), limits);
+  }
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   return RunRouter(options);
 }

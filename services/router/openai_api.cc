@@ -27,6 +27,7 @@ constexpr char kModelPath[] = "/v1/models/{id}";  // the metrics label
 
 void SendError(httplib::Response& res, const OpenAiError& error) {
   res.status = error.http_status;
+  if (error.http_status == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(DumpJson(ErrorBody(error)), kJsonType);
 }
 
@@ -110,6 +111,17 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
     }
   }
 
+  // Whether `req` may use the API; answers 401 when not.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const {
+    if (options_.api_keys == nullptr) return true;
+    const absl::Status status =
+        options_.api_keys->Authenticate(req.get_header_value("Authorization"));
+    if (status.ok()) return true;
+    SendError(res, ErrorFromRouter(grpc::StatusCode::UNAUTHENTICATED, std::string(status.message()),
+                                   OpenAiEndpoint::kCompletions));
+    return false;
+  }
+
   // POST /v1/completions and /v1/chat/completions.
   void Generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void ListModels(httplib::Response& res);
@@ -127,10 +139,13 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
   }
 
  private:
-  // Starts the call and reads its first message; on failure returns nullptr with `*refusal`.
-  std::unique_ptr<RouterCall> Start(const v1::GenerateRequest& request, v1::GenerateResponse* first,
+  // Starts the call (with the client's Authorization header, when it sent one) and reads its
+  // first message; on failure returns nullptr with `*refusal`.
+  std::unique_ptr<RouterCall> Start(const v1::GenerateRequest& request,
+                                    const std::string& authorization, v1::GenerateResponse* first,
                                     RouterRefusal* refusal);
   std::unique_ptr<RouterCall> StartWithDefaultRoom(OpenAiRequest& request,
+                                                   const std::string& authorization,
                                                    v1::GenerateResponse* first,
                                                    RouterRefusal* refusal);
   void Collect(OpenAiRequest& request, std::unique_ptr<RouterCall> call, v1::GenerateResponse first,
@@ -155,9 +170,12 @@ class OpenAiApi : public std::enable_shared_from_this<OpenAiApi> {
 };
 
 std::unique_ptr<RouterCall> OpenAiApi::Start(const v1::GenerateRequest& request,
+                                             const std::string& authorization,
                                              v1::GenerateResponse* first, RouterRefusal* refusal) {
   auto call = std::make_unique<RouterCall>();
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.default_timeout));
+  // Authorized already, so printable: the router applies the key's limits.
+  if (!authorization.empty()) call->context.AddMetadata("authorization", authorization);
   call->reader = stub_->Generate(&call->context, request);
   if (call->reader->Read(first)) return call;
   refusal->status = call->Finish();
@@ -172,9 +190,10 @@ std::unique_ptr<RouterCall> OpenAiApi::Start(const v1::GenerateRequest& request,
 // A chat request without max_tokens asks for the whole context first; the router answers how many
 // tokens fit after the prompt (it alone tokenizes), and the request is sent again with that many.
 std::unique_ptr<RouterCall> OpenAiApi::StartWithDefaultRoom(OpenAiRequest& request,
+                                                            const std::string& authorization,
                                                             v1::GenerateResponse* first,
                                                             RouterRefusal* refusal) {
-  std::unique_ptr<RouterCall> call = Start(request.generate, first, refusal);
+  std::unique_ptr<RouterCall> call = Start(request.generate, authorization, first, refusal);
   if (call != nullptr || !request.max_tokens_is_default ||
       refusal->status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
     return call;
@@ -182,7 +201,7 @@ std::unique_ptr<RouterCall> OpenAiApi::StartWithDefaultRoom(OpenAiRequest& reque
   const std::optional<int> room = RoomFromRouterMessage(refusal->status.error_message());
   if (!room.has_value() || *room >= request.generate.max_tokens()) return call;
   request.generate.set_max_tokens(*room);
-  return Start(request.generate, first, refusal);
+  return Start(request.generate, authorization, first, refusal);
 }
 
 void OpenAiApi::Generate(OpenAiEndpoint endpoint, const httplib::Request& req,
@@ -192,6 +211,10 @@ void OpenAiApi::Generate(OpenAiEndpoint endpoint, const httplib::Request& req,
   OpenAiRequest request;
   const OpenAiLimits limits{options_.model_id, options_.max_context, options_.chat_template.get(),
                             options_.chat_template_error};
+  if (!Authorized(req, res)) {
+    Record(path, res.status, start);
+    return;
+  }
   if (auto error = ParseOpenAiRequest(endpoint, req.body, limits, &request)) {
     SendError(res, *error);
     Record(path, res.status, start);
@@ -199,7 +222,8 @@ void OpenAiApi::Generate(OpenAiEndpoint endpoint, const httplib::Request& req,
   }
   v1::GenerateResponse first;
   RouterRefusal refusal;
-  std::unique_ptr<RouterCall> call = StartWithDefaultRoom(request, &first, &refusal);
+  std::unique_ptr<RouterCall> call =
+      StartWithDefaultRoom(request, req.get_header_value("Authorization"), &first, &refusal);
   if (call == nullptr) {
     SendRefusal(res, refusal, endpoint);
     Record(path, res.status, start);
@@ -458,14 +482,14 @@ void InstallOpenAiRoutes(httplib::Server& server, const OpenAiApiOptions& option
   server.Post(kChatPath, Guarded([api](const httplib::Request& req, httplib::Response& res) {
                 api->Generate(OpenAiEndpoint::kChatCompletions, req, res);
               }));
-  server.Get(kModelsPath, Guarded([api](const httplib::Request&, httplib::Response& res) {
+  server.Get(kModelsPath, Guarded([api](const httplib::Request& req, httplib::Response& res) {
                const absl::Time start = absl::Now();
-               api->ListModels(res);
+               if (api->Authorized(req, res)) api->ListModels(res);
                api->Record(kModelsPath, res.status, start);
              }));
   server.Get("/v1/models/(.+)", Guarded([api](const httplib::Request& req, httplib::Response& res) {
                const absl::Time start = absl::Now();
-               api->GetModel(req.matches[1].str(), res);
+               if (api->Authorized(req, res)) api->GetModel(req.matches[1].str(), res);
                api->Record(kModelPath, res.status, start);
              }));
   MethodNotAllowed(server, kCompletionsPath, "POST");

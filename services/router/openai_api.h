@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "core/chat/chat_template.h"
 #include "core/metrics/metrics_registry.h"
+#include "services/router/api_key_gate.h"
 
 namespace pdserve {
 
@@ -38,6 +39,10 @@ struct OpenAiApiOptions {
   // one, or the reason the model's own cannot be used.
   std::shared_ptr<const ChatTemplate> chat_template;
   absl::Status chat_template_error;
+  // Who may call: every /v1 route answers 401 to a request whose Authorization header bears no
+  // key; the generation routes forward the header to Router/Generate, which applies the key's
+  // limits. Null = anyone.
+  std::shared_ptr<const ApiKeyGate> api_keys;
 };
 
 // Adds POST /v1/completions, POST /v1/chat/completions, GET /v1/models (+ /v1/models/{id}) to

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "client/pdserve_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -160,6 +161,7 @@ class OpenAiApiTest : public ::testing::Test {
     api.max_context = kMaxContext;
     api.metrics = &metrics_;
     api.default_timeout = timeout;
+    api.api_keys = options.api_keys;
     HttpServerOptions http;
     http.max_body_bytes = max_body_bytes;
     auto server =
@@ -520,6 +522,139 @@ TEST_F(OpenAiApiTest, ClientDisconnectCancelsTheCall) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));  // not the 4 s the whole script takes
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(router_->service().inflight(), 0);
+}
+
+constexpr char kKey[] = "sk-test-key-0001";
+
+std::shared_ptr<ApiKeyGate> Keys(ApiKeyLimits limits) {
+  return std::make_shared<ApiKeyGate>(*BearerKeys::Create({kKey, "sk-test-key-0002"}), limits);
+}
+
+TEST_F(OpenAiApiTest, EveryRouteRefusesACallerWithoutAValidKey) {
+  RouterOptions options = Options();
+  options.api_keys = Keys({});
+  Start(options);
+  const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
+  for (const std::string& authorization :
+       {std::string(), std::string("Bearer sk-test-key-0003"), std::string("sk-test-key-0001"),
+        std::string("Basic c2stdGVzdA==")}) {
+    httplib::Headers headers;
+    if (!authorization.empty()) headers.emplace("Authorization", authorization);
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+      auto res = client_->Post(path, headers, body, "application/json");
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 401) << path << " with '" << authorization << "'";
+      EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer");
+      const Json error = Json::parse(res->body)["error"];
+      EXPECT_EQ(error["code"], "invalid_api_key");
+      EXPECT_EQ(error["type"], "invalid_request_error");
+      EXPECT_THAT(res->body, ::testing::Not(HasSubstr("sk-test-key-0001")));
+    }
+    for (const char* path : {"/v1/models", "/v1/models/stories260K"}) {
+      auto res = client_->Get(path, headers);
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 401) << path << " with '" << authorization << "'";
+    }
+  }
+  EXPECT_TRUE(worker_.requests().empty());  // no refused call reached a worker
+
+  client_->set_bearer_token_auth(kKey);
+  auto res = Post("/v1/completions", body);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  auto models = client_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  client_->set_bearer_token_auth("sk-test-key-0002");  // every key is accepted
+  res = Post("/v1/chat/completions",
+             R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+TEST_F(OpenAiApiTest, GrpcGenerateTakesTheKeyAsMetadata) {
+  RouterOptions options = Options();
+  options.api_keys = Keys({});
+  Start(options);
+  const GenerateRequest request = TextRequest("Once", 2);
+  absl::StatusOr<std::unique_ptr<Client>> anonymous = Client::Create(router_->address());
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ((*anonymous)->Generate(request).status().code(), absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<std::unique_ptr<Client>> wrong =
+      Client::Create(router_->address(), {.api_key = "sk-test-key-0009"});
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ((*wrong)->Generate(request).status().code(), absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<std::unique_ptr<Client>> keyed =
+      Client::Create(router_->address(), {.api_key = kKey});
+  ASSERT_TRUE(keyed.ok());
+  absl::StatusOr<GenerateResult> result = (*keyed)->Generate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->text, "He");
+}
+
+TEST_F(OpenAiApiTest, AKeyOverItsStreamsIs429AndTheStreamReturnsAtTheEnd) {
+  worker_.hang_after_ = 1;
+  RouterOptions options = Options();
+  options.api_keys = Keys({.max_streams = 1});
+  Start(options);
+  client_->set_bearer_token_auth(kKey);
+  std::atomic<bool> admitted{false};
+  std::atomic<bool> hang_up{false};
+  std::thread hanging([&] {
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.body = R"({"prompt": "x", "stream": true})";
+    request.headers.emplace("Authorization", std::string("Bearer ") + kKey);
+    request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      admitted = true;
+      while (!hang_up) absl::SleepFor(absl::Milliseconds(5));
+      return false;
+    };
+    httplib::Client("http://" + http_->address()).send(request);
+  });
+  while (!admitted) absl::SleepFor(absl::Milliseconds(5));  // it holds the key's one stream
+  auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429) << res->body;
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  EXPECT_THAT(res->body, HasSubstr("in flight"));
+  client_->set_bearer_token_auth("sk-test-key-0002");  // another key has its own streams
+  worker_.hang_after_ = -1;
+  res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  hang_up = true;
+  hanging.join();
+  ASSERT_TRUE(worker_.WaitCancelled());
+  // The hung-up stream gave its slot back once the router finished with it.
+  client_->set_bearer_token_auth(kKey);
+  const absl::Time give_up = absl::Now() + kWait;
+  int status = 0;
+  while (absl::Now() < give_up) {
+    res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})");
+    ASSERT_TRUE(res);
+    status = res->status;
+    if (status != 429) break;
+    absl::SleepFor(absl::Milliseconds(10));  // the router sees the cancellation asynchronously
+  }
+  EXPECT_EQ(status, 200);
+}
+
+TEST_F(OpenAiApiTest, AKeyOverItsTokensPerMinuteIs429UntilRepaid) {
+  RouterOptions options = Options();
+  options.api_keys = Keys({.tokens_per_minute = 6});
+  Start(options);
+  client_->set_bearer_token_auth(kKey);
+  // 5 prompt tokens (BOS O n c e) + 5 generated = 10: 4 over a minute's 6 tokens.
+  auto res = Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 5})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  res = Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 5})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429) << res->body;
+  EXPECT_EQ(res->get_header_value("Retry-After"), "40");  // 4 tokens at 6 a minute
+  EXPECT_THAT(res->body, HasSubstr("tokens per minute"));
 }
 
 }  // namespace

@@ -426,6 +426,10 @@ OpenAiError ErrorFromRouter(int grpc_code, const std::string& message, OpenAiEnd
       }
       break;
     }
+    case 16:  // UNAUTHENTICATED
+      error.http_status = 401;
+      error.code = "invalid_api_key";
+      break;
     case 8:  // RESOURCE_EXHAUSTED
       error.http_status = 429;
       error.type = "rate_limit_error";

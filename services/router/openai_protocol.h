@@ -34,7 +34,8 @@ OpenAiError InvalidRequest(std::string message, std::string param = "");
 // {"error": {...}}
 Json ErrorBody(const OpenAiError& error);
 // The error for an unsuccessful router call (gRPC code as an int, as grpc::StatusCode):
-// INVALID_ARGUMENT → 400 (param guessed from the router's message), RESOURCE_EXHAUSTED → 429,
+// INVALID_ARGUMENT → 400 (param guessed from the router's message), UNAUTHENTICATED → 401
+// (code invalid_api_key), RESOURCE_EXHAUSTED → 429,
 // UNAVAILABLE → 503, DEADLINE_EXCEEDED → 504, CANCELLED → 499, anything else → 500.
 OpenAiError ErrorFromRouter(int grpc_code, const std::string& message, OpenAiEndpoint endpoint);
 

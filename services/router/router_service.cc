@@ -167,7 +167,23 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
 }
 
 absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request) {
+  ApiKeyGate::Ticket key;
+  if (options_.api_keys != nullptr) {
+    const auto& metadata = call.server_context->client_metadata();
+    const auto authorization = metadata.find("authorization");
+    PDSERVE_ASSIGN_OR_RETURN(
+        key, options_.api_keys->Admit(
+                 authorization == metadata.end()
+                     ? std::string_view()
+                     : std::string_view(authorization->second.data(), authorization->second.size()),
+                 call.arrival));
+  }
   PDSERVE_ASSIGN_OR_RETURN(call.request, ValidateGenerateRequest(request, limits_));
+  // The key pays for what the request used, however it ends.
+  absl::Cleanup charge = [&] {
+    key.Charge(static_cast<int64_t>(call.request.prompt.size()) + call.completion_tokens,
+               absl::Now());
+  };
 
   // What a queued call holds: its validated prompt and stop strings, and the request message.
   int64_t bytes =
@@ -564,6 +580,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
     api.max_context = options.max_context;
     api.metrics = metrics;
     api.default_timeout = options.default_deadline;
+    api.api_keys = options.api_keys;
     absl::StatusOr<std::unique_ptr<ChatTemplate>> chat =
         ChatTemplate::ForTokenizer(*options.tokenizer);
     if (chat.ok()) {

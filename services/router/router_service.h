@@ -33,6 +33,7 @@
 #include "pdserve/v1/router.grpc.pb.h"
 #include "services/common/admission_queue.h"
 #include "services/common/service_server.h"
+#include "services/router/api_key_gate.h"
 #include "services/router/request_validation.h"
 #include "services/router/router_metrics.h"
 #include "services/router/scheduling_policy.h"
@@ -71,6 +72,9 @@ struct RouterOptions {
   std::string model_id = "pdserve";
   // The process's metrics; RouterService::Create makes a registry when this is null.
   std::shared_ptr<MetricsRegistry> metrics;
+  // Who may call Generate (gRPC "authorization" metadata, the OpenAI API's Authorization header)
+  // and how much; null = anyone, unlimited.
+  std::shared_ptr<ApiKeyGate> api_keys;
 
   // InvalidArgument naming the first bad field.
   absl::Status Validate() const;

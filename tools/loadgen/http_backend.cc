@@ -66,7 +66,8 @@ std::string ErrorMessage(const std::string& body) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpBackend>> HttpBackend::Create(const std::string& address,
-                                                                 const std::string& model) {
+                                                                 const std::string& model,
+                                                                 const std::string& api_key) {
   std::string rest = address;
   if (absl::StartsWith(rest, "http://")) rest = rest.substr(7);
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
@@ -82,7 +83,13 @@ absl::StatusOr<std::unique_ptr<HttpBackend>> HttpBackend::Create(const std::stri
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  return std::unique_ptr<HttpBackend>(new HttpBackend(host, port, model));
+  return std::unique_ptr<HttpBackend>(new HttpBackend(host, port, model, api_key));
+}
+
+std::unique_ptr<httplib::Client> HttpBackend::Connect() const {
+  auto client = std::make_unique<httplib::Client>(host_, port_);
+  if (!api_key_.empty()) client->set_bearer_token_auth(api_key_.c_str());
+  return client;
 }
 
 std::string HttpBackend::Describe() const {
@@ -90,7 +97,8 @@ std::string HttpBackend::Describe() const {
 }
 
 absl::Status HttpBackend::Probe() {
-  httplib::Client client(host_, port_);
+  const std::unique_ptr<httplib::Client> connection = Connect();
+  httplib::Client& client = *connection;
   client.set_connection_timeout(5);
   client.set_read_timeout(10);
   httplib::Result result = client.Get("/v1/models");
@@ -146,7 +154,8 @@ BackendResult HttpBackend::SendOnce(const BackendRequest& request, Cancellation&
                                {"ignore_eos", true},
                                {"temperature", 0},
                                {"stream_options", {{"include_usage", true}}}};
-  httplib::Client client(host_, port_);
+  const std::unique_ptr<httplib::Client> connection = Connect();
+  httplib::Client& client = *connection;
   client.set_connection_timeout(10);
   const time_t read_seconds = static_cast<time_t>(request.timeout_s) + 1;
   client.set_read_timeout(read_seconds);

@@ -19,14 +19,20 @@
 #include "absl/status/statusor.h"
 #include "tools/loadgen/backend.h"
 
+namespace httplib {
+class Client;
+}  // namespace httplib
+
 namespace pdserve::loadgen {
 
 class HttpBackend : public Backend {
  public:
   // `address` is "host:port" or "http://host:port[/]"; InvalidArgument naming --url otherwise.
   // `model` is the requests' "model" field; empty = the first one /v1/models lists (Probe).
+  // `api_key`, when not empty, is sent as "Authorization: Bearer <api_key>".
   static absl::StatusOr<std::unique_ptr<HttpBackend>> Create(const std::string& address,
-                                                             const std::string& model);
+                                                             const std::string& model,
+                                                             const std::string& api_key = "");
 
   std::string Describe() const override;
   // GET /v1/models; any HTTP answer counts as reachable. With an empty `model`, takes the first
@@ -36,8 +42,13 @@ class HttpBackend : public Backend {
                      const std::function<void()>& on_token) override;
 
  private:
-  HttpBackend(std::string host, int port, std::string model)
-      : host_(std::move(host)), port_(port), model_(std::move(model)) {}
+  HttpBackend(std::string host, int port, std::string model, std::string api_key)
+      : host_(std::move(host)),
+        port_(port),
+        model_(std::move(model)),
+        api_key_(std::move(api_key)) {}
+  // A client of the server, with the API key.
+  std::unique_ptr<httplib::Client> Connect() const;
   // One request, no retry; `*retry_after` receives a Retry-After header's wait.
   BackendResult SendOnce(const BackendRequest& request, Cancellation& cancellation,
                          const std::function<void()>& on_token,
@@ -45,6 +56,7 @@ class HttpBackend : public Backend {
   std::string host_;
   int port_;
   std::string model_;
+  std::string api_key_;
 };
 
 }  // namespace pdserve::loadgen

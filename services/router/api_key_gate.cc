@@ -1,0 +1,114 @@
+#include "services/router/api_key_gate.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/retry_hint.h"
+
+namespace pdserve {
+
+absl::Status ApiKeyLimits::Validate() const {
+  if (max_streams < 0 || tokens_per_minute < 0 || tokens_per_minute > int64_t{1'000'000'000'000}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("API key limits: max streams ", max_streams, " and tokens per minute ",
+                     tokens_per_minute, " must be ≥ 0 (0 = unlimited), tokens at most 10^12"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+constexpr int64_t kMilli = 1000;
+constexpr int64_t kNanosPerMinute = int64_t{60} * 1000 * 1000 * 1000;
+
+}  // namespace
+
+ApiKeyGate::ApiKeyGate(BearerKeys keys, ApiKeyLimits limits)
+    : keys_(std::move(keys)), limits_(limits), state_(keys_.size()) {
+  for (KeyState& key : state_) {
+    key.bucket = limits_.tokens_per_minute * kMilli;
+    key.refilled = absl::InfinitePast();
+  }
+}
+
+absl::Status ApiKeyGate::Authenticate(std::string_view authorization) const {
+  if (open() || keys_.Match(authorization).has_value()) return absl::OkStatus();
+  return absl::UnauthenticatedError(
+      authorization.empty() ? "no API key: send one as the header 'Authorization: Bearer KEY'"
+                            : "incorrect API key provided");
+}
+
+// In integers, rounding refills down and waits up, so that waiting the Retry-After a refusal gave
+// always repays the debt.
+void ApiKeyGate::Refill(KeyState& key, absl::Time now) const {
+  const int64_t capacity = limits_.tokens_per_minute * kMilli;
+  if (key.refilled != absl::InfinitePast() && now > key.refilled) {
+    const __int128 nanos = absl::ToInt64Nanoseconds(now - key.refilled);
+    const __int128 refill = capacity * nanos / kNanosPerMinute;
+    key.bucket = static_cast<int64_t>(std::min<__int128>(capacity, key.bucket + refill));
+  }
+  key.refilled = std::max(key.refilled, now);
+}
+
+absl::StatusOr<ApiKeyGate::Ticket> ApiKeyGate::Admit(std::string_view authorization,
+                                                     absl::Time now) {
+  if (open()) return Ticket();
+  const std::optional<int> key = keys_.Match(authorization);
+  if (!key.has_value()) return Authenticate(authorization);
+  absl::MutexLock lock(&mu_);
+  KeyState& state = state_[*key];
+  if (limits_.max_streams > 0 && state.in_flight >= limits_.max_streams) {
+    absl::Status refusal = absl::ResourceExhaustedError(absl::StrCat(
+        "rate limit: this API key has ", state.in_flight, " requests in flight, its limit"));
+    SetRetryHint(refusal, absl::Seconds(1));
+    return refusal;
+  }
+  if (limits_.tokens_per_minute > 0) {
+    Refill(state, now);
+    if (state.bucket < 0) {
+      const __int128 debt = -state.bucket;
+      const __int128 rate = limits_.tokens_per_minute * kMilli;
+      const absl::Duration wait =
+          absl::Nanoseconds(static_cast<int64_t>((debt * kNanosPerMinute + rate - 1) / rate));
+      absl::Status refusal = absl::ResourceExhaustedError(absl::StrCat(
+          "rate limit: this API key spent its ", limits_.tokens_per_minute, " tokens per minute; ",
+          (-state.bucket + kMilli - 1) / kMilli, " more must be repaid first"));
+      SetRetryHint(refusal, absl::Ceil(wait, absl::Milliseconds(1)));
+      return refusal;
+    }
+  }
+  ++state.in_flight;
+  return Ticket(this, *key);
+}
+
+ApiKeyGate::Ticket::Ticket(Ticket&& other) noexcept
+    : gate_(std::exchange(other.gate_, nullptr)), key_(other.key_) {}
+
+ApiKeyGate::Ticket& ApiKeyGate::Ticket::operator=(Ticket&& other) noexcept {
+  if (this != &other) {
+    Release();
+    gate_ = std::exchange(other.gate_, nullptr);
+    key_ = other.key_;
+  }
+  return *this;
+}
+
+ApiKeyGate::Ticket::~Ticket() { Release(); }
+
+void ApiKeyGate::Ticket::Release() {
+  if (gate_ == nullptr) return;
+  absl::MutexLock lock(&gate_->mu_);
+  --gate_->state_[key_].in_flight;
+  gate_ = nullptr;
+}
+
+void ApiKeyGate::Ticket::Charge(int64_t tokens, absl::Time now) {
+  if (gate_ == nullptr || gate_->limits_.tokens_per_minute == 0) return;
+  absl::MutexLock lock(&gate_->mu_);
+  KeyState& state = gate_->state_[key_];
+  gate_->Refill(state, now);
+  state.bucket -= tokens * kMilli;
+}
+
+}  // namespace pdserve
