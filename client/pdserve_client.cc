@@ -84,8 +84,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const std::string& router
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(router_address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<const Tls> tls = Tls::Insecure();
+  if (!options.tls.ca.empty() || !options.tls.cert.empty()) {
+    absl::StatusOr<std::shared_ptr<const Tls>> loaded = Tls::Load(options.tls);
+    if (!loaded.ok()) return loaded.status();
+    tls = *std::move(loaded);
+  }
+  auto channel = grpc::CreateCustomChannel(router_address, tls->ChannelCredentials(), args);
   for (char c : options.api_key) {
     if (c <= ' ' || c >= 0x7f) {
       return absl::InvalidArgumentError("the API key holds a space or a non-printable character");

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/retry_policy.h"
+#include "core/rpc/tls.h"
 #include "pdserve/v1/router.grpc.pb.h"
 
 namespace pdserve {
@@ -82,6 +83,9 @@ struct ClientOptions {
   // Sent with every Generate as "authorization: Bearer <api_key>" when not empty (a router started
   // with --api-key refuses calls without one as UNAUTHENTICATED).
   std::string api_key;
+  // TLS: with tls.ca set, the router's certificate must verify under it (and tls.cert/tls.key,
+  // when set, are presented); empty = plaintext.
+  TlsFiles tls;
 };
 
 class Client {

@@ -3,7 +3,10 @@
 # at a time.
 #   start_cluster LOG ARGS...   runs `$PDSERVE up ARGS` in the background, waits for its ready
 #                               line; sets UP_PID, ROUTER (gRPC), ROUTER_HTTP and MONO (the first
-#                               monolithic worker's address, if any)
+#                               monolithic worker's address, if any). Plaintext (--insecure), as
+#                               the peers these benchmarks race serve; with TLS=1, TLS between all
+#                               components and to clients: then CLIENT_TLS holds the flags a
+#                               client (`pdserve client|loadgen`) needs, `--tls-ca CA`
 #   cleanup                     stops it (SIGTERM, then waits)
 #   start_llama_server LOG PORT ARGS...
 #                               runs `$LLAMA_BIN/llama-server ARGS` on 127.0.0.1:PORT in the
@@ -26,9 +29,12 @@ stop_llama_server() {
 trap 'cleanup; stop_llama_server' EXIT
 trap 'exit 130' INT TERM
 
+CLIENT_TLS=()
 start_cluster() {
   local log=$1; shift
-  "$PDSERVE" up --log-level warn "$@" > "$log" 2>&1 &
+  local security=(--insecure)
+  if [[ ${TLS:-0} == 1 ]]; then security=(); fi
+  "$PDSERVE" up --log-level warn "${security[@]}" "$@" > "$log" 2>&1 &
   UP_PID=$!
   local waited=0
   ROUTER=
@@ -45,6 +51,11 @@ start_cluster() {
   ROUTER_HTTP=$(awk '/^PDSERVE_READY up / {print $4}' "$log")
   # shellcheck disable=SC2034
   MONO=$(awk '$1 == "monolithic-0" {print $2}' "$log")
+  CLIENT_TLS=()
+  local ca
+  ca=$(awk '/^PDSERVE_TLS_CA / {print $2}' "$log")
+  # shellcheck disable=SC2034  # for the scripts that source this file
+  if [[ -n $ca ]]; then CLIENT_TLS=(--tls-ca "$ca"); fi
 }
 
 start_llama_server() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up dependencies, builds pdserve (Release), starts the disaggregated cluster on the
 # stories260K model (router, KV store, one prefill and one decode worker, each its own process, with
-# the default compression profile), streams the answer to one prompt with the request's timings,
-# and stops the cluster.
+# the default compression profile; TLS between them from a throwaway CA), streams the answer to one
+# prompt over TLS with the request's timings, and stops the cluster.
 # Usage: scripts/demo.sh [PROMPT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +28,6 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [ -n "$router" ] || { echo "demo: the cluster did not become ready" >&2; exit 1; }
-grep -v PDSERVE_READY "$out" >&2
-"$B" client --router "$router" --prompt "${1:-Once upon a time}" --max-tokens 200 --timings
+grep -v PDSERVE_ "$out" >&2
+ca=$(awk '/^PDSERVE_TLS_CA / {print $2}' "$out")
+"$B" client --router "$router" --tls-ca "$ca" --prompt "${1:-Once upon a time}" --max-tokens 200 --timings

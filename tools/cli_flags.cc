@@ -111,14 +111,6 @@ void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options) {
   ApplyAutoWeights(weights, FlagsTo<EngineFlags>(), options);
 }
 
-absl::StatusOr<std::string> ClientApiKeyFromFlags() {
-  const std::vector<std::string> keys = absl::GetFlag(FLAGS_api_key);
-  if (keys.size() > 1) {
-    return absl::InvalidArgumentError("a client sends one --api-key, not a list");
-  }
-  return keys.empty() ? std::string() : keys[0];
-}
-
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {

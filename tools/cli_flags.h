@@ -47,7 +47,6 @@ ABSL_DECLARE_FLAG(std::string, dtype);
 ABSL_DECLARE_FLAG(int, shards);
 ABSL_DECLARE_FLAG(std::string, type);
 ABSL_DECLARE_FLAG(std::string, log_level);
-ABSL_DECLARE_FLAG(std::vector<std::string>, api_key);
 
 namespace pdserve::cli {
 
@@ -98,10 +97,6 @@ void ApplyAutoWeights(const ModelWeights& weights, const EngineFlags& flags,
                       EngineOptions& options);
 // ApplyAutoWeights with the current flags.
 void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options);
-
-// The API key a client sends: --api-key's one value, or "" without it; InvalidArgument for more
-// than one.
-absl::StatusOr<std::string> ClientApiKeyFromFlags();
 
 // The whole of the file `path` given by `flag`; NotFound naming both when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag = "--text");

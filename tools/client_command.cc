@@ -8,6 +8,7 @@
 #include "core/base/status_macros.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
+#include "tools/role_config.h"
 
 ABSL_DECLARE_FLAG(std::string, router);
 ABSL_FLAG(bool, timings, false, "client: print the request's timings after the answer");
@@ -44,8 +45,7 @@ absl::Status RunClient() {
   if (absl::GetFlag(FLAGS_timeout_seconds) > 0) {
     options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds));
   }
-  ClientOptions client_options;
-  PDSERVE_ASSIGN_OR_RETURN(client_options.api_key, ClientApiKeyFromFlags());
+  PDSERVE_ASSIGN_OR_RETURN(const ClientOptions client_options, ClientOptionsFromFlags());
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(router, client_options));
   std::fputs(absl::GetFlag(FLAGS_prompt).c_str(), stdout);
   std::fflush(stdout);

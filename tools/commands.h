@@ -20,6 +20,7 @@ absl::Status RunPrefillCommand();
 absl::Status RunDecodeCommand();
 absl::Status RunRouterCommand();
 absl::Status RunUp();
+absl::Status RunMakeCerts();
 absl::Status RunClient();
 absl::Status RunLoadgen();
 

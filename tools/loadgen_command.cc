@@ -37,6 +37,7 @@
 #include "tools/loadgen/runner.h"
 #include "tools/loadgen/sweep.h"
 #include "tools/loadgen/workload.h"
+#include "tools/role_config.h"
 
 ABSL_DECLARE_FLAG(std::string, router);
 
@@ -260,14 +261,14 @@ absl::StatusOr<Config> ConfigFromFlags() {
 }
 
 absl::StatusOr<std::unique_ptr<loadgen::Backend>> MakeBackend(const Config& c) {
-  ClientOptions client_options;
-  PDSERVE_ASSIGN_OR_RETURN(client_options.api_key, ClientApiKeyFromFlags());
+  PDSERVE_ASSIGN_OR_RETURN(const ClientOptions client_options, ClientOptionsFromFlags());
   if (c.protocol == "http") {
     const std::string url = absl::GetFlag(FLAGS_url);
     if (url.empty()) return absl::InvalidArgumentError("--protocol http needs --url HOST:PORT");
     PDSERVE_ASSIGN_OR_RETURN(
         std::unique_ptr<loadgen::HttpBackend> backend,
-        loadgen::HttpBackend::Create(url, absl::GetFlag(FLAGS_api_model), client_options.api_key));
+        loadgen::HttpBackend::Create(url, absl::GetFlag(FLAGS_api_model), client_options.api_key,
+                                     client_options.tls.ca));
     return std::unique_ptr<loadgen::Backend>(std::move(backend));
   }
   const std::string router = absl::GetFlag(FLAGS_router);
@@ -474,6 +475,8 @@ absl::Status RunLoadgen() {
   if (!direct.empty()) {
     loadgen::OverheadOptions o;
     o.direct_address = direct;
+    PDSERVE_ASSIGN_OR_RETURN(const ClientOptions client_options, ClientOptionsFromFlags());
+    o.tls = client_options.tls;
     o.pairs = absl::GetFlag(FLAGS_overhead_requests);
     o.warmup_pairs = std::max(2, c.warmup);
     o.prompt_tokens = c.prompt.min;

@@ -37,9 +37,13 @@ constexpr char kUsage[] =
     "              | --chat CONVERSATION.json: the prompt the model's chat template renders\n"
     "  up          --model PATH [--calibration FILE] [KV technique flags] [--prefill-workers P]\n"
     "              [--decode-workers D] [--monolithic] [--device cpu|cuda] [--listen HOST:PORT]\n"
-    "              [--http-listen HOST:PORT]: the whole cluster\n"
+    "              [--http-listen HOST:PORT] [--tls-dir DIR | --insecure] [--api-key-file F]:\n"
+    "              the whole cluster (TLS from a throwaway CA unless --tls-dir or --insecure)\n"
+    "  make-certs  --out DIR: a CA and a certificate per role for `up --tls-dir DIR`\n"
     "  client      --router HOST:PORT --prompt TEXT [--max-tokens N] [--timings]\n"
-    "  loadgen     --router HOST:PORT | --protocol http --url HOST:PORT\n"
+    "              [--tls-ca CA.pem] [--api-key K]\n"
+    "  loadgen     --router HOST:PORT | --protocol http --url [https://]HOST:PORT\n"
+    "              [--tls-ca CA.pem] [--api-key K]\n"
     "              [--rate R [--arrival poisson|fixed] | --concurrency N] [--requests N]\n"
     "              [--prompt-tokens N [--prompt-tokens-max M]]\n"
     "              [--gen-tokens N [--gen-tokens-max M]]\n"
@@ -54,7 +58,8 @@ constexpr char kUsage[] =
     "  decode      --model PATH --router A [--device cpu|cuda]\n"
     "              (--kvstore A [KV technique flags] | --monolithic)\n"
     "Every service: [--listen A] gRPC, [--http-listen A] /metrics (and the router's OpenAI API),\n"
-    "  [--drain-seconds S] the budget for in-flight work after SIGTERM\n"
+    "  [--drain-seconds S] the budget for in-flight work after SIGTERM, and\n"
+    "  (--tls-cert C --tls-key K --tls-ca CA | --insecure) (docs/services.md, Security)\n"
     "KV technique flags (generate, eval, bench, up): --swiftkv-layer L [--across-kv G]\n"
     "  [--swiftkv-recovery] [--calibration FILE] [--zack [--zack-rho R]]\n"
     "  [--fp8 off|per-token|per-page | --kv-dtype f32|f16]\n"
@@ -97,6 +102,8 @@ int main(int argc, char** argv) {
     status = pdserve::cli::RunEval();
   } else if (command == "bench") {
     status = pdserve::cli::RunBench();
+  } else if (command == "make-certs") {
+    status = pdserve::cli::RunMakeCerts();
   } else if (command == "make-model") {
     status = pdserve::cli::RunMakeModel();
   } else if (command == "convert") {

@@ -2,10 +2,13 @@
 #include "tools/role_config.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0 = any)");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
@@ -56,3 +59,55 @@ ABSL_FLAG(int, api_key_max_streams, 0,
 ABSL_FLAG(int64_t, api_key_tokens_per_minute, 0,
           "router: prompt + completion tokens each API key may use per minute (429 with "
           "Retry-After while over); 0 = unlimited");
+ABSL_FLAG(std::string, tls_cert, "",
+          "TLS: this process's certificate (PEM), subject common name = its role (router, prefill, "
+          "decode, kvstore; operator for clients that administer); with --tls-key and --tls-ca");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the private key of --tls-cert (PEM)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TLS: the CA certificate(s) (PEM) that peers' certificates must verify under; a client "
+          "with only --tls-ca verifies the server and presents no certificate");
+ABSL_FLAG(bool, insecure, false,
+          "Plaintext gRPC and HTTP, no component identities: anyone who reaches a port is "
+          "trusted. Service processes need either this or --tls-cert/--tls-key/--tls-ca");
+
+namespace pdserve::cli {
+
+absl::Status SetUpProcessTls(const ProcessFlags& flags, ComponentRole role) {
+  const bool files = !flags.tls_cert.empty() || !flags.tls_key.empty() || !flags.tls_ca.empty();
+  if (flags.insecure && files) {
+    return absl::InvalidArgumentError("--insecure and --tls-* exclude each other; drop one");
+  }
+  if (flags.insecure) {
+    GetLogger("tls")->warn(
+        "--insecure: plaintext gRPC and HTTP without component identities; anyone who can reach "
+        "this {}'s ports is trusted",
+        ComponentRoleName(role));
+    SetProcessTls(Tls::Insecure());
+    return absl::OkStatus();
+  }
+  if (!files) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pdserve ", ComponentRoleName(role),
+        " needs --tls-cert, --tls-key and --tls-ca (its certificate's common name '",
+        ComponentRoleName(role), "'), or --insecure for plaintext; `pdserve up` makes them"));
+  }
+  absl::StatusOr<std::shared_ptr<const Tls>> tls =
+      Tls::Load({flags.tls_cert, flags.tls_key, flags.tls_ca}, role);
+  if (!tls.ok()) return tls.status();
+  SetProcessTls(*std::move(tls));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
+  ClientOptions options;
+  const std::vector<std::string> keys = absl::GetFlag(FLAGS_api_key);
+  if (keys.size() > 1) {
+    return absl::InvalidArgumentError("a client sends one --api-key, not a list");
+  }
+  if (!keys.empty()) options.api_key = keys[0];
+  options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                 absl::GetFlag(FLAGS_tls_ca)};
+  return options;
+}
+
+}  // namespace pdserve::cli

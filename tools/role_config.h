@@ -9,17 +9,24 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "client/pdserve_client.h"
+#include "core/rpc/tls.h"
 #include "tools/cli_flags.h"
 #include "tools/profile_flags.h"
 
 namespace pdserve::cli {
 
-// What every service process takes: where it listens and how it stops and logs.
+// What every service process takes: where it listens, its TLS identity, how it stops and logs.
 struct ProcessFlags {
   std::string listen;
   std::string http_listen;
   double drain_seconds = 0;
   std::string log_level;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  bool insecure = false;
 
   template <typename Visitor>
   void VisitFlags(Visitor&& visit) {
@@ -27,8 +34,22 @@ struct ProcessFlags {
     visit("http_listen", http_listen);
     visit("drain_seconds", drain_seconds);
     visit("log_level", log_level);
+    visit("tls_cert", tls_cert);
+    visit("tls_key", tls_key);
+    visit("tls_ca", tls_ca);
+    visit("insecure", insecure);
   }
 };
+
+// Sets the process's TLS identity (core/rpc/tls.h) for a process of `role` from `flags`: the
+// certificate, key and CA (the certificate's common name must be the role), or plaintext with
+// --insecure (logged as a warning). InvalidArgument when neither or both are given, or when the
+// files do not load.
+absl::Status SetUpProcessTls(const ProcessFlags& flags, ComponentRole role);
+
+// A client's options (pdserve client, loadgen): --api-key's one key (InvalidArgument for a list),
+// and --tls-ca (with --tls-cert and --tls-key for an operator's certificate) when given.
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
 
 // The UCX transport of KV pages (kvstore, prefill, decode).
 struct UcxFlags {

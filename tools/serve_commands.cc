@@ -89,6 +89,7 @@ absl::StatusOr<WorkerModel> LoadWorkerModel(const WorkerFlags& flags, int defaul
 absl::Status RunKvStoreCommand() {
   BlockShutdownSignals();
   const auto config = FlagsTo<KvStoreConfig>();
+  PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(config.process, ComponentRole::kKvStore));
   KvStoreOptions options;
   options.listen_address = config.process.listen;
   options.pool_bytes = config.pool_mib << 20;
@@ -106,6 +107,7 @@ absl::Status RunPrefillCommand() {
   BlockShutdownSignals();
   const auto config = FlagsTo<PrefillConfig>();
   const WorkerFlags& flags = config.worker;
+  PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(flags.process, ComponentRole::kPrefill));
   PDSERVE_ASSIGN_OR_RETURN(WorkerModel worker, LoadWorkerModel(flags, 8, /*plain=*/false));
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport, TransportFrom(flags.ucx));
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
@@ -132,6 +134,7 @@ absl::Status RunDecodeCommand() {
   BlockShutdownSignals();
   const auto config = FlagsTo<DecodeConfig>();
   const WorkerFlags& flags = config.worker;
+  PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(flags.process, ComponentRole::kDecode));
   const bool monolithic = config.monolithic;
   if (!monolithic && config.kvstore.empty()) {
     return absl::InvalidArgumentError("decode needs --kvstore ADDRESS (or --monolithic)");
@@ -176,6 +179,7 @@ absl::Status RunDecodeCommand() {
 absl::Status RunRouterCommand() {
   BlockShutdownSignals();
   const auto config = FlagsTo<RouterConfig>();
+  PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(config.process, ComponentRole::kRouter));
   RouterOptions options;
   options.listen_address = config.process.listen;
   options.http_listen_address = config.process.http_listen;

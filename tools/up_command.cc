@@ -3,8 +3,12 @@
 // from this binary on loopback, each announcing its port; waits until every worker is registered
 // and healthy, prints the endpoints, and stops them all on SIGINT or SIGTERM.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,11 +16,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/pdserve_client.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/formats/model_loader.h"
+#include "core/rpc/local_ca.h"
+#include "core/rpc/tls.h"
 #include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/flag_struct.h"
@@ -29,6 +36,10 @@ ABSL_DECLARE_FLAG(bool, monolithic);
 ABSL_FLAG(int, prefill_workers, 1, "up: prefill worker processes");
 ABSL_FLAG(int, decode_workers, 1, "up: decode (or monolithic) worker processes");
 ABSL_FLAG(int, startup_seconds, 180, "up: how long each process may take to become ready");
+ABSL_FLAG(std::string, tls_dir, "",
+          "up: the cluster's certificates — ca.pem, and <role>.pem with <role>-key.pem for router, "
+          "prefill, decode, kvstore and operator; default: a throwaway CA made for this run in a "
+          "private temporary directory (removed on exit), or none with --insecure");
 
 ABSL_DECLARE_FLAG(double, drain_seconds);
 
@@ -49,9 +60,72 @@ void OnAnyLoopbackPort(ProcessFlags& process) {
   process.http_listen = "127.0.0.1:0";
 }
 
+// The cluster's certificates: none (--insecure), the user's (--tls-dir), or a throwaway CA in a
+// private temporary directory that is removed with this object.
+class ClusterTls {
+ public:
+  static absl::StatusOr<std::unique_ptr<ClusterTls>> FromFlags() {
+    auto tls = std::unique_ptr<ClusterTls>(new ClusterTls());
+    const ProcessFlags process = FlagsTo<ProcessFlags>();
+    if (!process.tls_cert.empty() || !process.tls_key.empty() || !process.tls_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "up gives each process its own certificate: pass --tls-dir DIR (ca.pem, <role>.pem, "
+          "<role>-key.pem) instead of --tls-cert/--tls-key/--tls-ca");
+    }
+    tls->dir_ = absl::GetFlag(FLAGS_tls_dir);
+    if (process.insecure) {
+      if (!tls->dir_.empty()) {
+        return absl::InvalidArgumentError("--insecure and --tls-dir exclude each other");
+      }
+      return tls;
+    }
+    if (tls->dir_.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::random_device random;
+      tls->dir_ = absl::StrFormat("%s/pdserve-up-%d-%08x", tmp != nullptr ? tmp : "/tmp", getpid(),
+                                  random());
+      PDSERVE_RETURN_IF_ERROR(WriteLocalCa(tls->dir_));
+      tls->throwaway_ = true;
+    }
+    // Each process checks its own files; the operator's are checked here, first.
+    PDSERVE_RETURN_IF_ERROR(
+        Tls::Load(LocalCaFiles(tls->dir_, ComponentRole::kOperator), ComponentRole::kOperator)
+            .status());
+    return tls;
+  }
+  ~ClusterTls() {
+    std::error_code ignored;
+    if (throwaway_) std::filesystem::remove_all(dir_, ignored);
+  }
+
+  bool enabled() const { return !dir_.empty(); }
+  // The CA certificate clients verify the cluster with ("" without TLS).
+  std::string ca() const { return enabled() ? LocalCaFiles(dir_, ComponentRole::kRouter).ca : ""; }
+  // Gives a process of `role` its certificate.
+  void Apply(ProcessFlags& process, ComponentRole role) const {
+    if (!enabled()) return;
+    const TlsFiles files = LocalCaFiles(dir_, role);
+    process.tls_cert = files.cert;
+    process.tls_key = files.key;
+    process.tls_ca = files.ca;
+  }
+  // How `up` itself calls the router.
+  ClientOptions Client() const {
+    ClientOptions options;
+    if (enabled()) options.tls = LocalCaFiles(dir_, ComponentRole::kOperator);
+    return options;
+  }
+
+ private:
+  ClusterTls() = default;
+  std::string dir_;
+  bool throwaway_ = false;
+};
+
 // Waits until the router lists `expected` healthy workers.
-absl::Status WaitForWorkers(const std::string& router, int expected, absl::Duration timeout) {
-  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(router));
+absl::Status WaitForWorkers(const std::string& router, const ClientOptions& options, int expected,
+                            absl::Duration timeout) {
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(router, options));
   const absl::Time deadline = absl::Now() + timeout;
   int healthy = 0;
   while (absl::Now() < deadline) {
@@ -89,6 +163,19 @@ bool IsCore(const std::string& name) { return name == "router" || name == "kvsto
 
 }  // namespace
 
+absl::Status RunMakeCerts() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty())
+    return absl::InvalidArgumentError("make-certs needs --out DIR (a new directory)");
+  PDSERVE_RETURN_IF_ERROR(WriteLocalCa(out));
+  std::printf(
+      "wrote %s/ca.pem and, for router, prefill, decode, kvstore and operator, "
+      "<role>.pem and <role>-key.pem: `pdserve up --tls-dir %s`; clients: --tls-ca "
+      "%s/ca.pem\n",
+      out.c_str(), out.c_str(), out.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status RunUp() {
   const int prefill_workers = absl::GetFlag(FLAGS_prefill_workers);
   const int decode_workers = absl::GetFlag(FLAGS_decode_workers);
@@ -106,16 +193,19 @@ absl::Status RunUp() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const absl::Duration startup = absl::Seconds(absl::GetFlag(FLAGS_startup_seconds));
-  ProcessGroup group;
-  PDSERVE_ASSIGN_OR_RETURN(
-      const std::string router,
-      group.Start("router", RoleArgs("router", FlagsTo<RouterConfig>()), startup));
+  PDSERVE_ASSIGN_OR_RETURN(const std::unique_ptr<ClusterTls> tls, ClusterTls::FromFlags());
+  ProcessGroup group;  // declared after `tls`: its processes stop before the certificates go
+  auto router_config = FlagsTo<RouterConfig>();
+  tls->Apply(router_config.process, ComponentRole::kRouter);
+  PDSERVE_ASSIGN_OR_RETURN(const std::string router,
+                           group.Start("router", RoleArgs("router", router_config), startup));
   const std::string router_http = group.children().back().http_address;
 
   std::string kvstore;
   if (!monolithic) {
     auto store = FlagsTo<KvStoreConfig>();
     OnAnyLoopbackPort(store.process);
+    tls->Apply(store.process, ComponentRole::kKvStore);
     if (absl::FindCommandLineFlag("slot_kib")->CurrentValue() ==
         absl::FindCommandLineFlag("slot_kib")->DefaultValue()) {
       PDSERVE_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(absl::GetFlag(FLAGS_model)));
@@ -125,6 +215,7 @@ absl::Status RunUp() {
     PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", RoleArgs("kvstore", store), startup));
     auto prefill = FlagsTo<PrefillConfig>();
     OnAnyLoopbackPort(prefill.worker.process);
+    tls->Apply(prefill.worker.process, ComponentRole::kPrefill);
     prefill.worker.router = router;
     for (int i = 0; i < prefill_workers; ++i) {
       PDSERVE_RETURN_IF_ERROR(
@@ -133,6 +224,7 @@ absl::Status RunUp() {
   }
   auto decode = FlagsTo<DecodeConfig>();
   OnAnyLoopbackPort(decode.worker.process);
+  tls->Apply(decode.worker.process, ComponentRole::kDecode);
   decode.worker.router = router;
   decode.kvstore = kvstore;  // empty for monolithic workers
   for (int i = 0; i < decode_workers; ++i) {
@@ -141,14 +233,23 @@ absl::Status RunUp() {
                                        RoleArgs("decode", decode), startup)
                                 .status());
   }
-  PDSERVE_RETURN_IF_ERROR(
-      WaitForWorkers(router, (monolithic ? 0 : prefill_workers) + decode_workers, startup));
+  PDSERVE_RETURN_IF_ERROR(WaitForWorkers(
+      router, tls->Client(), (monolithic ? 0 : prefill_workers) + decode_workers, startup));
 
   std::printf("pdserve cluster up (%s):\n", monolithic ? "monolithic" : "disaggregated");
   std::printf("  %-14s %-22s %s\n", "process", "gRPC", "HTTP (/metrics)");
   for (const ProcessGroup::Child& child : group.children()) {
     std::printf("  %-14s %-22s %-22s pid %d\n", child.name.c_str(), child.address.c_str(),
                 child.http_address.c_str(), child.pid);
+  }
+  if (tls->enabled()) {
+    std::printf(
+        "  TLS: clients verify the cluster with %s (pdserve client|loadgen --tls-ca, "
+        "curl --cacert); HTTP is https\n",
+        tls->ca().c_str());
+    std::printf("PDSERVE_TLS_CA %s\n", tls->ca().c_str());
+  } else {
+    std::printf("  --insecure: plaintext gRPC and HTTP, no component identities\n");
   }
   std::printf("PDSERVE_READY up %s %s\n", router.c_str(), router_http.c_str());
   std::fflush(stdout);

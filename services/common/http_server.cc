@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/rpc/tls.h"
 
 namespace pdserve {
 
@@ -27,23 +28,38 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     host = host.substr(1, host.size() - 2);
   }
   auto server = std::unique_ptr<HttpServer>(new HttpServer());
+  const Tls& tls = ProcessTls();
+  if (tls.enabled() && !tls.files().cert.empty()) {
+    auto ssl =
+        std::make_unique<httplib::SSLServer>(tls.files().cert.c_str(), tls.files().key.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("the HTTP server cannot use --tls-cert '",
+                                                     tls.files().cert, "' and --tls-key '",
+                                                     tls.files().key, "'"));
+    }
+    server->server_ = std::move(ssl);
+    server->tls_ = true;
+  } else {
+    server->server_ = std::make_unique<httplib::Server>();
+  }
   const int threads = std::max(options.threads, 1);
-  server->server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server->server_.set_payload_max_length(options.max_body_bytes);
+  server->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server->server_->set_payload_max_length(options.max_body_bytes);
   // Idle keep-alive connections (Prometheus keeps one) hold Stop for at most this long.
-  server->server_.set_keep_alive_timeout(1);
+  server->server_->set_keep_alive_timeout(1);
   // httplib's default adds SO_REUSEPORT, which would let a second server share a taken port.
-  server->server_.set_socket_options([](socket_t sock) {
+  server->server_->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->server_.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics.Render(), kPrometheusContentType);
-  });
-  if (install_routes) install_routes(server->server_);
+  server->server_->Get("/metrics",
+                       [&metrics](const httplib::Request&, httplib::Response& response) {
+                         response.set_content(metrics.Render(), kPrometheusContentType);
+                       });
+  if (install_routes) install_routes(*server->server_);
 
-  const int bound = port == 0 ? server->server_.bind_to_any_port(host)
-                              : (server->server_.bind_to_port(host, port) ? port : -1);
+  const int bound = port == 0 ? server->server_->bind_to_any_port(host)
+                              : (server->server_->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", options.listen_address,
                                                " (--http-listen): the port is taken or the host is "
@@ -52,11 +68,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   server->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", bound);
   HttpServer* self = server.get();
   server->thread_ = std::thread([self] {
-    self->server_.listen_after_bind();
+    self->server_->listen_after_bind();
     self->listen_returned_.store(true);
   });
   // Stop only takes effect once the accept loop runs (httplib 0.11 has no wait_until_ready).
-  while (!server->server_.is_running() && !server->listen_returned_.load()) {
+  while (!server->server_->is_running() && !server->listen_returned_.load()) {
     absl::SleepFor(absl::Microseconds(200));
   }
   if (server->listen_returned_.load()) {
@@ -69,7 +85,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Stop() {
-  server_.stop();
+  if (server_ != nullptr) server_->stop();
   if (thread_.joinable()) thread_.join();
 }
 

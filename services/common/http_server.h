@@ -1,7 +1,8 @@
 // HttpServer: one pdserve process's HTTP server (cpp-httplib, from Debian's libcpp-httplib-dev).
 // Every process serves its metrics at GET /metrics in the Prometheus text format; the router adds
 // the OpenAI-compatible API through `install_routes`. Binds "host:port" (port 0 = any free port)
-// and serves on its own threads until Stop or destruction.
+// and serves on its own threads until Stop or destruction. With the process's TLS identity
+// (core/rpc/tls.h) it serves HTTPS with that certificate.
 #ifndef PDSERVE_SERVICES_COMMON_HTTP_SERVER_H_
 #define PDSERVE_SERVICES_COMMON_HTTP_SERVER_H_
 
@@ -38,13 +39,16 @@ class HttpServer {
 
   // "host:port" with the port actually bound.
   const std::string& address() const { return address_; }
+  // Whether it serves HTTPS.
+  bool tls() const { return tls_; }
   // Stops accepting connections and waits for the handlers that are running to return.
   void Stop();
 
  private:
   HttpServer() = default;
 
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;  // an httplib::SSLServer with TLS
+  bool tls_ = false;
   std::string address_;
   std::atomic<bool> listen_returned_{false};
   std::thread thread_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/metrics/build_info.h"
+#include "core/rpc/tls.h"
 
 namespace pdserve {
 
@@ -17,7 +18,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen_address, ProcessTls().ServerCredentials(), &port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   builder.SetMaxReceiveMessageSize(64 << 20);
   // Dead clients are noticed by keepalive pings rather than by TCP timeouts.
@@ -94,7 +95,7 @@ grpc::ChannelArguments InternalChannelArguments() {
 }
 
 std::shared_ptr<grpc::Channel> MakeInternalChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+  return grpc::CreateCustomChannel(address, ProcessTls().ChannelCredentials(),
                                    InternalChannelArguments());
 }
 

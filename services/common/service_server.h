@@ -1,5 +1,6 @@
 // ServiceServer: one pdserve process's gRPC server — binds (port 0 picks a free port), serves the
-// given services plus grpc.health.v1, and reports the bound address. Every pdserve service
+// given services plus grpc.health.v1 (with the process's TLS identity, core/rpc/tls.h), and
+// reports the bound address. Every pdserve service
 // binary prints one line "PDSERVE_READY <role> <grpc host:port> <http host:port>" on stdout once it
 // serves, which is how `pdserve up` and the tests learn the ports.
 #ifndef PDSERVE_SERVICES_COMMON_SERVICE_SERVER_H_
@@ -69,6 +70,7 @@ class ServiceServer {
 
 // Options every internal channel uses (keepalive so that a dead peer is noticed in seconds).
 grpc::ChannelArguments InternalChannelArguments();
+// A channel to another component, with the process's TLS identity (core/rpc/tls.h).
 std::shared_ptr<grpc::Channel> MakeInternalChannel(const std::string& address);
 
 }  // namespace pdserve

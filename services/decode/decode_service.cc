@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
+#include "core/rpc/tls.h"
 #include "services/common/grpc_status.h"
 #include "services/common/kv_transfer_metrics.h"
 #include "services/common/sampling_proto.h"
@@ -48,6 +49,12 @@ absl::StatusOr<DecodeJob> DecodeService::MakeJob(const v1::DecodeRequest& reques
 
 grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                                    grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  // An operator may call it directly (`pdserve loadgen --direct-decode`).
+  if (grpc::Status s =
+          RequirePeerRole(*context, {ComponentRole::kRouter, ComponentRole::kOperator});
+      !s.ok()) {
+    return s;
+  }
   const grpc::Status status = Serve(context, *request, writer);
   worker_.stats()
       .requests
@@ -123,9 +130,10 @@ grpc::Status DecodeService::Relay(grpc::ServerContext* context, const DecodeJob&
   }
 }
 
-grpc::Status DecodeService::GetQueue(grpc::ServerContext* /*context*/,
+grpc::Status DecodeService::GetQueue(grpc::ServerContext* context,
                                      const v1::GetQueueRequest* /*request*/,
                                      v1::QueueStatus* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, {ComponentRole::kRouter}); !s.ok()) return s;
   *reply = worker_.queue();
   return grpc::Status::OK;
 }

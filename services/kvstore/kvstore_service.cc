@@ -3,17 +3,27 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/rpc/tls.h"
 #include "services/common/grpc_status.h"
 #include "services/common/shutdown_signal.h"
 #include "services/kvstore/kvstore_metrics.h"
 
 namespace pdserve {
+namespace {
+
+// The page pool's users: the workers that write and read KV pages.
+constexpr std::initializer_list<ComponentRole> kStoreUsers = {ComponentRole::kPrefill,
+                                                              ComponentRole::kDecode};
+
+}  // namespace
+
 namespace {
 
 namespace v1 = ::pdserve::v1;
@@ -70,8 +80,9 @@ KvStoreService::KvStoreService(PagePool& pool, const MemoryRegion& region,
                                prometheus::Family<prometheus::Counter>* allocations)
     : pool_(pool), region_(region), transport_(transport), allocations_(allocations) {}
 
-grpc::Status KvStoreService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
+grpc::Status KvStoreService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                      v1::KvStoreInfo* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, kStoreUsers); !s.ok()) return s;
   reply->set_worker_address(transport_.address());
   reply->set_pool_rkey(region_.packed_rkey());
   reply->set_pool_address(region_.address());
@@ -82,8 +93,10 @@ grpc::Status KvStoreService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequ
   return grpc::Status::OK;
 }
 
-grpc::Status KvStoreService::Allocate(grpc::ServerContext*, const v1::AllocateRequest* request,
+grpc::Status KvStoreService::Allocate(grpc::ServerContext* context,
+                                      const v1::AllocateRequest* request,
                                       v1::AllocateReply* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, kStoreUsers); !s.ok()) return s;
   const absl::Status status = AllocateSlots(*request, *reply);
   if (allocations_ != nullptr) {
     allocations_->Add({{"code", absl::StatusCodeToString(status.code())}}).Increment();
@@ -120,8 +133,9 @@ absl::Status KvStoreService::AllocateSlots(const v1::AllocateRequest& request,
   return absl::OkStatus();
 }
 
-grpc::Status KvStoreService::Seal(grpc::ServerContext*, const v1::SealRequest* request,
+grpc::Status KvStoreService::Seal(grpc::ServerContext* context, const v1::SealRequest* request,
                                   v1::SealReply*) {
+  if (grpc::Status s = RequirePeerRole(*context, kStoreUsers); !s.ok()) return s;
   const uint64_t base = region_.address();
   const uint64_t size = static_cast<uint64_t>(pool_.pool_bytes());
   std::vector<SealedPageRef> pages;
@@ -141,8 +155,9 @@ grpc::Status KvStoreService::Seal(grpc::ServerContext*, const v1::SealRequest* r
   return ToGrpcStatus(pool_.Seal(request->allocation_id(), request->lease_token(), pages));
 }
 
-grpc::Status KvStoreService::Renew(grpc::ServerContext*, const v1::RenewRequest* request,
+grpc::Status KvStoreService::Renew(grpc::ServerContext* context, const v1::RenewRequest* request,
                                    v1::RenewReply* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, kStoreUsers); !s.ok()) return s;
   absl::StatusOr<absl::Duration> lease = LeaseFromWire(request->lease_seconds());
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   absl::StatusOr<absl::Duration> granted =
@@ -152,20 +167,31 @@ grpc::Status KvStoreService::Renew(grpc::ServerContext*, const v1::RenewRequest*
   return grpc::Status::OK;
 }
 
-grpc::Status KvStoreService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
-                                     v1::ReleaseReply*) {
+grpc::Status KvStoreService::Release(grpc::ServerContext* context,
+                                     const v1::ReleaseRequest* request, v1::ReleaseReply*) {
+  if (grpc::Status s = RequirePeerRole(*context, kStoreUsers); !s.ok()) return s;
   return ToGrpcStatus(pool_.Release(request->allocation_id(), request->lease_token()));
 }
 
-grpc::Status KvStoreService::CancelRequest(grpc::ServerContext*,
+grpc::Status KvStoreService::CancelRequest(grpc::ServerContext* context,
                                            const v1::CancelRequestRequest* request,
                                            v1::CancelRequestReply* reply) {
+  if (grpc::Status s = RequirePeerRole(
+          *context, {ComponentRole::kRouter, ComponentRole::kPrefill, ComponentRole::kDecode});
+      !s.ok()) {
+    return s;
+  }
   reply->set_released_allocations(pool_.CancelRequest(request->request_id()));
   return grpc::Status::OK;
 }
 
-grpc::Status KvStoreService::GetPoolUsage(grpc::ServerContext*, const v1::PoolUsageRequest*,
+grpc::Status KvStoreService::GetPoolUsage(grpc::ServerContext* context, const v1::PoolUsageRequest*,
                                           v1::PoolUsage* reply) {
+  if (grpc::Status s = RequirePeerRole(
+          *context, {ComponentRole::kPrefill, ComponentRole::kDecode, ComponentRole::kOperator});
+      !s.ok()) {
+    return s;
+  }
   const PagePoolUsage usage = pool_.Usage();
   reply->set_total_slots(static_cast<int32_t>(usage.total_slots));
   reply->set_free_slots(static_cast<int32_t>(usage.free_slots));

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/rpc/tls.h"
 #include "services/common/grpc_status.h"
 #include "services/common/kv_transfer_metrics.h"
 #include "services/common/sampling_proto.h"
@@ -12,6 +13,7 @@ namespace pdserve {
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const v1::PrefillRequest* request, v1::PrefillReply* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, {ComponentRole::kRouter}); !s.ok()) return s;
   const grpc::Status status = Serve(context, request, reply);
   worker_.stats()
       .requests
@@ -47,9 +49,10 @@ grpc::Status PrefillService::Serve(grpc::ServerContext* context, const v1::Prefi
   return grpc::Status::OK;
 }
 
-grpc::Status PrefillService::GetQueue(grpc::ServerContext* /*context*/,
+grpc::Status PrefillService::GetQueue(grpc::ServerContext* context,
                                       const v1::GetQueueRequest* /*request*/,
                                       v1::QueueStatus* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, {ComponentRole::kRouter}); !s.ok()) return s;
   *reply = worker_.queue();
   return grpc::Status::OK;
 }

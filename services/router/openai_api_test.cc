@@ -581,11 +581,11 @@ TEST_F(OpenAiApiTest, GrpcGenerateTakesTheKeyAsMetadata) {
   ASSERT_TRUE(anonymous.ok());
   EXPECT_EQ((*anonymous)->Generate(request).status().code(), absl::StatusCode::kUnauthenticated);
   absl::StatusOr<std::unique_ptr<Client>> wrong =
-      Client::Create(router_->address(), {.api_key = "sk-test-key-0009"});
+      Client::Create(router_->address(), {.api_key = "sk-test-key-0009", .tls = {}});
   ASSERT_TRUE(wrong.ok());
   EXPECT_EQ((*wrong)->Generate(request).status().code(), absl::StatusCode::kUnauthenticated);
   absl::StatusOr<std::unique_ptr<Client>> keyed =
-      Client::Create(router_->address(), {.api_key = kKey});
+      Client::Create(router_->address(), {.api_key = kKey, .tls = {}});
   ASSERT_TRUE(keyed.ok());
   absl::StatusOr<GenerateResult> result = (*keyed)->Generate(request);
   ASSERT_TRUE(result.ok()) << result.status();

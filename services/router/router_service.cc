@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/rpc/tls.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 #include "proto/retry_hint.h"
 #include "services/common/grpc_status.h"
@@ -151,6 +152,18 @@ std::unique_ptr<grpc::ClientContext> RouterService::DownstreamContext(const Call
   return context;
 }
 
+namespace {
+
+// The call's "authorization" metadata ("" without one).
+std::string_view Authorization(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto authorization = metadata.find("authorization");
+  if (authorization == metadata.end()) return {};
+  return std::string_view(authorization->second.data(), authorization->second.size());
+}
+
+}  // namespace
+
 grpc::Status RouterService::Generate(grpc::ServerContext* context,
                                      const v1::GenerateRequest* request,
                                      grpc::ServerWriter<v1::GenerateResponse>* writer) {
@@ -169,14 +182,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
 absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request) {
   ApiKeyGate::Ticket key;
   if (options_.api_keys != nullptr) {
-    const auto& metadata = call.server_context->client_metadata();
-    const auto authorization = metadata.find("authorization");
     PDSERVE_ASSIGN_OR_RETURN(
-        key, options_.api_keys->Admit(
-                 authorization == metadata.end()
-                     ? std::string_view()
-                     : std::string_view(authorization->second.data(), authorization->second.size()),
-                 call.arrival));
+        key, options_.api_keys->Admit(Authorization(*call.server_context), call.arrival));
   }
   PDSERVE_ASSIGN_OR_RETURN(call.request, ValidateGenerateRequest(request, limits_));
   // The key pays for what the request used, however it ends.
@@ -449,13 +456,20 @@ void RouterService::CancelKv(const std::string& kvstore_address, uint64_t reques
   }
 }
 
-grpc::Status RouterService::RegisterWorker(grpc::ServerContext* /*context*/,
+grpc::Status RouterService::RegisterWorker(grpc::ServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
                                            v1::RegisterWorkerReply* reply) {
   const v1::WorkerRole role = request->role();
   if (role != v1::WORKER_ROLE_PREFILL && role != v1::WORKER_ROLE_DECODE &&
       role != v1::WORKER_ROLE_MONOLITHIC) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "RegisterWorker: role is unset");
+  }
+  // A worker registers as the role its certificate names (monolithic workers are decode workers).
+  if (grpc::Status s = RequirePeerRole(
+          *context,
+          {role == v1::WORKER_ROLE_PREFILL ? ComponentRole::kPrefill : ComponentRole::kDecode});
+      !s.ok()) {
+    return s;
   }
   if (request->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "RegisterWorker: empty address");
@@ -473,16 +487,25 @@ grpc::Status RouterService::RegisterWorker(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status RouterService::Heartbeat(grpc::ServerContext* /*context*/,
+grpc::Status RouterService::Heartbeat(grpc::ServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatReply* reply) {
+  if (grpc::Status s = RequirePeerRole(*context, {ComponentRole::kPrefill, ComponentRole::kDecode});
+      !s.ok()) {
+    return s;
+  }
   reply->set_known(registry_.Heartbeat(request->address(), LoadFromProto(request->queue())));
   return grpc::Status::OK;
 }
 
-grpc::Status RouterService::ListWorkers(grpc::ServerContext* /*context*/,
+grpc::Status RouterService::ListWorkers(grpc::ServerContext* context,
                                         const v1::ListWorkersRequest* /*request*/,
                                         v1::ListWorkersReply* reply) {
+  // Components (by certificate) and API clients (by key) may look.
+  if (options_.api_keys != nullptr && !PeerIsComponent(*context)) {
+    const absl::Status status = options_.api_keys->Authenticate(Authorization(*context));
+    if (!status.ok()) return ToGrpcStatus(status);
+  }
   for (const WorkerSnapshot& s : registry_.List()) {
     v1::WorkerInfo* info = reply->add_workers();
     info->set_role(static_cast<v1::WorkerRole>(s.role));

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -23,6 +24,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "core/rpc/local_ca.h"
+#include "gtest/gtest.h"
 
 namespace pdserve::integration {
 
@@ -59,7 +62,7 @@ bool WaitChild(pid_t pid, absl::Duration timeout) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::string>& args,
-                                                        absl::Duration startup) {
+                                                        absl::Duration startup, bool tls) {
   std::unique_ptr<Cluster> cluster(new Cluster());
   char log_template[] = "/tmp/pdserve-cluster-XXXXXX.log";
   const int log_fd = mkstemps(log_template, 4);
@@ -75,6 +78,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
   std::vector<std::string> argv_strings = {PdserveBinary(), "up",
                                            absl::StrCat("--model=", ModelPath()),
                                            absl::StrCat("--tokenizer=", TokenizerPath())};
+  if (!tls) argv_strings.push_back("--insecure");
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& arg : argv_strings) argv.push_back(arg.data());
@@ -141,7 +145,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
         buffer.erase(0, eol + 1);
         std::vector<std::string> fields =
             absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-        if (fields.size() == 4 && fields[0] == "PDSERVE_READY" && fields[1] == "up") {
+        if (fields.size() == 2 && fields[0] == "PDSERVE_TLS_CA") {
+          cluster->tls_dir_ = std::filesystem::path(fields[1]).parent_path().string();
+        } else if (fields.size() == 4 && fields[0] == "PDSERVE_READY" && fields[1] == "up") {
           cluster->router_ = fields[2];
           cluster->router_http_ = fields[3];
         } else if (fields.size() == 5 && fields[3] == "pid") {
@@ -161,9 +167,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
     }
   }
   if (cluster->Find("router") == nullptr) return fail("printed no router line in its table");
+  if (tls && cluster->tls_dir_.empty()) return fail("printed no PDSERVE_TLS_CA line");
   if (const Process* kvstore = cluster->Find("kvstore")) {
     cluster->kvstore_ = v1::KvStore::NewStub(
-        grpc::CreateChannel(kvstore->address, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(kvstore->address, cluster->Credentials(ComponentRole::kOperator)));
   }
   // Nothing more is expected on stdout, but `up` must never block writing it.
   Cluster* self = cluster.get();
@@ -258,10 +265,23 @@ absl::StatusOr<v1::PoolUsage> Cluster::PoolUsage() const {
   return usage;
 }
 
+std::shared_ptr<grpc::ChannelCredentials> Cluster::Credentials(
+    std::optional<ComponentRole> role) const {
+  if (tls_dir_.empty()) return grpc::InsecureChannelCredentials();
+  TlsFiles files = LocalCaFiles(tls_dir_, role.value_or(ComponentRole::kOperator));
+  if (!role.has_value()) files.cert = files.key = "";
+  absl::StatusOr<std::shared_ptr<const Tls>> tls = Tls::Load(files);
+  if (!tls.ok()) {
+    ADD_FAILURE() << tls.status();
+    return grpc::InsecureChannelCredentials();
+  }
+  return (*tls)->ChannelCredentials();
+}
+
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Cluster::Health(
     const std::string& address) const {
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub =
+      grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, Credentials(std::nullopt)));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest request;

@@ -16,12 +16,14 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/rpc/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 
@@ -45,9 +47,11 @@ class Cluster {
     pid_t pid = -1;
   };
 
-  // Starts `pdserve up --model M --tokenizer T <args...>`.
-  static absl::StatusOr<std::unique_ptr<Cluster>> Start(
-      const std::vector<std::string>& args, absl::Duration startup = absl::Seconds(120));
+  // Starts `pdserve up --model M --tokenizer T <args...>`: plaintext (--insecure), or with `tls`
+  // its throwaway CA and per-role certificates (`PDSERVE_TLS_CA <ca.pem>` on its stdout).
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(const std::vector<std::string>& args,
+                                                        absl::Duration startup = absl::Seconds(120),
+                                                        bool tls = false);
 
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -63,6 +67,11 @@ class Cluster {
   // The process whose address is `address`; nullptr when none.
   const Process* FindByAddress(const std::string& address) const;
   pid_t up_pid() const { return up_pid_; }
+  // With TLS: the directory of the cluster's CA and certificates (core/rpc/local_ca.h); "" without.
+  const std::string& tls_dir() const { return tls_dir_; }
+  // Credentials to call the cluster with: `role`'s certificate, or with nullopt only the CA (no
+  // client certificate); insecure for a plaintext cluster.
+  std::shared_ptr<grpc::ChannelCredentials> Credentials(std::optional<ComponentRole> role) const;
 
   // The last `bytes` of the combined stderr of `up` and its children.
   std::string LogTail(size_t bytes = 8000) const;
@@ -82,6 +91,7 @@ class Cluster {
   std::string log_path_;
   std::string router_;
   std::string router_http_;
+  std::string tls_dir_;
   std::vector<Process> processes_;
   std::unique_ptr<v1::KvStore::Stub> kvstore_;
   std::atomic<bool> stop_drain_{false};

@@ -103,10 +103,15 @@ start_cluster() {
   echo "cluster ready: router gRPC $router_grpc, HTTP $router_http"
 }
 
-# Runs the client script with "$@" against the cluster; fails with the cluster's stderr.
+# Runs the client script with "$@" against the cluster (HTTPS under its throwaway CA, which node
+# is told to trust); fails with the cluster's stderr.
 run_client() {
-  if ! PDSERVE_API_KEY="$API_KEY" RENDER_CHAT_JINJA2="$HERE/../tokenizers/render_chat_jinja2.py" \
-      node "$WORK/openai_client_test.mjs" "http://$router_http" "$@"; then
+  local ca
+  ca=$(awk '/^PDSERVE_TLS_CA / {print $2}' "$WORK/up.out")
+  [[ -n $ca ]] || { echo "FAIL: pdserve up printed no PDSERVE_TLS_CA line" >&2; exit 1; }
+  if ! NODE_EXTRA_CA_CERTS="$ca" PDSERVE_API_KEY="$API_KEY" \
+      RENDER_CHAT_JINJA2="$HERE/../tokenizers/render_chat_jinja2.py" \
+      node "$WORK/openai_client_test.mjs" "https://$router_http" "$@"; then
     echo "--- pdserve up stderr (last 50 lines) ---" >&2
     tail -50 "$WORK/up.err" >&2
     exit 1

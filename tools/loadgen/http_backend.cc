@@ -67,33 +67,48 @@ std::string ErrorMessage(const std::string& body) {
 
 absl::StatusOr<std::unique_ptr<HttpBackend>> HttpBackend::Create(const std::string& address,
                                                                  const std::string& model,
-                                                                 const std::string& api_key) {
+                                                                 const std::string& api_key,
+                                                                 const std::string& tls_ca) {
   std::string rest = address;
+  std::string scheme = "http";
   if (absl::StartsWith(rest, "http://")) rest = rest.substr(7);
+  if (absl::StartsWith(rest, "https://")) {
+    rest = rest.substr(8);
+    scheme = "https";
+    if (tls_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "an https --url needs --tls-ca, the CA the server's certificate verifies under");
+    }
+  }
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   const size_t colon = rest.rfind(':');
   int port = 0;
   if (rest.find('/') != std::string::npos || colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--url must be HOST:PORT or http://HOST:PORT (https is not supported), got '",
-                     address, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--url must be HOST:PORT, http://HOST:PORT or https://HOST:PORT, got '", address, "'"));
   }
   std::string host = rest.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  return std::unique_ptr<HttpBackend>(new HttpBackend(host, port, model, api_key));
+  return std::unique_ptr<HttpBackend>(new HttpBackend(scheme, host, port, model, api_key, tls_ca));
 }
 
 std::unique_ptr<httplib::Client> HttpBackend::Connect() const {
-  auto client = std::make_unique<httplib::Client>(host_, port_);
+  const bool ipv6 = host_.find(':') != std::string::npos;
+  auto client = std::make_unique<httplib::Client>(
+      absl::StrCat(scheme_, "://", ipv6 ? "[" : "", host_, ipv6 ? "]" : "", ":", port_));
+  if (scheme_ == "https") {
+    client->set_ca_cert_path(tls_ca_.c_str());
+    client->enable_server_certificate_verification(true);
+  }
   if (!api_key_.empty()) client->set_bearer_token_auth(api_key_.c_str());
   return client;
 }
 
 std::string HttpBackend::Describe() const {
-  return absl::StrCat("http ", host_, ":", port_, " (model \"", model_, "\")");
+  return absl::StrCat(scheme_, " ", host_, ":", port_, " (model \"", model_, "\")");
 }
 
 absl::Status HttpBackend::Probe() {
@@ -110,12 +125,12 @@ absl::Status HttpBackend::Probe() {
       model_ = j["data"][0]["id"].get<std::string>();
       return absl::OkStatus();
     }
-    return absl::FailedPreconditionError(absl::StrCat("http://", host_, ":", port_,
+    return absl::FailedPreconditionError(absl::StrCat(scheme_, "://", host_, ":", port_,
                                                       "/v1/models lists no model (HTTP ",
                                                       result->status, "); give --api-model"));
   }
-  return absl::UnavailableError(absl::StrCat("router unreachable at http://", host_, ":", port_,
-                                             ": ", httplib::to_string(result.error())));
+  return absl::UnavailableError(absl::StrCat("router unreachable at ", scheme_, "://", host_, ":",
+                                             port_, ": ", httplib::to_string(result.error())));
 }
 
 BackendResult HttpBackend::Send(const BackendRequest& request, Cancellation& cancellation,
@@ -245,7 +260,7 @@ BackendResult HttpBackend::SendOnce(const BackendRequest& request, Cancellation&
     result.message = ErrorMessage(error_body);
   } else if (!response && !done) {
     result.code = status == 0 ? "CONNECTION" : "INCOMPLETE_STREAM";
-    result.message = absl::StrCat("http://", host_, ":", port_,
+    result.message = absl::StrCat(scheme_, "://", host_, ":", port_,
                                   "/v1/completions: ", httplib::to_string(response.error()));
   } else if (result.code == "OK" && !done) {
     result.code = "INCOMPLETE_STREAM";

@@ -29,10 +29,12 @@ class HttpBackend : public Backend {
  public:
   // `address` is "host:port" or "http://host:port[/]"; InvalidArgument naming --url otherwise.
   // `model` is the requests' "model" field; empty = the first one /v1/models lists (Probe).
-  // `api_key`, when not empty, is sent as "Authorization: Bearer <api_key>".
+  // "https://host:port" speaks HTTPS, verifying the server under `tls_ca` (a PEM file; required
+  // for https). `api_key`, when not empty, is sent as "Authorization: Bearer <api_key>".
   static absl::StatusOr<std::unique_ptr<HttpBackend>> Create(const std::string& address,
                                                              const std::string& model,
-                                                             const std::string& api_key = "");
+                                                             const std::string& api_key = "",
+                                                             const std::string& tls_ca = "");
 
   std::string Describe() const override;
   // GET /v1/models; any HTTP answer counts as reachable. With an empty `model`, takes the first
@@ -42,21 +44,26 @@ class HttpBackend : public Backend {
                      const std::function<void()>& on_token) override;
 
  private:
-  HttpBackend(std::string host, int port, std::string model, std::string api_key)
-      : host_(std::move(host)),
+  HttpBackend(std::string scheme, std::string host, int port, std::string model,
+              std::string api_key, std::string tls_ca)
+      : scheme_(std::move(scheme)),
+        host_(std::move(host)),
         port_(port),
         model_(std::move(model)),
-        api_key_(std::move(api_key)) {}
+        api_key_(std::move(api_key)),
+        tls_ca_(std::move(tls_ca)) {}
   // A client of the server, with the API key.
   std::unique_ptr<httplib::Client> Connect() const;
   // One request, no retry; `*retry_after` receives a Retry-After header's wait.
   BackendResult SendOnce(const BackendRequest& request, Cancellation& cancellation,
                          const std::function<void()>& on_token,
                          std::optional<absl::Duration>* retry_after);
+  std::string scheme_;  // "http" or "https"
   std::string host_;
   int port_;
   std::string model_;
   std::string api_key_;
+  std::string tls_ca_;
 };
 
 }  // namespace pdserve::loadgen

@@ -86,8 +86,14 @@ absl::StatusOr<nlohmann::json> MeasureRouterOverhead(Client& router, const Overh
   if (o.pairs < 1) return absl::InvalidArgumentError("--overhead-requests must be ≥ 1");
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  std::shared_ptr<const Tls> tls = Tls::Insecure();
+  if (!o.tls.ca.empty()) {
+    absl::StatusOr<std::shared_ptr<const Tls>> loaded = Tls::Load(o.tls);
+    if (!loaded.ok()) return loaded.status();
+    tls = *std::move(loaded);
+  }
   std::unique_ptr<v1::Decode::Stub> stub = v1::Decode::NewStub(
-      grpc::CreateCustomChannel(o.direct_address, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(o.direct_address, tls->ChannelCredentials(), args));
   std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ULL);
   std::uniform_int_distribution<int> token(3, o.vocab - 1);
   std::vector<double> router_e2e, direct_e2e, diff_e2e, router_ttft, direct_ttft, diff_ttft;

@@ -16,6 +16,7 @@ namespace pdserve::loadgen {
 
 struct OverheadOptions {
   std::string direct_address;  // the worker's Decode service, host:port
+  TlsFiles tls;                // with TLS: an operator's certificate (the worker takes no other)
   int pairs = 200;
   int warmup_pairs = 2;  // unrecorded pairs first
   int prompt_tokens = 0;

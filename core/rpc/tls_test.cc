@@ -1,0 +1,154 @@
+#include "core/rpc/tls.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/rpc/local_ca.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pdserve/v1/router.grpc.pb.h"
+
+namespace pdserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A fresh directory name under the test's temporary directory.
+std::string FreshDir(const std::string& name) {
+  static int counter = 0;
+  return absl::StrCat(::testing::TempDir(), "/tls_test_", getpid(), "_", counter++, "_", name);
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(FreshDir("ca"));
+    other_ = new std::string(FreshDir("other"));
+    ASSERT_TRUE(WriteLocalCa(*dir_).ok());
+    ASSERT_TRUE(WriteLocalCa(*other_).ok());
+  }
+  static std::shared_ptr<const Tls> Load(ComponentRole role) {
+    absl::StatusOr<std::shared_ptr<const Tls>> tls = Tls::Load(LocalCaFiles(*dir_, role), role);
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    return tls.ok() ? *tls : Tls::Insecure();
+  }
+  static std::string* dir_;
+  static std::string* other_;
+};
+std::string* TlsTest::dir_ = nullptr;
+std::string* TlsTest::other_ = nullptr;
+
+TEST_F(TlsTest, EveryRoleLoadsWithItsOwnCertificate) {
+  for (ComponentRole role : {ComponentRole::kRouter, ComponentRole::kPrefill,
+                             ComponentRole::kDecode, ComponentRole::kKvStore,
+                             ComponentRole::kOperator}) {
+    std::shared_ptr<const Tls> tls = Load(role);
+    EXPECT_TRUE(tls->enabled());
+    EXPECT_EQ(tls->role(), role);
+    EXPECT_EQ(ParseComponentRole(ComponentRoleName(role)), role);
+  }
+  EXPECT_FALSE(Tls::Insecure()->enabled());
+  EXPECT_EQ(ParseComponentRole("admin"), std::nullopt);
+}
+
+TEST_F(TlsTest, RefusesMismatchedFilesNamingTheFlag) {
+  TlsFiles files = LocalCaFiles(*dir_, ComponentRole::kPrefill);
+  auto wrong_role = Tls::Load(files, ComponentRole::kDecode);
+  ASSERT_FALSE(wrong_role.ok());
+  EXPECT_THAT(wrong_role.status().message(), HasSubstr("of 'prefill', not of a decode"));
+
+  TlsFiles other_key = files;
+  other_key.key = LocalCaFiles(*dir_, ComponentRole::kDecode).key;
+  auto mismatched = Tls::Load(other_key);
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_THAT(mismatched.status().message(), HasSubstr("--tls-key"));
+  EXPECT_THAT(mismatched.status().message(), HasSubstr("is not the key of --tls-cert"));
+
+  TlsFiles foreign = LocalCaFiles(*other_, ComponentRole::kPrefill);
+  foreign.ca = files.ca;
+  auto unsigned_cert = Tls::Load(foreign);
+  ASSERT_FALSE(unsigned_cert.ok());
+  EXPECT_THAT(unsigned_cert.status().message(), HasSubstr("does not verify under --tls-ca"));
+
+  TlsFiles missing = files;
+  missing.cert += ".missing";
+  EXPECT_THAT(Tls::Load(missing).status().message(), HasSubstr("--tls-cert"));
+  TlsFiles not_pem = files;
+  not_pem.ca = files.key;
+  EXPECT_THAT(Tls::Load(not_pem).status().message(), HasSubstr("holds no PEM certificate"));
+  EXPECT_THAT(Tls::Load({files.cert, "", files.ca}).status().message(),
+              HasSubstr("come together"));
+  EXPECT_THAT(Tls::Load({files.cert, files.key, ""}).status().message(), HasSubstr("--tls-ca"));
+  EXPECT_THAT(Tls::Load({"", "", files.ca}, ComponentRole::kRouter).status().message(),
+              HasSubstr("needs --tls-cert"));
+  EXPECT_TRUE(Tls::Load({"", "", files.ca}).ok());  // a client that only verifies servers
+  EXPECT_EQ(WriteLocalCa(*dir_).code(), absl::StatusCode::kInvalidArgument);  // exists
+}
+
+// ListWorkers that only an operator may call.
+class OperatorOnly final : public v1::Router::Service {
+ public:
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
+                           v1::ListWorkersReply*) override {
+    return RequirePeerRole(*context, {ComponentRole::kOperator});
+  }
+};
+
+class Server {
+ public:
+  explicit Server(const Tls& tls) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", tls.ServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+  }
+  ~Server() { server_->Shutdown(); }
+  grpc::Status Call(const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                    const std::string& host = "127.0.0.1") {
+    auto stub = v1::Router::NewStub(
+        grpc::CreateChannel(absl::StrCat(host, ":", port_), credentials));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ListWorkersReply reply;
+    return stub->ListWorkers(&context, v1::ListWorkersRequest(), &reply);
+  }
+
+ private:
+  OperatorOnly service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(TlsTest, InternalRpcsTakeOnlyTheirRoles) {
+  Server server(*Load(ComponentRole::kRouter));
+  EXPECT_TRUE(server.Call(Load(ComponentRole::kOperator)->ChannelCredentials()).ok());
+  EXPECT_TRUE(server.Call(Load(ComponentRole::kOperator)->ChannelCredentials(), "localhost").ok());
+
+  grpc::Status prefill = server.Call(Load(ComponentRole::kPrefill)->ChannelCredentials());
+  EXPECT_EQ(prefill.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(prefill.error_message(), HasSubstr("of 'prefill'"));
+
+  auto ca_only = Tls::Load({"", "", LocalCaFiles(*dir_, ComponentRole::kRouter).ca});
+  ASSERT_TRUE(ca_only.ok());
+  EXPECT_EQ(server.Call((*ca_only)->ChannelCredentials()).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // No TLS, or a certificate of another CA: no connection at all.
+  EXPECT_EQ(server.Call(grpc::InsecureChannelCredentials()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  auto foreign = Tls::Load(LocalCaFiles(*other_, ComponentRole::kOperator));
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(server.Call((*foreign)->ChannelCredentials()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(TlsTest, APlaintextServerChecksNoRole) {
+  Server server(*Tls::Insecure());
+  EXPECT_TRUE(server.Call(grpc::InsecureChannelCredentials()).ok());
+}
+
+}  // namespace
+}  // namespace pdserve
