@@ -109,8 +109,8 @@ absl::Status WritePem(const std::string& path, mode_t mode, Write write) {
   const long size = BIO_get_mem_data(bio.get(), &data);
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) {
-    return absl::InternalError(absl::StrCat("local CA: cannot create ", path, ": ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("local CA: cannot create ", path, ": ", std::strerror(errno)));
   }
   const bool written = WriteAll(fd, data, static_cast<size_t>(size));
   close(fd);
@@ -149,13 +149,13 @@ absl::Status WriteLocalCa(const std::string& dir) {
                                      /*is_ca=*/true);
   if (!ca.ok()) return ca.status();
   if (absl::Status s = WriteCert(absl::StrCat(dir, "/ca.pem"), ca->get()); !s.ok()) return s;
-  for (ComponentRole role : {ComponentRole::kRouter, ComponentRole::kPrefill,
-                             ComponentRole::kDecode, ComponentRole::kKvStore,
-                             ComponentRole::kOperator}) {
+  for (ComponentRole role :
+       {ComponentRole::kRouter, ComponentRole::kPrefill, ComponentRole::kDecode,
+        ComponentRole::kKvStore, ComponentRole::kOperator}) {
     Key key = NewKey();
     if (key == nullptr) return OpenSslError("key");
-    absl::StatusOr<Cert> cert = MakeCert(key.get(), std::string(ComponentRoleName(role)),
-                                         ca->get(), ca_key.get(), /*is_ca=*/false);
+    absl::StatusOr<Cert> cert = MakeCert(key.get(), std::string(ComponentRoleName(role)), ca->get(),
+                                         ca_key.get(), /*is_ca=*/false);
     if (!cert.ok()) return cert.status();
     const TlsFiles files = LocalCaFiles(dir, role);
     if (absl::Status s = WriteCert(files.cert, cert->get()); !s.ok()) return s;

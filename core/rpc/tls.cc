@@ -15,10 +15,11 @@
 namespace pdserve {
 namespace {
 
-constexpr std::pair<ComponentRole, const char*> kRoles[] = {
-    {ComponentRole::kRouter, "router"},   {ComponentRole::kPrefill, "prefill"},
-    {ComponentRole::kDecode, "decode"},   {ComponentRole::kKvStore, "kvstore"},
-    {ComponentRole::kOperator, "operator"}};
+constexpr std::pair<ComponentRole, const char*> kRoles[] = {{ComponentRole::kRouter, "router"},
+                                                            {ComponentRole::kPrefill, "prefill"},
+                                                            {ComponentRole::kDecode, "decode"},
+                                                            {ComponentRole::kKvStore, "kvstore"},
+                                                            {ComponentRole::kOperator, "operator"}};
 
 struct BioFree {
   void operator()(BIO* bio) const { BIO_free(bio); }
@@ -60,8 +61,7 @@ absl::StatusOr<std::vector<Cert>> ParseCerts(const std::string& pem, const std::
   }
   ERR_clear_error();  // the end of the input reads as an error
   if (certs.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", path, "' holds no PEM certificate"));
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' holds no PEM certificate"));
   }
   return certs;
 }
@@ -121,8 +121,8 @@ absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
     return absl::InvalidArgumentError("--tls-cert and --tls-key come together");
   }
   if (expected_role.has_value() && files.cert.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", ComponentRoleName(*expected_role),
-                                                   " needs --tls-cert and --tls-key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", ComponentRoleName(*expected_role), " needs --tls-cert and --tls-key"));
   }
   auto tls = std::shared_ptr<Tls>(new Tls());
   tls->enabled_ = true;
@@ -153,9 +153,8 @@ absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
   }
   if (X509_check_private_key(cert, key.get()) != 1) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat("--tls-key '", files.key,
-                                                   "' is not the key of --tls-cert '",
-                                                   files.cert, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key '", files.key, "' is not the key of --tls-cert '", files.cert, "'"));
   }
 
   std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
@@ -177,10 +176,9 @@ absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
   const std::string name = CommonName(cert);
   tls->role_ = ParseComponentRole(name);
   if (expected_role.has_value() && tls->role_ != expected_role) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls-cert '", files.cert, "' is a certificate of '", name, "', not of a ",
-                     ComponentRoleName(*expected_role),
-                     " (its subject common name must be the role)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-cert '", files.cert, "' is a certificate of '", name, "', not of a ",
+        ComponentRoleName(*expected_role), " (its subject common name must be the role)"));
   }
   return std::shared_ptr<const Tls>(std::move(tls));
 }

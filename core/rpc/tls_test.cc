@@ -42,9 +42,9 @@ std::string* TlsTest::dir_ = nullptr;
 std::string* TlsTest::other_ = nullptr;
 
 TEST_F(TlsTest, EveryRoleLoadsWithItsOwnCertificate) {
-  for (ComponentRole role : {ComponentRole::kRouter, ComponentRole::kPrefill,
-                             ComponentRole::kDecode, ComponentRole::kKvStore,
-                             ComponentRole::kOperator}) {
+  for (ComponentRole role :
+       {ComponentRole::kRouter, ComponentRole::kPrefill, ComponentRole::kDecode,
+        ComponentRole::kKvStore, ComponentRole::kOperator}) {
     std::shared_ptr<const Tls> tls = Load(role);
     EXPECT_TRUE(tls->enabled());
     EXPECT_EQ(tls->role(), role);
@@ -79,8 +79,7 @@ TEST_F(TlsTest, RefusesMismatchedFilesNamingTheFlag) {
   TlsFiles not_pem = files;
   not_pem.ca = files.key;
   EXPECT_THAT(Tls::Load(not_pem).status().message(), HasSubstr("holds no PEM certificate"));
-  EXPECT_THAT(Tls::Load({files.cert, "", files.ca}).status().message(),
-              HasSubstr("come together"));
+  EXPECT_THAT(Tls::Load({files.cert, "", files.ca}).status().message(), HasSubstr("come together"));
   EXPECT_THAT(Tls::Load({files.cert, files.key, ""}).status().message(), HasSubstr("--tls-ca"));
   EXPECT_THAT(Tls::Load({"", "", files.ca}, ComponentRole::kRouter).status().message(),
               HasSubstr("needs --tls-cert"));
@@ -108,8 +107,8 @@ class Server {
   ~Server() { server_->Shutdown(); }
   grpc::Status Call(const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                     const std::string& host = "127.0.0.1") {
-    auto stub = v1::Router::NewStub(
-        grpc::CreateChannel(absl::StrCat(host, ":", port_), credentials));
+    auto stub =
+        v1::Router::NewStub(grpc::CreateChannel(absl::StrCat(host, ":", port_), credentials));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ListWorkersReply reply;

