@@ -59,6 +59,10 @@ ABSL_FLAG(int, api_key_max_streams, 0,
 ABSL_FLAG(int64_t, api_key_tokens_per_minute, 0,
           "router: prompt + completion tokens each API key may use per minute (429 with "
           "Retry-After while over); 0 = unlimited");
+ABSL_FLAG(std::string, fault_tamper_sealed_pages, "",
+          "kvstore, fault injection for tests only: damage every sealed page — checksum (a flipped "
+          "byte), foreign (another request in its header) or stale (another epoch) — so that "
+          "decode workers must refuse them");
 ABSL_FLAG(std::string, tls_cert, "",
           "TLS: this process's certificate (PEM), subject common name = its role (router, prefill, "
           "decode, kvstore; operator for clients that administer); with --tls-key and --tls-ca");

@@ -112,6 +112,7 @@ struct KvStoreConfig {
   int64_t pool_mib = 0;
   int64_t slot_kib = 0;
   double lease_seconds = 0;
+  std::string fault_tamper_sealed_pages;
 
   template <typename Visitor>
   void VisitFlags(Visitor&& visit) {
@@ -120,6 +121,7 @@ struct KvStoreConfig {
     visit("pool_mib", pool_mib);
     visit("slot_kib", slot_kib);
     visit("lease_seconds", lease_seconds);
+    visit("fault_tamper_sealed_pages", fault_tamper_sealed_pages);
   }
 };
 

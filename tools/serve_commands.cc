@@ -98,6 +98,14 @@ absl::Status RunKvStoreCommand() {
   options.max_lease_seconds = std::max(options.max_lease_seconds, options.default_lease_seconds);
   options.http_listen_address = config.process.http_listen;
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(config.process));
+  if (!config.fault_tamper_sealed_pages.empty()) {
+    options.tamper_sealed_pages = ParsePageTamper(config.fault_tamper_sealed_pages);
+    if (!options.tamper_sealed_pages.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fault-tamper-sealed-pages '", config.fault_tamper_sealed_pages,
+                       "' is not checksum, foreign or stale"));
+    }
+  }
   PDSERVE_RETURN_IF_ERROR(options.Validate());
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport, TransportFrom(config.ucx));
   return RunKvStore(options, *transport);

@@ -18,15 +18,16 @@ int NumKvPages(int num_tokens, int page_size) {
   return static_cast<int>((int64_t{num_tokens} + page_size - 1) / page_size);
 }
 
-bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t calibration_hash,
-              int cache_layer, int page_index) {
-  return header.request_id == request_id && header.calibration_hash == calibration_hash &&
+bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t epoch,
+              uint64_t calibration_hash, int cache_layer, int page_index) {
+  return header.request_id == request_id && header.epoch == epoch &&
+         header.calibration_hash == calibration_hash &&
          header.cache_layer == cache_layer && header.page_index == page_index;
 }
 
 absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
                                                int page_index, uint64_t request_id,
-                                               uint64_t calibration_hash) {
+                                               uint64_t calibration_hash, uint64_t epoch) {
   PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots slots,
                            engine.SequencePage(sequence, cache_layer, page_index));
   const int page_size = engine.options().kv_page_size;
@@ -38,6 +39,7 @@ absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int
   KvPageHeader header;
   header.calibration_hash = calibration_hash;
   header.request_id = request_id;
+  header.epoch = epoch;
   header.cache_layer = cache_layer;
   header.page_index = page_index;
   header.num_tokens = num_tokens;

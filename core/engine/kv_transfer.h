@@ -25,10 +25,11 @@ int NumKvPages(int num_tokens, int page_size);
 int TokensInPage(int length, int page_size, int page_index);
 
 // Whether a received page's header names it page `page_index` of cache layer `cache_layer`, written
-// by request `request_id` under calibration `calibration_hash`: what a receiver checks before it
-// uses a page it was pointed at (the layout and token count ImportKvPage checks).
-bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t calibration_hash,
-              int cache_layer, int page_index);
+// by request `request_id` in KV store epoch `epoch` under calibration `calibration_hash`: what a
+// receiver checks before it uses a page it was pointed at (the layout and token count
+// ImportKvPage checks).
+bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t epoch,
+              uint64_t calibration_hash, int cache_layer, int page_index);
 
 // Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
 // for that cache layer, num_tokens = the sequence's tokens in that page and their positions
@@ -38,7 +39,7 @@ bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t calibrat
 // an unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
 absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
                                                int page_index, uint64_t request_id,
-                                               uint64_t calibration_hash);
+                                               uint64_t calibration_hash, uint64_t epoch = 0);
 
 // Copies a decoded page into the sequence's page header.page_index of header.cache_layer: K, and
 // V when write_v (a decode worker whose value tier already holds a KCache layer's V skips it;

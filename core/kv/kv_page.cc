@@ -17,6 +17,7 @@ namespace {
 
 constexpr char kMagic[4] = {'P', 'D', 'K', 'V'};
 constexpr size_t kSectionAlignment = 8;
+constexpr int64_t kChecksumBytes = sizeof(uint64_t);
 
 size_t PaddingAfter(size_t offset) {
   return (kSectionAlignment - offset % kSectionAlignment) % kSectionAlignment;
@@ -186,6 +187,7 @@ void AppendHeader(std::string& out, const KvPageHeader& header) {
   Append(out, kKvPageVersion);
   Append(out, header.calibration_hash);
   Append(out, header.request_id);
+  Append(out, header.epoch);
   Append(out, header.cache_layer);
   Append(out, header.page_index);
   Append(out, header.num_tokens);
@@ -250,6 +252,7 @@ absl::StatusOr<KvPageHeader> ReadHeader(ByteReader& reader) {
   KvPageHeader header;
   PDSERVE_ASSIGN_OR_RETURN(header.calibration_hash, reader.Read<uint64_t>("the calibration hash"));
   PDSERVE_ASSIGN_OR_RETURN(header.request_id, reader.Read<uint64_t>("the request id"));
+  PDSERVE_ASSIGN_OR_RETURN(header.epoch, reader.Read<uint64_t>("the epoch"));
   PDSERVE_ASSIGN_OR_RETURN(header.cache_layer, reader.Read<int32_t>("the cache layer"));
   PDSERVE_ASSIGN_OR_RETURN(header.page_index, reader.Read<int32_t>("the page index"));
   PDSERVE_ASSIGN_OR_RETURN(header.num_tokens, reader.Read<int32_t>("num_tokens"));
@@ -292,9 +295,10 @@ absl::Status AppendPage(std::string& out, const KvPageHeader& header, std::span<
   PDSERVE_RETURN_IF_ERROR(ValidateHeaderFields(header));
   PDSERVE_RETURN_IF_ERROR(CheckSize("K", layout.k, k));
   PDSERVE_RETURN_IF_ERROR(CheckSize("V", layout.v, v));
-  out.reserve(64 + 2 * (layout.k.n_heads() + layout.v.n_heads()) + layout.page_bytes());
+  out.reserve(static_cast<size_t>(KvPageBytes(layout)));
   AppendHeader(out, header);
   PDSERVE_RETURN_IF_ERROR(AppendSection(out, "K", layout.k, header.num_tokens, k));
+  Append(out, Fnv1a64(AsBytes(out)));
   PDSERVE_RETURN_IF_ERROR(AppendSection(out, "V", layout.v, header.num_tokens, v));
   Append(out, Fnv1a64(AsBytes(out)));
   return absl::OkStatus();
@@ -310,8 +314,9 @@ absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<c
 }
 
 int64_t KvPageKOffset(const KvLayerLayout& layout) {
-  // magic, version, calibration hash, request id, cache layer, page index, num_tokens, page size
-  constexpr size_t kFixed = sizeof(kMagic) + 4 + 8 + 8 + 4 * 4;
+  // magic, version, calibration hash, request id, epoch, cache layer, page index, num_tokens, page
+  // size
+  constexpr size_t kFixed = sizeof(kMagic) + 4 + 8 + 8 + 8 + 4 * 4;
   // per section: element, scale mode, heads, then a u16 per head; then an i32 position per slot
   const size_t sections = 2 * 4 + 2 * static_cast<size_t>(layout.k.n_heads() + layout.v.n_heads());
   const size_t header = kFixed + sections + 4 * static_cast<size_t>(layout.k.page_size());
@@ -319,7 +324,11 @@ int64_t KvPageKOffset(const KvLayerLayout& layout) {
 }
 
 int64_t KvPageVOffset(const KvLayerLayout& layout) {
-  return KvPageKOffset(layout) + layout.k.bytes();
+  return KvPageKOffset(layout) + layout.k.bytes() + kChecksumBytes;
+}
+
+int64_t KvPageBytes(const KvLayerLayout& layout) {
+  return KvPageVOffset(layout) + layout.v.bytes() + kChecksumBytes;
 }
 
 absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
@@ -328,6 +337,8 @@ absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   PDSERVE_ASSIGN_OR_RETURN(page.header, ReadHeader(reader));
   const KvLayerLayout& layout = page.header.layout;
   PDSERVE_ASSIGN_OR_RETURN(page.k, reader.ReadBytes(layout.k.bytes(), "the K section"));
+  const size_t head = reader.offset();
+  PDSERVE_ASSIGN_OR_RETURN(uint64_t head_checksum, reader.Read<uint64_t>("the head checksum"));
   PDSERVE_ASSIGN_OR_RETURN(page.v, reader.ReadBytes(layout.v.bytes(), "the V section"));
   const size_t checksummed = reader.offset();
   PDSERVE_ASSIGN_OR_RETURN(uint64_t checksum, reader.Read<uint64_t>("the checksum"));
@@ -337,7 +348,8 @@ absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   const std::string context =
       absl::StrCat("KV page (request ", page.header.request_id, ", cache layer ",
                    page.header.cache_layer, ", page ", page.header.page_index, "): ");
-  if (checksum != Fnv1a64(bytes.first(checksummed))) {
+  if (head_checksum != Fnv1a64(bytes.first(head)) ||
+      checksum != Fnv1a64(bytes.first(checksummed))) {
     return absl::DataLossError(absl::StrCat(context, "checksum mismatch"));
   }
   const int num_tokens = page.header.num_tokens;
@@ -346,18 +358,28 @@ absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   return page;
 }
 
+absl::StatusOr<KvPageHeader> DecodeKvPageHeader(std::span<const uint8_t> bytes) {
+  ByteReader reader(bytes, "KV page header");
+  return ReadHeader(reader);
+}
+
 absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes) {
   ByteReader reader(bytes, "KV page head");
   KvPageView page;
   PDSERVE_ASSIGN_OR_RETURN(page.header, ReadHeader(reader));
   const KvLayerLayout& layout = page.header.layout;
   PDSERVE_ASSIGN_OR_RETURN(page.k, reader.ReadBytes(layout.k.bytes(), "the K section"));
+  const size_t head = reader.offset();
+  PDSERVE_ASSIGN_OR_RETURN(uint64_t head_checksum, reader.Read<uint64_t>("the head checksum"));
   if (reader.remaining() != 0) {
-    return reader.Error(absl::StrCat(reader.remaining(), " bytes after the K section"));
+    return reader.Error(absl::StrCat(reader.remaining(), " bytes after the head checksum"));
   }
   const std::string context =
       absl::StrCat("KV page head (request ", page.header.request_id, ", cache layer ",
                    page.header.cache_layer, ", page ", page.header.page_index, "): ");
+  if (head_checksum != Fnv1a64(bytes.first(head))) {
+    return absl::DataLossError(absl::StrCat(context, "head checksum mismatch"));
+  }
   PDSERVE_RETURN_IF_ERROR(
       WithPrefix(context, CheckSection("K", layout.k, page.header.num_tokens, page.k)));
   return page;

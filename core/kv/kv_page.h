@@ -2,16 +2,20 @@
 // an AcrossKV group) for all its KV heads, as prefill ships it to decode and the KV store keeps
 // it. Little endian:
 //
-//   "PDKV" | u32 version | u64 calibration_hash | u64 request_id | i32 cache_layer
+//   "PDKV" | u32 version | u64 calibration_hash | u64 request_id | u64 epoch | i32 cache_layer
 //   | i32 page_index | i32 num_tokens | i32 page_size
 //   | K section: u8 element | u8 scale mode | u16 heads | u16 dims[heads]
 //   | V section: the same
 //   | i32 positions[page_size]
 //   | zero padding to a multiple of 8 bytes
-//   | K bytes | V bytes | u64 Fnv1a64 of every byte before it
+//   | K bytes | u64 Fnv1a64 of every byte before it (the head checksum)
+//   | V bytes | u64 Fnv1a64 of every byte before it
 //
-// The K and V bytes are exactly as KvSectionLayout (kv_layout.h) lays them out, so the K bytes
-// start 8-byte aligned relative to the page start. Slots ≥ num_tokens carry nothing: their rows,
+// The K and V bytes are exactly as KvSectionLayout (kv_layout.h) lays them out, so the K and the V
+// bytes start 8-byte aligned relative to the page start. The head checksum lets a receiver that
+// leaves V where it is (KCache's value tier) verify the rest (version 3). The epoch (version 3) is
+// the KV store slot's allocation epoch the page was written under: a page read back under another
+// epoch is stale. Slots ≥ num_tokens carry nothing: their rows,
 // their per-token scales, their positions and each section's tail padding are zero on the wire
 // (the encoder writes zeros there whatever its input holds; the decoder rejects anything else), so
 // a page is a pure function of its valid tokens. Positions (version 2) are the tokens' positions
@@ -29,11 +33,12 @@
 
 namespace pdserve {
 
-inline constexpr uint32_t kKvPageVersion = 2;
+inline constexpr uint32_t kKvPageVersion = 3;
 
 struct KvPageHeader {
   uint64_t calibration_hash = 0;  // content hash of the Calibration both sides must share
   uint64_t request_id = 0;
+  uint64_t epoch = 0;       // the KV store slot's allocation epoch; 0 outside a store
   int32_t cache_layer = 0;  // ≥ 0
   int32_t page_index = 0;   // ≥ 0: the page's number within the request, in token order
   int32_t num_tokens = 0;   // valid slots [0, num_tokens); 1 ≤ num_tokens ≤ page_size
@@ -59,9 +64,12 @@ absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<c
 
 // Byte offsets, from an encoded page's first byte, of its K bytes and of its V bytes (a page of
 // this layout, any header values): where a receiver finds the sections without decoding, e.g. to
-// leave V in a value tier. Requires a valid layout.
+// leave V in a value tier. KvPageVOffset is also the length of the page's head (header, K bytes
+// and head checksum: what DecodeKvPageHead takes), and KvPageBytes the whole page's. Requires a
+// valid layout.
 int64_t KvPageKOffset(const KvLayerLayout& layout);
 int64_t KvPageVOffset(const KvLayerLayout& layout);
+int64_t KvPageBytes(const KvLayerLayout& layout);
 
 // Strict decoding of untrusted bytes. InvalidArgument naming the problem for a bad magic, an
 // unsupported version, truncation or trailing bytes, header fields out of range (see
@@ -71,10 +79,15 @@ int64_t KvPageVOffset(const KvLayerLayout& layout);
 // within `bytes`; allocates O(heads).
 absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes);
 
-// Decodes the first KvPageVOffset(layout) bytes of a page — its header and K section — for a
-// receiver that leaves V where it is. The same header and K content rules as DecodeKvPage, but no
-// checksum (it covers V): use it only on bytes whose page a trusted party already verified (the
-// KV store checks every page at Seal). v is empty in the result.
+// Only the header of a page (what page it says it is; positions included): the same header rules
+// as DecodeKvPage, neither checksum nor section content checked — for diagnostics and for the
+// fuzzer to find the head checksum, never to accept a page. Reads only within `bytes`.
+absl::StatusOr<KvPageHeader> DecodeKvPageHeader(std::span<const uint8_t> bytes);
+
+// Decodes the first KvPageVOffset(layout) bytes of a page — its header, K section and head
+// checksum — for a receiver that leaves V where it is. The same header and K content rules as
+// DecodeKvPage; DataLoss when the head checksum does not match. V is not covered: its bytes must
+// be trusted or checked where they are read. v is empty in the result.
 absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes);
 
 }  // namespace pdserve

@@ -3,8 +3,8 @@
 // and sections reproduces the page exactly. Built and run by tests/fuzz/kv_page_fuzz.sh.
 //
 // Input: a mode byte, then the page. With mode bit 0 set the harness first rewrites the page's
-// trailing checksum to match, so that mutations reach the content checks behind the checksum
-// instead of all ending as DataLoss.
+// checksums (the head checksum where the header says it is, then the trailing one) to match, so
+// that mutations reach the content checks behind them instead of all ending as DataLoss.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +22,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> page(data + 1, data + size);
   constexpr size_t kChecksumBytes = sizeof(uint64_t);
   if ((data[0] & 1) && page.size() >= kChecksumBytes) {
+    const absl::StatusOr<pdserve::KvPageHeader> header = pdserve::DecodeKvPageHeader(page);
+    if (header.ok()) {
+      const size_t head = static_cast<size_t>(pdserve::KvPageVOffset(header->layout)) -
+                          kChecksumBytes;
+      if (head + kChecksumBytes <= page.size()) {
+        const uint64_t checksum = pdserve::Fnv1a64(std::span(page).first(head));
+        std::memcpy(page.data() + head, &checksum, kChecksumBytes);
+      }
+    }
     const size_t body = page.size() - kChecksumBytes;
     const uint64_t checksum = pdserve::Fnv1a64(std::span(page).first(body));
     std::memcpy(page.data() + body, &checksum, kChecksumBytes);

@@ -24,10 +24,12 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Byte offsets of fixed header fields (kv_page.h).
 constexpr size_t kVersionOffset = 4;
-constexpr size_t kNumTokensOffset = 32;
-constexpr size_t kPageSizeOffset = 36;
-constexpr size_t kKElementOffset = 40;
-constexpr size_t kKFirstDimOffset = 44;
+constexpr size_t kCacheLayerOffset = 32;
+constexpr size_t kPageIndexOffset = 36;
+constexpr size_t kNumTokensOffset = 40;
+constexpr size_t kPageSizeOffset = 44;
+constexpr size_t kKElementOffset = 48;
+constexpr size_t kKFirstDimOffset = 52;
 
 std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -39,7 +41,10 @@ void Poke(std::string& bytes, size_t offset, T value) {
 }
 
 // Rewrites the trailing checksum so that only the deliberate change is wrong.
-void Reseal(std::string& page) {
+// Makes both checksums of `page` (of `layout`) match its bytes again.
+void Reseal(std::string& page, const KvLayerLayout& layout) {
+  const size_t head = static_cast<size_t>(KvPageVOffset(layout)) - sizeof(uint64_t);
+  Poke(page, head, Fnv1a64(AsBytes(page).first(head)));
   const size_t body = page.size() - sizeof(uint64_t);
   Poke(page, body, Fnv1a64(AsBytes(page).first(body)));
 }
@@ -92,6 +97,7 @@ Page MakePage(KvSectionLayout k, KvSectionLayout v, int num_tokens, uint8_t fill
   Page page;
   page.header.calibration_hash = 0x0123456789ABCDEFULL;
   page.header.request_id = 42;
+  page.header.epoch = 7;
   page.header.cache_layer = 3;
   page.header.page_index = 9;
   page.header.num_tokens = num_tokens;
@@ -119,6 +125,7 @@ void ExpectRoundTrip(const Page& page) {
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->header.calibration_hash, page.header.calibration_hash);
   EXPECT_EQ(view->header.request_id, page.header.request_id);
+  EXPECT_EQ(view->header.epoch, page.header.epoch);
   EXPECT_EQ(view->header.cache_layer, page.header.cache_layer);
   EXPECT_EQ(view->header.page_index, page.header.page_index);
   EXPECT_EQ(view->header.num_tokens, page.header.num_tokens);
@@ -133,7 +140,8 @@ void ExpectRoundTrip(const Page& page) {
   EXPECT_EQ(std::vector<uint8_t>(view->k.begin(), view->k.end()), page.k);
   EXPECT_EQ(std::vector<uint8_t>(view->v.begin(), view->v.end()), page.v);
   EXPECT_EQ((view->k.data() - AsBytes(bytes).data()) % 8, 0);
-  EXPECT_EQ(view->v.data(), view->k.data() + view->k.size());
+  EXPECT_EQ(view->v.data(), view->k.data() + view->k.size() + sizeof(uint64_t));  // head checksum
+  EXPECT_EQ(static_cast<int64_t>(bytes.size()), KvPageBytes(page.header.layout));
 }
 
 // The section offsets a receiver computes from the layout alone are where the encoder put them,
@@ -243,7 +251,7 @@ TEST(KvPageTest, TrailingBytesRejected) {
 TEST(KvPageTest, WrongVersionAndMagicRejected) {
   std::string page = Encode(SmallPage());
   Poke<uint32_t>(page, kVersionOffset, kKvPageVersion + 1);
-  Reseal(page);
+  Reseal(page, SmallPage().header.layout);
   absl::Status status = DecodeKvPage(AsBytes(page)).status();
   EXPECT_TRUE(absl::IsInvalidArgument(status));
   EXPECT_NE(status.message().find(absl::StrCat("version ", kKvPageVersion + 1, " unsupported")),
@@ -252,7 +260,7 @@ TEST(KvPageTest, WrongVersionAndMagicRejected) {
 
   page = Encode(SmallPage());
   page[0] = 'X';
-  Reseal(page);
+  Reseal(page, SmallPage().header.layout);
   status = DecodeKvPage(AsBytes(page)).status();
   EXPECT_NE(status.message().find("magic"), absl::string_view::npos) << status;
 }
@@ -269,14 +277,14 @@ TEST(KvPageTest, PositionsRoundTripAndTheirRules) {
     EXPECT_TRUE(absl::IsInvalidArgument(EncodeKvPage(page.header, page.k, page.v).status()));
   }
   page.header.positions = {7, 1000};
-  const size_t positions_offset = 40 + (4 + 2 * 3) + (4 + 2 * 2);
+  const size_t positions_offset = kKElementOffset + (4 + 2 * 3) + (4 + 2 * 2);
   std::string bytes = Encode(page);
   Poke<int32_t>(bytes, positions_offset + 4, 7);  // not after slot 0's
-  Reseal(bytes);
+  Reseal(bytes, SmallPage().header.layout);
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeKvPage(AsBytes(bytes)).status()));
   bytes = Encode(page);
   Poke<int32_t>(bytes, positions_offset + 8, 1001);  // slot 2 carries nothing
-  Reseal(bytes);
+  Reseal(bytes, SmallPage().header.layout);
   const absl::Status status = DecodeKvPage(AsBytes(bytes)).status();
   EXPECT_NE(status.message().find("nonzero position"), absl::string_view::npos) << status;
 }
@@ -287,6 +295,31 @@ TEST(KvPageTest, ChecksumMismatchIsDataLoss) {
   const absl::Status status = DecodeKvPage(AsBytes(page)).status();
   EXPECT_TRUE(absl::IsDataLoss(status)) << status;
   EXPECT_NE(status.message().find("request 42"), absl::string_view::npos) << status;
+}
+
+// The head (header, K and the head checksum) verifies alone, so a receiver that leaves V in the
+// store still refuses a torn K; damage to V shows only in the whole page's checksum.
+TEST(KvPageTest, TheHeadChecksumCoversTheHeaderAndK) {
+  const Page page = SmallPage();
+  const std::string good = Encode(page);
+  const size_t head = static_cast<size_t>(KvPageVOffset(page.header.layout));
+  ASSERT_TRUE(DecodeKvPageHead(AsBytes(good).first(head)).ok());
+  std::string torn_k = good;
+  torn_k[static_cast<size_t>(KvPageKOffset(page.header.layout))] ^= 0x02;
+  absl::Status status = DecodeKvPageHead(AsBytes(torn_k).first(head)).status();
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeKvPage(AsBytes(torn_k)).status()));
+  std::string torn_header = good;
+  torn_header[kCacheLayerOffset] ^= 0x01;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeKvPageHead(AsBytes(torn_header).first(head)).status()));
+  std::string torn_v = good;
+  torn_v[good.size() - 20] ^= 0x10;
+  EXPECT_TRUE(DecodeKvPageHead(AsBytes(torn_v).first(head)).ok());
+  EXPECT_TRUE(absl::IsDataLoss(DecodeKvPage(AsBytes(torn_v)).status()));
+  // A fixed trailing checksum does not hide a torn head either.
+  Poke(torn_k, good.size() - sizeof(uint64_t),
+       Fnv1a64(AsBytes(torn_k).first(good.size() - sizeof(uint64_t))));
+  EXPECT_TRUE(absl::IsDataLoss(DecodeKvPage(AsBytes(torn_k)).status()));
 }
 
 TEST(KvPageTest, HeaderFieldsOutOfRangeRejected) {
@@ -303,15 +336,15 @@ TEST(KvPageTest, HeaderFieldsOutOfRangeRejected) {
       {kKElementOffset, 7, 1},
       {kKElementOffset + 1, 0, 1},
       {kKFirstDimOffset, 4097, 2},
-      {24, -1, 4},
-      {28, -5, 4},
+      {kCacheLayerOffset, -1, 4},
+      {kPageIndexOffset, -5, 4},
   };
   for (const Patch& patch : patches) {
     std::string page = Encode(SmallPage());
     if (patch.bytes == 1) Poke(page, patch.offset, static_cast<uint8_t>(patch.value));
     if (patch.bytes == 2) Poke(page, patch.offset, static_cast<uint16_t>(patch.value));
     if (patch.bytes == 4) Poke(page, patch.offset, patch.value);
-    Reseal(page);
+    Reseal(page, SmallPage().header.layout);
     const absl::Status status = DecodeKvPage(AsBytes(page)).status();
     EXPECT_TRUE(absl::IsInvalidArgument(status))
         << "offset " << patch.offset << " = " << patch.value << ": " << status;
@@ -321,9 +354,9 @@ TEST(KvPageTest, HeaderFieldsOutOfRangeRejected) {
 // Decodes `page` with the float at section byte `offset` of K replaced, checksum fixed.
 absl::Status DecodeWithKFloat(const Page& page, int64_t offset, float value) {
   std::string bytes = Encode(page);
-  const size_t k_start = bytes.size() - 8 - page.v.size() - page.k.size();
+  const size_t k_start = static_cast<size_t>(KvPageKOffset(page.header.layout));
   Poke(bytes, k_start + offset, value);
-  Reseal(bytes);
+  Reseal(bytes, page.header.layout);
   return DecodeKvPage(AsBytes(bytes)).status();
 }
 

@@ -22,6 +22,9 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& metrics, std::function<v1::QueueSt
                            .AddCounter("pdserve_decode_generated_tokens_total",
                                        "Tokens emitted, the first (prefill's) token included")
                            .Add({})),
+      pages_refused(metrics.AddCounter(
+          "pdserve_decode_kv_pages_refused_total",
+          "KV pages refused before use, by reason: malformed, checksum, foreign, stale")),
       transfer(KvTransferMetrics::Register(metrics, {"get"})[0]) {
   auto read = [queue = std::move(queue)](bool running) {
     const v1::QueueStatus status = queue();

@@ -23,6 +23,9 @@ struct DecodeMetrics {
   prometheus::Histogram& batch_sequences;
   prometheus::Histogram& step_seconds;
   prometheus::Counter& generated_tokens;
+  // KV pages refused before use, {reason}: malformed, checksum, foreign (another request, layer,
+  // page or calibration), stale (another KV store epoch).
+  prometheus::Family<prometheus::Counter>& pages_refused;
   KvTransferMetrics transfer;  // direction "get"
 };
 

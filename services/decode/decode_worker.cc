@@ -177,7 +177,7 @@ absl::Status DecodeWorker::PullPages(Admission& admission, double* lease_seconds
           absl::StrCat("manifest page ", i, " names cache layer ", ref.cache_layer()));
     }
     const KvLayerLayout& layout = plan.caches[ref.cache_layer()].layout;
-    const int64_t full = KvPageVOffset(layout) + layout.v.bytes() + 8;
+    const int64_t full = KvPageBytes(layout);
     if (ref.encoded_bytes() != full) {
       return absl::InvalidArgumentError(absl::StrCat("manifest page ", i, " is ",
                                                      ref.encoded_bytes(),
@@ -239,6 +239,14 @@ absl::StatusOr<DecodeStart> DecodeWorker::Start(DecodeJob job) {
   return start;
 }
 
+absl::Status DecodeWorker::RefusePage(const v1::PageRef& ref, const char* reason,
+                                      const std::string& why) {
+  stats_->pages_refused.Add({{"reason", reason}}).Increment();
+  return absl::DataLossError(absl::StrCat(
+      "KV page ", ref.page_index(), " of cache layer ", ref.cache_layer(),
+      " failed verification (", reason, "): ", why, "; the request fails instead of decoding it"));
+}
+
 absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
   if (options_.monolithic) {
     PDSERVE_ASSIGN_OR_RETURN(live.sequence, engine_->AddSequence());
@@ -257,17 +265,20 @@ absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
                                          page.bytes.size());
     absl::StatusOr<KvPageView> view = page.v_remote ? DecodeKvPageHead(bytes) : DecodeKvPage(bytes);
     if (!view.ok()) {
-      return absl::Status(view.status().code(),
-                          absl::StrCat("page ", page.ref.page_index(), " of cache layer ",
-                                       page.ref.cache_layer(), ": ", view.status().message()));
+      return RefusePage(page.ref, absl::IsDataLoss(view.status()) ? "checksum" : "malformed",
+                        std::string(view.status().message()));
     }
     const uint64_t writer =
         page.ref.written_by() != 0 ? page.ref.written_by() : manifest.request_id();
-    if (!IsPageOf(view->header, writer, manifest.calibration_hash(), page.ref.cache_layer(),
-                  page.ref.page_index())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "page at ", page.ref.remote_address(), " is not page ", page.ref.page_index(),
-          " of cache layer ", page.ref.cache_layer(), " of request ", writer));
+    if (!IsPageOf(view->header, writer, page.ref.epoch(), manifest.calibration_hash(),
+                  page.ref.cache_layer(), page.ref.page_index())) {
+      const KvPageHeader& h = view->header;
+      const bool stale = IsPageOf(h, writer, h.epoch, manifest.calibration_hash(),
+                                  page.ref.cache_layer(), page.ref.page_index());
+      return RefusePage(page.ref, stale ? "stale" : "foreign",
+                        absl::StrCat("it holds request ", h.request_id, " epoch ", h.epoch,
+                                     ", cache layer ", h.cache_layer, ", page ", h.page_index,
+                                     "; expected request ", writer, " epoch ", page.ref.epoch()));
     }
     PDSERVE_RETURN_IF_ERROR(ImportKvPage(*engine_, live.sequence, *view, !page.v_remote));
     if (page.v_remote) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -94,7 +95,12 @@ class DecodeWorker {
   void SchedulerLoop();
   // Moves queued admissions into the engine while sequence slots last.
   void Admit();
+  // Verifies each pulled page (checksums, content, and that it is the manifest's page of its
+  // writer in its epoch) before the engine takes it; a page that fails fails the request.
   absl::Status Import(Admission& admission, Live& live);
+  // Counts a refused page by `reason` and returns the request's DATA_LOSS naming it and `why`
+  // (the router answers the client UNAVAILABLE: retryable, and the worker is not at fault).
+  absl::Status RefusePage(const v1::PageRef& ref, const char* reason, const std::string& why);
   void Step();
   // Emits `token` as the next output of `live`; true when the request is complete.
   bool Emit(Live& live, int32_t token);

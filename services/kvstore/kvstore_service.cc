@@ -77,8 +77,13 @@ PagePoolOptions KvStoreOptions::ToPagePoolOptions() const {
 
 KvStoreService::KvStoreService(PagePool& pool, const MemoryRegion& region,
                                const Transport& transport,
-                               prometheus::Family<prometheus::Counter>* allocations)
-    : pool_(pool), region_(region), transport_(transport), allocations_(allocations) {}
+                               prometheus::Family<prometheus::Counter>* allocations,
+                               std::optional<PageTamper> tamper)
+    : pool_(pool),
+      region_(region),
+      transport_(transport),
+      allocations_(allocations),
+      tamper_(tamper) {}
 
 grpc::Status KvStoreService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                      v1::KvStoreInfo* reply) {
@@ -130,6 +135,7 @@ absl::Status KvStoreService::AllocateSlots(const v1::AllocateRequest& request,
   reply.set_lease_seconds(absl::ToDoubleSeconds(allocation.lease));
   reply.set_reused_pages(allocation.reused_pages);
   for (uint64_t writer : allocation.written_by) reply.add_written_by(writer);
+  for (uint64_t epoch : allocation.written_epoch) reply.add_written_epoch(epoch);
   return absl::OkStatus();
 }
 
@@ -152,7 +158,15 @@ grpc::Status KvStoreService::Seal(grpc::ServerContext* context, const v1::SealRe
                                   ref.encoded_bytes(), ref.cache_layer(), ref.page_index(),
                                   ref.num_tokens()});
   }
-  return ToGrpcStatus(pool_.Seal(request->allocation_id(), request->lease_token(), pages));
+  const absl::Status sealed = pool_.Seal(request->allocation_id(), request->lease_token(), pages);
+  if (sealed.ok() && tamper_.has_value()) {
+    for (const SealedPageRef& page : pages) {
+      const absl::Status tampered =
+          TamperPage({pool_.base() + page.slot_offset, page.encoded_bytes}, *tamper_);
+      if (!tampered.ok()) Log().error("{}", std::string(tampered.message()));
+    }
+  }
+  return ToGrpcStatus(sealed);
 }
 
 grpc::Status KvStoreService::Renew(grpc::ServerContext* context, const v1::RenewRequest* request,
@@ -233,8 +247,11 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   PDSERVE_ASSIGN_OR_RETURN(server->pool_, PagePool::Create(pool_options, server->region_->data()));
   PagePool& pool = *server->pool_;
   prometheus::Family<prometheus::Counter>& allocations = AddKvStoreMetrics(*server->metrics_, pool);
-  server->service_ =
-      std::make_unique<KvStoreService>(pool, *server->region_, transport, &allocations);
+  server->service_ = std::make_unique<KvStoreService>(pool, *server->region_, transport,
+                                                      &allocations, options.tamper_sealed_pages);
+  if (options.tamper_sealed_pages.has_value()) {
+    Log().warn("fault injection: every sealed KV page is damaged (--fault-tamper-sealed-pages)");
+  }
 
   const absl::Duration interval =
       std::clamp(pool.options().default_lease / 4, absl::Milliseconds(1), absl::Milliseconds(100));

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -33,6 +34,7 @@
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 #include "services/common/service_server.h"
+#include "services/kvstore/page_tamper.h"
 #include "services/kvstore/page_pool.h"
 
 namespace pdserve {
@@ -46,6 +48,9 @@ struct KvStoreOptions {
   std::string http_listen_address = "127.0.0.1:0";  // /metrics
   // On SIGTERM: how long to wait for the pages still leased to be released before exiting.
   absl::Duration drain = absl::Seconds(30);
+  // Fault injection for tests (page_tamper.h): every page is damaged once sealed. Never set in
+  // production.
+  std::optional<PageTamper> tamper_sealed_pages;
 
   // InvalidArgument naming the option that is out of range.
   absl::Status Validate() const;
@@ -57,7 +62,8 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
   // `pool`, `region` (the registration of the pool's memory), `transport` and `allocations`
   // (Allocate calls by code; may be null) must outlive it.
   KvStoreService(PagePool& pool, const MemoryRegion& region, const Transport& transport,
-                 prometheus::Family<prometheus::Counter>* allocations = nullptr);
+                 prometheus::Family<prometheus::Counter>* allocations = nullptr,
+                 std::optional<PageTamper> tamper = std::nullopt);
 
   grpc::Status GetInfo(grpc::ServerContext* context, const pdserve::v1::GetInfoRequest* request,
                        pdserve::v1::KvStoreInfo* reply) override;
@@ -87,6 +93,7 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
   const MemoryRegion& region_;
   const Transport& transport_;
   prometheus::Family<prometheus::Counter>* allocations_;
+  const std::optional<PageTamper> tamper_;
   std::atomic<bool> draining_{false};
 };
 

@@ -29,9 +29,13 @@ namespace v1 = ::pdserve::v1;
 constexpr int64_t kSlotBytes = 4096;
 constexpr int kSlots = 16;
 
-std::string EncodedPage(uint64_t request_id, int cache_layer, int page_index, int num_tokens) {
+// A valid page of `request_id` written in epoch `epoch` (its allocation's id; the size does not
+// depend on it).
+std::string EncodedPage(uint64_t request_id, int cache_layer, int page_index, int num_tokens,
+                        uint64_t epoch = 0) {
   KvPageHeader header;
   header.request_id = request_id;
+  header.epoch = epoch;
   header.cache_layer = cache_layer;
   header.page_index = page_index;
   header.num_tokens = num_tokens;
@@ -163,9 +167,10 @@ TEST_F(KvStoreServiceTest, WriteSealReadRenewRelease) {
   absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
       client_transport_.Connect(info_.worker_address());
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const uint64_t epoch = allocation.allocation_id();
   const std::vector<v1::PageRef> refs = {
-      Put(**endpoint, p0, allocation.slot_addresses(0), 0, 0, 4),
-      Put(**endpoint, p1, allocation.slot_addresses(1), 0, 1, 2)};
+      Put(**endpoint, EncodedPage(42, 0, 0, 4, epoch), allocation.slot_addresses(0), 0, 0, 4),
+      Put(**endpoint, EncodedPage(42, 0, 1, 2, epoch), allocation.slot_addresses(1), 0, 1, 2)};
   const grpc::Status sealed = Seal(allocation, refs, allocation.lease_token());
   ASSERT_TRUE(sealed.ok()) << sealed.error_message();
   usage = Usage();
@@ -176,7 +181,7 @@ TEST_F(KvStoreServiceTest, WriteSealReadRenewRelease) {
   std::string read(p1.size(), '\0');
   ASSERT_TRUE(
       (*endpoint)->Get(info_.pool_rkey(), read.data(), read.size(), refs[1].remote_address()).ok());
-  EXPECT_EQ(read, p1);
+  EXPECT_EQ(read, EncodedPage(42, 0, 1, 2, epoch));
 
   v1::RenewReply renewed;
   ASSERT_TRUE(Renew(allocation.allocation_id(), allocation.lease_token(), 5, &renewed).ok());
@@ -275,7 +280,8 @@ TEST_F(KvStoreServiceTest, BadInputsGetDocumentedCodes) {
   EXPECT_EQ(Seal(small, {outside}, small.lease_token()).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   const v1::PageRef foreign =
-      Put(**endpoint, EncodedPage(3, 0, 0, 4), small.slot_addresses(0), 0, 0, 4);
+      Put(**endpoint, EncodedPage(3, 0, 0, 4, small.allocation_id()), small.slot_addresses(0), 0,
+          0, 4);
   const grpc::Status sealed = Seal(small, {foreign}, small.lease_token());
   EXPECT_EQ(sealed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(sealed.error_message().find("belongs to request 3"), std::string::npos)
@@ -359,7 +365,8 @@ TEST_P(KvStoreUcxTest, RoundTrip) {
     ASSERT_TRUE(stub->Allocate(&context, allocate, &allocation).ok());
   }
   const uint64_t address = allocation.slot_addresses(0);
-  ASSERT_TRUE((*endpoint)->Put(info.pool_rkey(), page.data(), page.size(), address).ok());
+  const std::string written = EncodedPage(9, 2, 0, 3, allocation.allocation_id());
+  ASSERT_TRUE((*endpoint)->Put(info.pool_rkey(), written.data(), written.size(), address).ok());
   v1::SealRequest seal;
   seal.set_allocation_id(allocation.allocation_id());
   seal.set_lease_token(allocation.lease_token());
@@ -377,7 +384,7 @@ TEST_P(KvStoreUcxTest, RoundTrip) {
   }
   std::string read(page.size(), '\0');
   ASSERT_TRUE((*endpoint)->Get(info.pool_rkey(), read.data(), read.size(), address).ok());
-  EXPECT_EQ(read, page);
+  EXPECT_EQ(read, written);
   v1::ReleaseRequest release;
   release.set_allocation_id(allocation.allocation_id());
   release.set_lease_token(allocation.lease_token());

@@ -180,7 +180,11 @@ absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
     result.slots.push_back(slot);
     allocation.slots.push_back(slot);
   }
-  for (const PrefixPageHash& hash : reused) result.written_by.push_back(cached_[hash].written_by);
+  for (const PrefixPageHash& hash : reused) {
+    result.written_by.push_back(cached_[hash].written_by);
+    result.written_epoch.push_back(cached_[hash].written_epoch);
+  }
+  allocation.id = result.allocation_id;
   allocation.request_id = request_id;
   allocation.lease_token = result.lease_token;
   allocation.expiry = options_.clock() + granted;
@@ -253,6 +257,7 @@ void PagePool::PublishLocked(Allocation& allocation) {
     }
     page.layer_bytes = allocation.layer_bytes;
     page.written_by = allocation.request_id;
+    page.written_epoch = allocation.id;
     page.pins = 1;
     cached_.emplace(hash, std::move(page));
     allocation.pinned.push_back(hash);
@@ -318,6 +323,10 @@ absl::Status PagePool::CheckPagesLocked(const Allocation& allocation,
     if (header.request_id != allocation.request_id) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " belongs to request ", header.request_id, ", not ", allocation.request_id));
+    }
+    if (header.epoch != allocation.id) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " carries epoch ", header.epoch,
+                                                     ", not its allocation's ", allocation.id));
     }
     if (header.cache_layer != ref.cache_layer || header.page_index != ref.page_index ||
         header.num_tokens != ref.num_tokens) {

@@ -74,15 +74,18 @@ struct PrefixPages {
 };
 
 struct PageAllocation {
+  // Also the epoch of its own pages: their headers must carry it (KvPageHeader::epoch), so that a
+  // page read back from a slot that was freed and handed to a later allocation is seen as stale.
   uint64_t allocation_id = 0;
   uint64_t lease_token = 0;    // random, nonzero; the capability for every later call
   std::vector<int64_t> slots;  // slot of page i, in the order of the requested page_bytes
   absl::Duration lease;        // as granted (default applied, capped at max_lease)
   // Pages [0, reused_pages) of every cache layer are cached pages: sealed already, shared, to be
   // read and never written; their slots are not the allocation's to seal. Their pages' headers
-  // carry the request that wrote them, written_by[p].
+  // carry the request that wrote them, written_by[p], and its allocation's epoch, written_epoch[p].
   int reused_pages = 0;
   std::vector<uint64_t> written_by;
+  std::vector<uint64_t> written_epoch;
 };
 
 // One written page as the owner describes it at Seal (a PageRef with its slot resolved).
@@ -146,8 +149,8 @@ class PagePool {
 
   // Checks every page and marks the allocation sealed, then publishes its named pages. `pages`
   // must name each slot of the allocation exactly once (reused cached pages are not its slots);
-  // each page must pass DecodeKvPage and its header must carry the allocation's request_id and the
-  // ref's cache_layer, page_index and num_tokens. InvalidArgument naming the page otherwise (the
+  // each page must pass DecodeKvPage and its header must carry the allocation's request_id and
+  // epoch (its id) and the ref's cache_layer, page_index and num_tokens. InvalidArgument naming the page otherwise (the
   // allocation stays unsealed and may be sealed again); FailedPrecondition when already sealed.
   absl::Status Seal(uint64_t allocation_id, uint64_t lease_token,
                     std::span<const SealedPageRef> pages);
@@ -170,6 +173,7 @@ class PagePool {
 
  private:
   struct Allocation {
+    uint64_t id = 0;  // also the epoch of its pages
     uint64_t request_id = 0;
     uint64_t lease_token = 0;
     std::vector<int64_t> slots;  // its own; page i's at i (or -1 once published to the cache)
@@ -188,6 +192,7 @@ class PagePool {
     std::vector<int64_t> slots;         // per cache layer
     std::vector<uint32_t> layer_bytes;  // per cache layer
     uint64_t written_by = 0;            // the request whose pages these are
+    uint64_t written_epoch = 0;         // and its allocation's epoch
     int pins = 0;
     std::list<PrefixPageHash>::iterator idle;  // in idle_ when pins == 0
   };

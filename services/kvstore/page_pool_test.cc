@@ -38,8 +38,12 @@ PagePoolOptions Options(FakeClock* clock, int64_t num_slots = 8) {
   return options;
 }
 
-std::string EncodedPage(uint64_t request_id, int cache_layer, int page_index, int num_tokens) {
+// A valid page of `request_id` written in epoch `epoch` (the allocation's id); its size does not
+// depend on the epoch.
+std::string EncodedPage(uint64_t request_id, int cache_layer, int page_index, int num_tokens,
+                        uint64_t epoch = 0) {
   KvPageHeader header;
+  header.epoch = epoch;
   header.request_id = request_id;
   header.cache_layer = cache_layer;
   header.page_index = page_index;
@@ -103,8 +107,9 @@ class PagePoolTest : public ::testing::TestWithParam<bool> {
                                          static_cast<uint32_t>(p1.size())};
     absl::StatusOr<PageAllocation> allocation = pool_->Allocate(7, sizes, absl::ZeroDuration());
     EXPECT_TRUE(allocation.ok()) << allocation.status();
-    refs->push_back(Write(allocation->slots[0], p0, 0, 0, 3));
-    refs->push_back(Write(allocation->slots[1], p1, 1, 0, 3));
+    const uint64_t epoch = allocation->allocation_id;
+    refs->push_back(Write(allocation->slots[0], EncodedPage(7, 0, 0, 3, epoch), 0, 0, 3));
+    refs->push_back(Write(allocation->slots[1], EncodedPage(7, 1, 0, 3, epoch), 1, 0, 3));
     return *allocation;
   }
 
@@ -333,11 +338,27 @@ TEST_P(PagePoolTest, SealRejectsCorruptedPageAndStaysUnsealed) {
 TEST_P(PagePoolTest, SealRejectsAnotherRequestsPage) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
-  refs[0] = Write(allocation.slots[0], EncodedPage(8, 0, 0, 3), 0, 0, 3);
+  refs[0] = Write(allocation.slots[0], EncodedPage(8, 0, 0, 3, allocation.allocation_id), 0, 0, 3);
   absl::Status sealed = pool_->Seal(allocation.allocation_id, allocation.lease_token, refs);
   ASSERT_TRUE(absl::IsInvalidArgument(sealed)) << sealed;
   EXPECT_NE(sealed.message().find("belongs to request 8"), std::string::npos) << sealed;
   EXPECT_EQ(pool_->Usage().sealed_slots, 0);
+}
+
+// A page written under another epoch (another allocation of the same request, e.g. one whose
+// lease ran out) is stale: Seal refuses it, and each allocation gets a new epoch.
+TEST_P(PagePoolTest, SealRejectsAPageOfAnotherEpoch) {
+  std::vector<SealedPageRef> refs;
+  const PageAllocation allocation = AllocateAndWrite(&refs);
+  refs[1] = Write(allocation.slots[1], EncodedPage(7, 1, 0, 3, allocation.allocation_id + 1), 1,
+                  0, 3);
+  absl::Status sealed = pool_->Seal(allocation.allocation_id, allocation.lease_token, refs);
+  ASSERT_TRUE(absl::IsInvalidArgument(sealed)) << sealed;
+  EXPECT_NE(sealed.message().find("epoch"), std::string::npos) << sealed;
+  std::vector<SealedPageRef> again;
+  const PageAllocation next = AllocateAndWrite(&again);
+  EXPECT_NE(next.allocation_id, allocation.allocation_id);
+  EXPECT_TRUE(pool_->Seal(next.allocation_id, next.lease_token, again).ok());
 }
 
 TEST_P(PagePoolTest, SealRejectsMismatchedRefs) {
@@ -411,8 +432,8 @@ class PrefixCacheTest : public PagePoolTest {
     std::vector<SealedPageRef> refs;
     for (int c = 0; c < kLayers; ++c) {
       for (int p = allocation->reused_pages; p < pages; ++p) {
-        refs.push_back(
-            Write(allocation->slots[c * pages + p], EncodedPage(request, c, p, 4), c, p, 4));
+        refs.push_back(Write(allocation->slots[c * pages + p],
+                             EncodedPage(request, c, p, 4, allocation->allocation_id), c, p, 4));
       }
     }
     if (seal) {
@@ -544,14 +565,15 @@ TEST_P(PrefixCacheTest, TheFirstPublisherOfANameWins) {
   std::vector<SealedPageRef> refs;
   for (int c = 0; c < kLayers; ++c) {
     for (int p = 0; p < 2; ++p) {
-      refs.push_back(Write(b->slots[c * 2 + p], EncodedPage(2, c, p, 4), c, p, 4));
+      refs.push_back(Write(b->slots[c * 2 + p], EncodedPage(2, c, p, 4, b->allocation_id), c, p, 4));
     }
   }
   ASSERT_TRUE(pool_->Seal(b->allocation_id, b->lease_token, refs).ok());
   std::vector<SealedPageRef> a_refs;
   for (int c = 0; c < kLayers; ++c) {
     for (int p = 0; p < 2; ++p) {
-      a_refs.push_back(Write(a->slots[c * 2 + p], EncodedPage(1, c, p, 4), c, p, 4));
+      a_refs.push_back(
+          Write(a->slots[c * 2 + p], EncodedPage(1, c, p, 4, a->allocation_id), c, p, 4));
     }
   }
   ASSERT_TRUE(pool_->Seal(a->allocation_id, a->lease_token, a_refs).ok());
@@ -615,6 +637,7 @@ TEST_P(PrefixCacheTest, EvictionNeverTakesAPageFromAReader) {
             const uint8_t* bytes = pool_->base() + a->slots[c * pages + p] * kSlotBytes;
             absl::StatusOr<KvPageView> page = DecodeKvPage({bytes, EncodedPage(1, 0, 0, 4).size()});
             if (!page.ok() || page->header.request_id != a->written_by[p] ||
+                page->header.epoch != a->written_epoch[p] ||
                 page->header.cache_layer != c || page->header.page_index != p) {
               ++failures;
             }

@@ -24,10 +24,6 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 }  // namespace
 
-int64_t EncodedKvPageBytes(const KvLayerLayout& layout) {
-  return KvPageVOffset(layout) + layout.v.bytes() + 8;  // + the trailing checksum
-}
-
 struct PrefillWorker::Pending {
   PrefillJob job;
   absl::Time arrival;
@@ -44,6 +40,7 @@ struct PrefillWorker::Pending {
   // their bytes as read ([c · reused + p]) with their checked views.
   int reused_pages = 0;
   std::vector<uint64_t> written_by;
+  std::vector<uint64_t> written_epoch;  // of the reused pages, parallel to written_by
   std::vector<std::string> cached_bytes;
   std::vector<KvPageView> cached_pages;
 
@@ -113,6 +110,7 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
         write.pending = pending;
         write.header.calibration_hash = worker_.options_.calibration_hash;
         write.header.request_id = pending->job.request_id;
+        write.header.epoch = pending->allocation_id;
         write.header.cache_layer = cache_layer;
         write.header.page_index = p;
         write.header.num_tokens = TokensInPage(n, page_size, p);
@@ -216,7 +214,7 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
     request.set_cache_layers(static_cast<int32_t>(plan.caches.size()));
   }
   for (const CachePlan& cache : plan.caches) {
-    const int64_t bytes = EncodedKvPageBytes(cache.layout);
+    const int64_t bytes = KvPageBytes(cache.layout);
     pending.encoded_bytes.push_back(static_cast<uint32_t>(bytes));
     for (int p = 0; p < pending.pages_per_cache; ++p) {
       request.add_page_bytes(static_cast<uint32_t>(bytes));
@@ -245,15 +243,18 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   pending.slots.assign(reply.slot_addresses().begin(), reply.slot_addresses().end());
   pending.reused_pages = reply.reused_pages();
   pending.written_by.assign(reply.written_by().begin(), reply.written_by().end());
+  pending.written_epoch.assign(reply.written_epoch().begin(), reply.written_epoch().end());
   if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size()) ||
       pending.reused_pages < 0 || pending.reused_pages > request.prefix_hashes_size() ||
-      pending.written_by.size() != static_cast<size_t>(pending.reused_pages)) {
+      pending.written_by.size() != static_cast<size_t>(pending.reused_pages) ||
+      pending.written_epoch.size() != static_cast<size_t>(pending.reused_pages)) {
     Release(pending);
     return absl::InternalError(
         absl::StrCat("KV store ", pending.job.store->address(), " gave ", pending.slots.size(),
                      " slots for ", request.page_bytes_size(), " pages, ", pending.reused_pages,
                      " of ", request.prefix_hashes_size(), " named pages reused, ",
-                     pending.written_by.size(), " writers"));
+                     pending.written_by.size(), " writers and ", pending.written_epoch.size(),
+                     " epochs"));
   }
   return absl::OkStatus();
 }
@@ -292,11 +293,12 @@ absl::Status PrefillWorker::FetchCachedPages(Pending& pending) {
       std::string wrong;
       if (!view.ok()) {
         wrong = std::string(view.status().message());
-      } else if (!IsPageOf(view->header, pending.written_by[p], options_.calibration_hash,
-                           static_cast<int>(c), p) ||
+      } else if (!IsPageOf(view->header, pending.written_by[p], pending.written_epoch[p],
+                           options_.calibration_hash, static_cast<int>(c), p) ||
                  view->header.num_tokens != page_size ||
                  !(view->header.layout == plan.caches[c].layout)) {
-        wrong = absl::StrCat("its header says request ", view->header.request_id, ", cache layer ",
+        wrong = absl::StrCat("its header says request ", view->header.request_id, ", epoch ",
+                             view->header.epoch, ", cache layer ",
                              view->header.cache_layer, ", page ", view->header.page_index, ", ",
                              view->header.num_tokens,
                              " tokens, or its calibration or layout is not this worker's");
@@ -469,7 +471,12 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
       page->set_num_tokens(TokensInPage(pending->stored_tokens, page_size, p));
       page->set_remote_address(pending->slots[c * pending->pages_per_cache + p]);
       page->set_encoded_bytes(pending->encoded_bytes[c]);
-      if (p < pending->reused_pages) page->set_written_by(pending->written_by[p]);
+      if (p < pending->reused_pages) {
+        page->set_written_by(pending->written_by[p]);
+        page->set_epoch(pending->written_epoch[p]);
+      } else {
+        page->set_epoch(pending->allocation_id);
+      }
     }
   }
   pending->allocation_id = 0;  // the pages now belong to the manifest's holder

@@ -145,9 +145,6 @@ class PrefillWorker {
   std::thread sender_;
 };
 
-// The encoded size of a page of `layout` (every page of a cache layer has it).
-int64_t EncodedKvPageBytes(const KvLayerLayout& layout);
-
 }  // namespace pdserve
 
 #endif  // PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_

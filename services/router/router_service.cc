@@ -432,6 +432,10 @@ absl::Status RouterService::DownstreamError(Call& call, const char* role,
       registry_.MarkFailed(address, status.error_message());
       Log()->warn("{} failed, marked dead: {}", what, status.error_message());
       return absl::UnavailableError(absl::StrCat(what, " failed: ", status.error_message()));
+    case grpc::StatusCode::DATA_LOSS:
+      // A KV page of this request failed the decode worker's verification: the request fails,
+      // retryably (a new attempt writes new pages); the worker is fine.
+      return absl::UnavailableError(absl::StrCat(what, ": ", status.error_message()));
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return absl::DeadlineExceededError(
           absl::StrCat("deadline exceeded waiting for ", what, ": ", status.error_message()));
