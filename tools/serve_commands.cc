@@ -101,9 +101,9 @@ absl::Status RunKvStoreCommand() {
   if (!config.fault_tamper_sealed_pages.empty()) {
     options.tamper_sealed_pages = ParsePageTamper(config.fault_tamper_sealed_pages);
     if (!options.tamper_sealed_pages.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--fault-tamper-sealed-pages '", config.fault_tamper_sealed_pages,
-                       "' is not checksum, foreign or stale"));
+      return absl::InvalidArgumentError(absl::StrCat("--fault-tamper-sealed-pages '",
+                                                     config.fault_tamper_sealed_pages,
+                                                     "' is not checksum, foreign or stale"));
     }
   }
   PDSERVE_RETURN_IF_ERROR(options.Validate());

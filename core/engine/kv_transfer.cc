@@ -21,8 +21,8 @@ int NumKvPages(int num_tokens, int page_size) {
 bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t epoch,
               uint64_t calibration_hash, int cache_layer, int page_index) {
   return header.request_id == request_id && header.epoch == epoch &&
-         header.calibration_hash == calibration_hash &&
-         header.cache_layer == cache_layer && header.page_index == page_index;
+         header.calibration_hash == calibration_hash && header.cache_layer == cache_layer &&
+         header.page_index == page_index;
 }
 
 absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,

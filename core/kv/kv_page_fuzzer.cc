@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((data[0] & 1) && page.size() >= kChecksumBytes) {
     const absl::StatusOr<pdserve::KvPageHeader> header = pdserve::DecodeKvPageHeader(page);
     if (header.ok()) {
-      const size_t head = static_cast<size_t>(pdserve::KvPageVOffset(header->layout)) -
-                          kChecksumBytes;
+      const size_t head =
+          static_cast<size_t>(pdserve::KvPageVOffset(header->layout)) - kChecksumBytes;
       if (head + kChecksumBytes <= page.size()) {
         const uint64_t checksum = pdserve::Fnv1a64(std::span(page).first(head));
         std::memcpy(page.data() + head, &checksum, kChecksumBytes);

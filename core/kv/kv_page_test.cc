@@ -329,15 +329,9 @@ TEST(KvPageTest, HeaderFieldsOutOfRangeRejected) {
     int bytes;  // 1, 2 or 4
   };
   const Patch patches[] = {
-      {kNumTokensOffset, 0, 4},
-      {kNumTokensOffset, 5, 4},
-      {kPageSizeOffset, 0, 4},
-      {kPageSizeOffset, 70000, 4},
-      {kKElementOffset, 7, 1},
-      {kKElementOffset + 1, 0, 1},
-      {kKFirstDimOffset, 4097, 2},
-      {kCacheLayerOffset, -1, 4},
-      {kPageIndexOffset, -5, 4},
+      {kNumTokensOffset, 0, 4},    {kNumTokensOffset, 5, 4},   {kPageSizeOffset, 0, 4},
+      {kPageSizeOffset, 70000, 4}, {kKElementOffset, 7, 1},    {kKElementOffset + 1, 0, 1},
+      {kKFirstDimOffset, 4097, 2}, {kCacheLayerOffset, -1, 4}, {kPageIndexOffset, -5, 4},
   };
   for (const Patch& patch : patches) {
     std::string page = Encode(SmallPage());

@@ -47,6 +47,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   server->server_->set_payload_max_length(options.max_body_bytes);
   // Idle keep-alive connections (Prometheus keeps one) hold Stop for at most this long.
   server->server_->set_keep_alive_timeout(1);
+  // A streamed token is a small write: Nagle's algorithm would hold it until the client ACKs the
+  // one before (a delayed ACK: up to 40 ms), most visibly with TLS, which writes each as a record.
+  server->server_->set_tcp_nodelay(true);
   // httplib's default adds SO_REUSEPORT, which would let a second server share a taken port.
   server->server_->set_socket_options([](socket_t sock) {
     int yes = 1;

@@ -26,6 +26,10 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& metrics, std::function<v1::QueueSt
           "pdserve_decode_kv_pages_refused_total",
           "KV pages refused before use, by reason: malformed, checksum, foreign, stale")),
       transfer(KvTransferMetrics::Register(metrics, {"get"})[0]) {
+  // Every reason from the start, so that a rule can tell "none refused" from "not reporting".
+  for (const char* reason : {"malformed", "checksum", "foreign", "stale"}) {
+    pages_refused.Add({{"reason", reason}});
+  }
   auto read = [queue = std::move(queue)](bool running) {
     const v1::QueueStatus status = queue();
     return std::vector<CallbackSample>{

@@ -243,8 +243,8 @@ absl::Status DecodeWorker::RefusePage(const v1::PageRef& ref, const char* reason
                                       const std::string& why) {
   stats_->pages_refused.Add({{"reason", reason}}).Increment();
   return absl::DataLossError(absl::StrCat(
-      "KV page ", ref.page_index(), " of cache layer ", ref.cache_layer(),
-      " failed verification (", reason, "): ", why, "; the request fails instead of decoding it"));
+      "KV page ", ref.page_index(), " of cache layer ", ref.cache_layer(), " failed verification (",
+      reason, "): ", why, "; the request fails instead of decoding it"));
 }
 
 absl::Status DecodeWorker::Import(Admission& admission, Live& live) {

@@ -34,8 +34,8 @@
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 #include "services/common/service_server.h"
-#include "services/kvstore/page_tamper.h"
 #include "services/kvstore/page_pool.h"
+#include "services/kvstore/page_tamper.h"
 
 namespace pdserve {
 

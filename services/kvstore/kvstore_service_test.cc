@@ -279,9 +279,8 @@ TEST_F(KvStoreServiceTest, BadInputsGetDocumentedCodes) {
   outside.set_remote_address(info_.pool_address() + kSlots * kSlotBytes);
   EXPECT_EQ(Seal(small, {outside}, small.lease_token()).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  const v1::PageRef foreign =
-      Put(**endpoint, EncodedPage(3, 0, 0, 4, small.allocation_id()), small.slot_addresses(0), 0,
-          0, 4);
+  const v1::PageRef foreign = Put(**endpoint, EncodedPage(3, 0, 0, 4, small.allocation_id()),
+                                  small.slot_addresses(0), 0, 0, 4);
   const grpc::Status sealed = Seal(small, {foreign}, small.lease_token());
   EXPECT_EQ(sealed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(sealed.error_message().find("belongs to request 3"), std::string::npos)

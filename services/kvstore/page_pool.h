@@ -150,8 +150,9 @@ class PagePool {
   // Checks every page and marks the allocation sealed, then publishes its named pages. `pages`
   // must name each slot of the allocation exactly once (reused cached pages are not its slots);
   // each page must pass DecodeKvPage and its header must carry the allocation's request_id and
-  // epoch (its id) and the ref's cache_layer, page_index and num_tokens. InvalidArgument naming the page otherwise (the
-  // allocation stays unsealed and may be sealed again); FailedPrecondition when already sealed.
+  // epoch (its id) and the ref's cache_layer, page_index and num_tokens. InvalidArgument naming the
+  // page otherwise (the allocation stays unsealed and may be sealed again); FailedPrecondition when
+  // already sealed.
   absl::Status Seal(uint64_t allocation_id, uint64_t lease_token,
                     std::span<const SealedPageRef> pages);
 

@@ -350,8 +350,8 @@ TEST_P(PagePoolTest, SealRejectsAnotherRequestsPage) {
 TEST_P(PagePoolTest, SealRejectsAPageOfAnotherEpoch) {
   std::vector<SealedPageRef> refs;
   const PageAllocation allocation = AllocateAndWrite(&refs);
-  refs[1] = Write(allocation.slots[1], EncodedPage(7, 1, 0, 3, allocation.allocation_id + 1), 1,
-                  0, 3);
+  refs[1] =
+      Write(allocation.slots[1], EncodedPage(7, 1, 0, 3, allocation.allocation_id + 1), 1, 0, 3);
   absl::Status sealed = pool_->Seal(allocation.allocation_id, allocation.lease_token, refs);
   ASSERT_TRUE(absl::IsInvalidArgument(sealed)) << sealed;
   EXPECT_NE(sealed.message().find("epoch"), std::string::npos) << sealed;
@@ -565,7 +565,8 @@ TEST_P(PrefixCacheTest, TheFirstPublisherOfANameWins) {
   std::vector<SealedPageRef> refs;
   for (int c = 0; c < kLayers; ++c) {
     for (int p = 0; p < 2; ++p) {
-      refs.push_back(Write(b->slots[c * 2 + p], EncodedPage(2, c, p, 4, b->allocation_id), c, p, 4));
+      refs.push_back(
+          Write(b->slots[c * 2 + p], EncodedPage(2, c, p, 4, b->allocation_id), c, p, 4));
     }
   }
   ASSERT_TRUE(pool_->Seal(b->allocation_id, b->lease_token, refs).ok());
@@ -637,8 +638,8 @@ TEST_P(PrefixCacheTest, EvictionNeverTakesAPageFromAReader) {
             const uint8_t* bytes = pool_->base() + a->slots[c * pages + p] * kSlotBytes;
             absl::StatusOr<KvPageView> page = DecodeKvPage({bytes, EncodedPage(1, 0, 0, 4).size()});
             if (!page.ok() || page->header.request_id != a->written_by[p] ||
-                page->header.epoch != a->written_epoch[p] ||
-                page->header.cache_layer != c || page->header.page_index != p) {
+                page->header.epoch != a->written_epoch[p] || page->header.cache_layer != c ||
+                page->header.page_index != p) {
               ++failures;
             }
           }

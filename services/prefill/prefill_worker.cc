@@ -249,12 +249,11 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
       pending.written_by.size() != static_cast<size_t>(pending.reused_pages) ||
       pending.written_epoch.size() != static_cast<size_t>(pending.reused_pages)) {
     Release(pending);
-    return absl::InternalError(
-        absl::StrCat("KV store ", pending.job.store->address(), " gave ", pending.slots.size(),
-                     " slots for ", request.page_bytes_size(), " pages, ", pending.reused_pages,
-                     " of ", request.prefix_hashes_size(), " named pages reused, ",
-                     pending.written_by.size(), " writers and ", pending.written_epoch.size(),
-                     " epochs"));
+    return absl::InternalError(absl::StrCat(
+        "KV store ", pending.job.store->address(), " gave ", pending.slots.size(), " slots for ",
+        request.page_bytes_size(), " pages, ", pending.reused_pages, " of ",
+        request.prefix_hashes_size(), " named pages reused, ", pending.written_by.size(),
+        " writers and ", pending.written_epoch.size(), " epochs"));
   }
   return absl::OkStatus();
 }
@@ -298,9 +297,8 @@ absl::Status PrefillWorker::FetchCachedPages(Pending& pending) {
                  view->header.num_tokens != page_size ||
                  !(view->header.layout == plan.caches[c].layout)) {
         wrong = absl::StrCat("its header says request ", view->header.request_id, ", epoch ",
-                             view->header.epoch, ", cache layer ",
-                             view->header.cache_layer, ", page ", view->header.page_index, ", ",
-                             view->header.num_tokens,
+                             view->header.epoch, ", cache layer ", view->header.cache_layer,
+                             ", page ", view->header.page_index, ", ", view->header.num_tokens,
                              " tokens, or its calibration or layout is not this worker's");
       }
       if (!wrong.empty()) {

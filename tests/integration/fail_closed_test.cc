@@ -85,7 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
     Modes, FailClosedTest,
     ::testing::Values(Case{"checksum", {}},
                       // and with the default profile (KCache layers read only page heads).
-                      Case{"checksum", {"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32"}},
+                      Case{"checksum",
+                           {"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32"}},
                       Case{"foreign", {}}, Case{"stale", {}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(info.param.mode, info.param.profile.empty() ? "" : "_kcache");

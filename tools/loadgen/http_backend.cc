@@ -104,6 +104,7 @@ std::unique_ptr<httplib::Client> HttpBackend::Connect() const {
     client->enable_server_certificate_verification(true);
   }
   if (!api_key_.empty()) client->set_bearer_token_auth(api_key_.c_str());
+  client->set_tcp_nodelay(true);  // the request goes out whole, now
   return client;
 }
 
