@@ -2,12 +2,14 @@
 # What TLS costs (issue 21: ≤ 10% of TTFT p50 and of throughput at the same rate): the same
 # disaggregated cluster and load with TLS between every component and to the client (`pdserve up`'s
 # throwaway CA) and with --insecure, alternated ROUNDS times in one run. The load: Poisson arrivals
-# at RATE req/s, REQUESTS requests of PROMPT prompt + GEN generated tokens, over gRPC (PROTOCOL=grpc)
-# or the OpenAI API (PROTOCOL=http: HTTPS against HTTP). Prints each run and the medians'
-# ratios; per-run JSON in $WORK.
+# at RATE req/s (or, with CONCURRENCY=N, N clients in a closed loop: the throughput ceiling),
+# REQUESTS requests of PROMPT prompt + GEN generated tokens, over gRPC (PROTOCOL=grpc) or the
+# OpenAI API (PROTOCOL=http: HTTPS against HTTP). Prints each run and the medians' ratios;
+# per-run JSON in $WORK.
 #
 #   scripts/bench_tls.sh                      (pd10m with its default profile)
 #   PROTOCOL=http RATE=8 ROUNDS=3 scripts/bench_tls.sh
+#   CONCURRENCY=16 scripts/bench_tls.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PDSERVE=${PDSERVE:-build/release/tools/pdserve}
@@ -20,6 +22,8 @@ REQUESTS=${REQUESTS:-120}
 PROMPT=${PROMPT:-256}
 GEN=${GEN:-32}
 PROTOCOL=${PROTOCOL:-grpc}
+LOAD=(--rate "$RATE")
+[[ -n ${CONCURRENCY:-} ]] && LOAD=(--concurrency "$CONCURRENCY")
 mkdir -p "$WORK"
 # shellcheck source=scripts/cluster_lib.sh
 source scripts/cluster_lib.sh
@@ -35,7 +39,7 @@ run() {  # run NAME ROUND: one cluster, one load, one JSON
   else
     target=(--router "$ROUTER")
   fi
-  "$PDSERVE" loadgen "${target[@]}" "${CLIENT_TLS[@]}" --rate "$RATE" --requests "$REQUESTS" \
+  "$PDSERVE" loadgen "${target[@]}" "${CLIENT_TLS[@]}" "${LOAD[@]}" --requests "$REQUESTS" \
     --warmup 5 --prompt-tokens "$PROMPT" --gen-tokens "$GEN" --seed "$round" \
     --json "$WORK/$name-$round.json" > "$WORK/$name-$round.out"
   cleanup

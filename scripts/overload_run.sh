@@ -7,11 +7,16 @@
 #             retry hint) and loadgen, retrying until each request's deadline (--retries -1),
 #             should still complete every request;
 #   kill      default flags, one decode worker killed with SIGKILL KILL_AFTER s into the run: the
-#             other requests should complete (>= 99.5 %) and its victims fail UNAVAILABLE at once.
+#             other requests should complete (>= 99.5 %) and its victims fail UNAVAILABLE at once;
+#   killprefill  two prefill workers, one killed with SIGKILL KILL_AFTER s in: the same;
+#   cancel    every client gives up after CANCEL_AFTER s (loadgen --request-timeout; loadgen cancels
+#             the call): a storm of cancellations at every stage, whose pages must all come back.
 # After each run: KV pages left in the store, lease expiries, and the router's health changes.
+# With TLS=1 the cluster runs TLS between its components and to the clients (`pdserve up`'s
+# throwaway CA); by default it runs --insecure.
 #   scripts/overload_run.sh [stories260K|stories42M] [PDSERVE] [DIR]
-# env: REQUESTS (10000), CONCURRENCY (512), QUEUE_LOW (64), KILL_AFTER (20), RUNS (default
-#      lowqueue kill).
+# env: REQUESTS (10000), CONCURRENCY (512), QUEUE_LOW (64), KILL_AFTER (20), CANCEL_AFTER (2),
+#      RUNS (default lowqueue kill), TLS (0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHAPE=${1:-stories260K}
@@ -22,6 +27,7 @@ REQUESTS=${REQUESTS:-10000}
 CONCURRENCY=${CONCURRENCY:-512}
 QUEUE_LOW=${QUEUE_LOW:-64}
 KILL_AFTER=${KILL_AFTER:-20}
+CANCEL_AFTER=${CANCEL_AFTER:-2}
 RUNS=${RUNS:-default lowqueue kill}
 mkdir -p "$DIR"
 source scripts/cluster_lib.sh
@@ -43,7 +49,10 @@ esac
 COMMON=(--decode-workers 2 --swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
 
 metric() {  # http_address name: the sum of the metric's series
-  curl -s "http://$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {print s + 0}'
+  local url="http://$1/metrics" curl_tls=()
+  if [[ ${#CLIENT_TLS[@]} -gt 0 ]]; then url="https://$1/metrics" curl_tls=(--cacert "${CLIENT_TLS[1]}"); fi
+  curl -s "${curl_tls[@]}" "$url" |
+    awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {print s + 0}'
 }
 process_http() {  # name: its HTTP address in up's table
   awk -v n="$1" '$1 == n {print $3}' "$DIR/$RUN.up.log"
@@ -52,11 +61,14 @@ process_http() {  # name: its HTTP address in up's table
 echo "| run | completed | failed | retried requests (retries) | pages left | lease expiries | health changes | throughput req/s | TTFT p50 / p99 ms |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for RUN in $RUNS; do
-  extra=() retries=8
+  extra=() retries=8 timeout=300
   [[ $RUN == lowqueue ]] && extra=(--max-queued "$QUEUE_LOW") retries=-1
+  [[ $RUN == killprefill ]] && extra=(--prefill-workers 2)
+  [[ $RUN == cancel ]] && timeout=$CANCEL_AFTER retries=0
   start_cluster "$DIR/$RUN.up.log" "${MODEL[@]}" "${COMMON[@]}" "${extra[@]}" --listen 127.0.0.1:0
-  "$PDSERVE" loadgen --router "$ROUTER" --concurrency "$CONCURRENCY" --requests "$REQUESTS" \
-    --prompt-tokens 64 --gen-tokens 64 --retries "$retries" \
+  "$PDSERVE" loadgen --router "$ROUTER" "${CLIENT_TLS[@]}" --concurrency "$CONCURRENCY" \
+    --requests "$REQUESTS" --prompt-tokens 64 --gen-tokens 64 --retries "$retries" \
+    --request-timeout "$timeout" \
     --json "$DIR/$RUN.json" --csv "$DIR/$RUN.csv" \
     > "$DIR/$RUN.loadgen.txt" 2> "$DIR/$RUN.loadgen.err" &
   loadgen=$!
@@ -67,7 +79,23 @@ for RUN in $RUNS; do
     kill -9 "$victim"
     echo "# killed decode-1 (pid $victim) with $in_flight sequences active on it" >&2
   fi
+  if [[ $RUN == killprefill ]]; then
+    sleep "$KILL_AFTER"
+    victim=$(awk '$1 == "prefill-1" {print $5}' "$DIR/$RUN.up.log")
+    in_flight=$(metric "$(process_http prefill-1)" pdserve_prefill_queue_requests)
+    kill -9 "$victim"
+    echo "# killed prefill-1 (pid $victim) with $in_flight requests queued on it" >&2
+  fi
   wait "$loadgen" || true
+  if [[ $RUN == cancel ]]; then
+    # Pages of cancelled requests go back at once, or at the latest when their lease runs out.
+    kv=$(process_http kvstore) waited=0
+    while (( $(metric "$kv" 'pdserve_kvstore_slots{state="allocated"}') +
+             $(metric "$kv" 'pdserve_kvstore_slots{state="sealed"}') > 0 && waited < 150 )); do
+      sleep 0.1; waited=$((waited + 1))
+    done
+    echo "# cancel: every page back $((waited / 10)).$((waited % 10)) s after loadgen ended" >&2
+  fi
   kv=$(process_http kvstore)
   pages=$(( $(metric "$kv" 'pdserve_kvstore_slots{state="allocated"}') + \
             $(metric "$kv" 'pdserve_kvstore_slots{state="sealed"}') ))
@@ -83,10 +111,10 @@ print(f"| {run} | {q['completed']} | {q['failed']} {r['errors'] or ''} | {r['ret
       f"({r['retries']}) | {pages} | {expiries} | {changes} | {r['request_throughput']:.1f} | "
       f"{r['ttft_s']['p50'] * 1e3:.0f} / {r['ttft_s']['p99'] * 1e3:.0f} |")
 PY
-  if [[ $RUN == kill ]]; then
+  if [[ $RUN == kill || $RUN == killprefill ]]; then
     # Victims: the UNAVAILABLE failures within 2 s of the first one (the killed worker's requests,
     # and any sent to it before the router saw it dead); every other request should complete.
-    python3 - "$DIR/$RUN.csv" <<'PY'
+    python3 - "$DIR/$RUN.csv" "$RUN" <<'PY'
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["warmup"] == "0"]
 end = lambda r: float(r["send_s"]) + float(r["e2e_s"] or 0)
@@ -95,7 +123,7 @@ first = failures[0] if failures else 0.0
 victims = [t for t in failures if t - first <= 2.0]
 others = len(rows) - len(victims)
 ok = sum(1 for r in rows if r["code"] == "OK")
-print(f"\nkill: {len(victims)} victims failed UNAVAILABLE within "
+print(f"\n{sys.argv[2]}: {len(victims)} victims failed UNAVAILABLE within "
       f"{(victims[-1] - first) if victims else 0:.2f} s of the first; {ok} of {others} other "
       f"requests completed ({100.0 * ok / max(1, others):.2f} %)")
 PY

@@ -105,10 +105,14 @@ class Server {
     server_ = builder.BuildAndStart();
   }
   ~Server() { server_->Shutdown(); }
+  // Calls over loopback; `server_name` (when set) is the name the server's certificate must hold
+  // instead of 127.0.0.1 (no DNS lookup).
   grpc::Status Call(const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-                    const std::string& host = "127.0.0.1") {
-    auto stub =
-        v1::Router::NewStub(grpc::CreateChannel(absl::StrCat(host, ":", port_), credentials));
+                    const std::string& server_name = "") {
+    grpc::ChannelArguments args;
+    if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+    auto stub = v1::Router::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_), credentials, args));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ListWorkersReply reply;
@@ -125,6 +129,9 @@ TEST_F(TlsTest, InternalRpcsTakeOnlyTheirRoles) {
   Server server(*Load(ComponentRole::kRouter));
   EXPECT_TRUE(server.Call(Load(ComponentRole::kOperator)->ChannelCredentials()).ok());
   EXPECT_TRUE(server.Call(Load(ComponentRole::kOperator)->ChannelCredentials(), "localhost").ok());
+  EXPECT_EQ(
+      server.Call(Load(ComponentRole::kOperator)->ChannelCredentials(), "example.com").error_code(),
+      grpc::StatusCode::UNAVAILABLE);  // a name the certificate does not hold
 
   grpc::Status prefill = server.Call(Load(ComponentRole::kPrefill)->ChannelCredentials());
   EXPECT_EQ(prefill.error_code(), grpc::StatusCode::PERMISSION_DENIED);
