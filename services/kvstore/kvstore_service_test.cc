@@ -288,16 +288,19 @@ TEST_F(KvStoreServiceTest, BadInputsGetDocumentedCodes) {
   EXPECT_EQ(Seal(small, {foreign}, wrong).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Usage().sealed_slots(), 0);
 
-  // Cancellation frees every allocation of the request.
+  // Cancellation stops the request's unsealed allocation (CANCELLED), whose slots its writer
+  // then releases.
   v1::CancelRequestRequest cancel;
   cancel.set_request_id(1);
   v1::CancelRequestReply cancelled;
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->CancelRequest(&context, cancel, &cancelled).ok());
   EXPECT_EQ(cancelled.released_allocations(), 1);
+  EXPECT_EQ(Renew(big.allocation_id(), big.lease_token(), 0, &renewed).error_code(),
+            grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(Usage().free_slots(), 0);
+  EXPECT_TRUE(Release(big.allocation_id(), big.lease_token()).ok());
   EXPECT_EQ(Usage().free_slots(), kSlots - 1);
-  EXPECT_EQ(Release(big.allocation_id(), big.lease_token()).error_code(),
-            grpc::StatusCode::NOT_FOUND);
 }
 
 TEST(KvStoreServerTest, CreateRejectsBadOptions) {

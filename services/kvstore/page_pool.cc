@@ -264,6 +264,13 @@ void PagePool::PublishLocked(Allocation& allocation) {
   }
 }
 
+absl::Status PagePool::NotCancelled(const Allocation& allocation) {
+  if (!allocation.cancelled) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat("allocation ", allocation.id, " of request ",
+                                           allocation.request_id,
+                                           " was cancelled: its request ended; release it"));
+}
+
 absl::StatusOr<PagePool::Allocation*> PagePool::FindLocked(uint64_t allocation_id,
                                                            uint64_t lease_token) {
   auto it = allocations_.find(allocation_id);
@@ -342,6 +349,7 @@ absl::Status PagePool::Seal(uint64_t allocation_id, uint64_t lease_token,
                             std::span<const SealedPageRef> pages) {
   absl::MutexLock lock(&mu_);
   PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
+  PDSERVE_RETURN_IF_ERROR(NotCancelled(*allocation));
   if (allocation->sealed) {
     return absl::FailedPreconditionError(
         absl::StrCat("allocation ", allocation_id, " is already sealed"));
@@ -364,6 +372,7 @@ absl::StatusOr<absl::Duration> PagePool::Renew(uint64_t allocation_id, uint64_t 
   PDSERVE_ASSIGN_OR_RETURN(const absl::Duration granted, GrantedLease(lease));
   absl::MutexLock lock(&mu_);
   PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
+  PDSERVE_RETURN_IF_ERROR(NotCancelled(*allocation));
   allocation->expiry = options_.clock() + granted;
   return granted;
 }
@@ -382,10 +391,22 @@ int PagePool::CancelRequest(uint64_t request_id) {
   auto it = by_request_.find(request_id);
   if (it == by_request_.end()) return 0;
   const std::vector<uint64_t> ids = it->second;  // FreeLocked edits by_request_
-  for (uint64_t id : ids) FreeLocked(id);
-  cancellations_total_ += static_cast<int64_t>(ids.size());
-  Log().debug("cancelled request {}: freed {} allocations", request_id, ids.size());
-  return static_cast<int>(ids.size());
+  int freed = 0;
+  int marked = 0;
+  for (uint64_t id : ids) {
+    Allocation& allocation = allocations_[id];
+    if (allocation.sealed) {
+      FreeLocked(id);
+      ++freed;
+    } else if (!allocation.cancelled) {
+      allocation.cancelled = true;  // its writer may still be writing: the slots stay its own
+      ++marked;
+    }
+  }
+  cancellations_total_ += freed + marked;
+  Log().debug("cancelled request {}: freed {} allocations, {} still being written", request_id,
+              freed, marked);
+  return freed + marked;
 }
 
 int PagePool::ExpireLeases(absl::Time now) {

@@ -8,6 +8,10 @@
 //   Allocate → allocated (peers write the slots one-sided: "written" is not observed here)
 //            → Seal (every page decodes and matches its PageRef) → sealed (peers read)
 //            → freed by Release, CancelRequest(request_id), or lease expiry.
+// CancelRequest frees a sealed allocation at once, but only marks an unsealed one cancelled: its
+// writer may still be putting pages into its slots, which must not reach the slots' next owner,
+// so they stay the cancelled allocation's until its writer releases it or its lease runs out
+// (Seal and Renew then answer Cancelled).
 // Renew extends the lease in either state. Every call after Allocate presents the allocation id
 // and token: an unknown or already-freed allocation is NotFound, a wrong token PermissionDenied.
 // An allocation whose lease has run out is freed when the next call touches it (NotFound) or by
@@ -105,7 +109,7 @@ struct PagePoolUsage {
   int64_t allocations = 0;
   int64_t lease_expiries_total = 0;  // allocations freed because their lease ran out
   int64_t releases_total = 0;        // allocations freed by Release
-  int64_t cancellations_total = 0;   // allocations freed by CancelRequest
+  int64_t cancellations_total = 0;   // allocations CancelRequest freed or marked cancelled
   // Prefix cache.
   int64_t cached_slots = 0;       // slots of cached pages (pinned or not)
   int64_t idle_cached_slots = 0;  // of which unpinned: Allocate takes them when it must
@@ -164,7 +168,8 @@ class PagePool {
   // Frees the allocation (allocated or sealed).
   absl::Status Release(uint64_t allocation_id, uint64_t lease_token);
 
-  // Frees every allocation of `request_id`; returns how many (0 when it has none).
+  // Frees every sealed allocation of `request_id` and marks the unsealed ones cancelled (see
+  // above); returns how many it touched (0 when it has none not yet cancelled).
   int CancelRequest(uint64_t request_id);
 
   // Frees every allocation whose lease ended at or before `now`; returns how many.
@@ -180,6 +185,7 @@ class PagePool {
     std::vector<int64_t> slots;  // its own; page i's at i (or -1 once published to the cache)
     absl::Time expiry;
     bool sealed = false;
+    bool cancelled = false;  // by CancelRequest while unsealed: Seal and Renew refuse
     // Prefix cache: its pages are cache_layers runs of `pages`; pages [0, reused) are the cached
     // pages `pinned` names first; publish[i] names its own page reused + i.
     int cache_layers = 0;
@@ -211,6 +217,8 @@ class PagePool {
   // lease has run out.
   absl::StatusOr<Allocation*> FindLocked(uint64_t allocation_id, uint64_t lease_token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancelled for an allocation CancelRequest marked.
+  static absl::Status NotCancelled(const Allocation& allocation);
   absl::Status CheckPagesLocked(const Allocation& allocation,
                                 std::span<const SealedPageRef> pages) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

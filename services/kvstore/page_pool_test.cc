@@ -305,20 +305,34 @@ TEST_P(PagePoolTest, ExpiredLeaseIsFreedOnNextTouch) {
   EXPECT_EQ(pool_->ExpireLeases(clock_.now), 0);
 }
 
-TEST_P(PagePoolTest, CancelRequestFreesAllItsAllocations) {
-  ASSERT_TRUE(pool_->Allocate(5, std::vector<uint32_t>{1, 1}, absl::ZeroDuration()).ok());
-  ASSERT_TRUE(pool_->Allocate(5, std::vector<uint32_t>{1}, absl::ZeroDuration()).ok());
+// A sealed allocation goes at once; an unsealed one keeps its slots (its writer may still be
+// putting pages there, which must not land in the next owner's) until its writer releases it or
+// its lease runs out, and refuses Seal and Renew meanwhile.
+TEST_P(PagePoolTest, CancelRequestFreesSealedAllocationsAndStopsTheOthers) {
+  std::vector<SealedPageRef> refs;
+  const PageAllocation sealed = AllocateAndWrite(&refs);  // request 7, 2 slots
+  ASSERT_TRUE(pool_->Seal(sealed.allocation_id, sealed.lease_token, refs).ok());
+  absl::StatusOr<PageAllocation> writing =
+      pool_->Allocate(7, std::vector<uint32_t>{1, 1}, absl::ZeroDuration());
+  absl::StatusOr<PageAllocation> expiring =
+      pool_->Allocate(7, std::vector<uint32_t>{1}, absl::ZeroDuration());
   absl::StatusOr<PageAllocation> other =
       pool_->Allocate(6, std::vector<uint32_t>{1}, absl::ZeroDuration());
-  ASSERT_TRUE(other.ok());
-  EXPECT_EQ(pool_->CancelRequest(5), 2);
-  EXPECT_EQ(pool_->CancelRequest(5), 0);
+  ASSERT_TRUE(writing.ok() && expiring.ok() && other.ok());
+  EXPECT_EQ(pool_->CancelRequest(7), 3);
+  EXPECT_EQ(pool_->CancelRequest(7), 0);  // the unsealed ones are cancelled already
   EXPECT_EQ(pool_->CancelRequest(12345), 0);
   PagePoolUsage usage = pool_->Usage();
-  EXPECT_EQ(usage.free_slots, 7);
-  EXPECT_EQ(usage.allocations, 1);
-  EXPECT_EQ(usage.cancellations_total, 2);
-  EXPECT_TRUE(pool_->Release(other->allocation_id, other->lease_token).ok());
+  EXPECT_EQ(usage.free_slots, 8 - 2 - 1 - 1);  // the sealed allocation's 2 slots came back
+  EXPECT_EQ(usage.allocations, 3);
+  EXPECT_EQ(usage.cancellations_total, 3);
+  EXPECT_TRUE(absl::IsCancelled(pool_->Seal(writing->allocation_id, writing->lease_token, {})));
+  EXPECT_TRUE(absl::IsCancelled(
+      pool_->Renew(writing->allocation_id, writing->lease_token, absl::ZeroDuration()).status()));
+  EXPECT_TRUE(pool_->Release(writing->allocation_id, writing->lease_token).ok());
+  clock_.now += absl::Seconds(11);
+  EXPECT_EQ(pool_->ExpireLeases(clock_.now), 2);  // `expiring` and `other`
+  EXPECT_EQ(pool_->Usage().free_slots, 8);
 }
 
 TEST_P(PagePoolTest, SealRejectsCorruptedPageAndStaysUnsealed) {
@@ -550,9 +564,10 @@ TEST_P(PrefixCacheTest, ExpiryAndCancellationUnpin) {
   ASSERT_TRUE(a.ok()) << a.status();
   absl::StatusOr<PageAllocation> b = Prefill(2, 1, Names(1, 1), /*seal=*/false);
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_EQ(pool_->CancelRequest(2), 1);
+  EXPECT_EQ(pool_->CancelRequest(2), 1);  // b, unsealed: cancelled, its pins kept until it goes
+  EXPECT_EQ(pool_->Usage().pinned_pages, 1);
   clock_.now += absl::Seconds(11);
-  EXPECT_EQ(pool_->ExpireLeases(clock_.now), 1);
+  EXPECT_EQ(pool_->ExpireLeases(clock_.now), 2);
   EXPECT_EQ(pool_->Usage().pinned_pages, 0);
   EXPECT_EQ(pool_->Usage().cached_pages, 1);
   ExpectSlotsAddUp();
