@@ -224,5 +224,17 @@ TEST_F(HfTokenizerJsonTest, NamesWhatItDoesNotImplement) {
             absl::StatusCode::kNotFound);
 }
 
+// Fields of the wrong JSON type (found by tests/fuzz/tokenizer_fuzzer.cc: they used to throw out
+// of the loader and abort the process) are InvalidArgument naming the file.
+TEST_F(HfTokenizerJsonTest, FieldsOfTheWrongTypeAreRefusedNotThrown) {
+  json_["pre_tokenizer"] = nullptr;
+  absl::StatusOr<Vocabulary> v = Read();
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
+  EXPECT_NE(ErrorOf(v).find("tokenizer.json"), std::string::npos);
+  SetUp();
+  json_["model"]["byte_fallback"] = "no";
+  EXPECT_EQ(Read().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -226,15 +226,23 @@ absl::Status ReadSpecialIds(const JsonFile& file, const Json& config,
   return absl::OkStatus();
 }
 
+// The readers above call nlohmann's value(), which throws type_error when the JSON it looks in is
+// not an object or the key holds another type than the default's: a malformed file.
+absl::Status MalformedJson(const std::string& path, const nlohmann::json::exception& e) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": malformed: ", e.what()));
+}
+
 }  // namespace
 
-absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& path) {
+absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& path) try {
   if (!std::filesystem::exists(path)) return std::string();
   PDSERVE_ASSIGN_OR_RETURN(JsonFile config, JsonFile::Open(path));
   return ChatTemplateOf(config);
+} catch (const nlohmann::json::exception& e) {
+  return MalformedJson(path, e);
 }
 
-absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
+absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) try {
   PDSERVE_ASSIGN_OR_RETURN(JsonFile file, JsonFile::Open(path));
   Vocabulary vocab;
   vocab.model = TokenizerModel::kByteLevelBpe;
@@ -255,6 +263,8 @@ absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) {
   }
   if (absl::Status s = vocab.Validate(); !s.ok()) return file.Error("vocabulary", s.message());
   return vocab;
+} catch (const nlohmann::json::exception& e) {
+  return MalformedJson(path, e);
 }
 
 }  // namespace pdserve
