@@ -173,6 +173,28 @@ class OpenAiApiTest : public ::testing::Test {
   }
   void Start() { Start(Options()); }
 
+  // Starts a streaming completion (with `authorization`, when given) on its own thread and returns
+  // once the router has admitted it; its client then reads nothing until `hang_up`, and the
+  // returned thread ends once it hung up.
+  std::thread HangingStream(std::atomic<bool>& hang_up, const std::string& authorization = "") {
+    auto admitted = std::make_shared<std::atomic<bool>>(false);
+    std::thread thread([this, &hang_up, admitted, authorization] {
+      httplib::Request request;
+      request.method = "POST";
+      request.path = "/v1/completions";
+      request.body = R"({"prompt": "x", "stream": true})";
+      if (!authorization.empty()) request.headers.emplace("Authorization", authorization);
+      request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        *admitted = true;
+        while (!hang_up) absl::SleepFor(absl::Milliseconds(5));
+        return false;
+      };
+      httplib::Client("http://" + http_->address()).send(request);
+    });
+    while (!*admitted) absl::SleepFor(absl::Milliseconds(5));  // admitted: the worker holds it
+    return thread;
+  }
+
   httplib::Result Post(const std::string& path, const std::string& body) {
     return client_->Post(path.c_str(), body, "application/json");
   }
@@ -430,21 +452,8 @@ TEST_F(OpenAiApiTest, OverloadedIs429WithRetryAfter) {
   options.max_inflight = 1;
   options.max_queued = 0;
   Start(options);
-  std::atomic<bool> admitted{false};
   std::atomic<bool> hang_up{false};
-  std::thread hanging([&] {
-    httplib::Request request;
-    request.method = "POST";
-    request.path = "/v1/completions";
-    request.body = R"({"prompt": "x", "stream": true})";
-    request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      admitted = true;
-      while (!hang_up) absl::SleepFor(absl::Milliseconds(5));
-      return false;
-    };
-    httplib::Client("http://" + http_->address()).send(request);
-  });
-  while (!admitted) absl::SleepFor(absl::Milliseconds(5));  // it is admitted and hangs
+  std::thread hanging = HangingStream(hang_up);
   Json e = ExpectError("/v1/completions", R"({"prompt": "x"})", 429);
   EXPECT_EQ(e["type"], "rate_limit_error");
   auto res = Post("/v1/completions", R"({"prompt": "x"})");
@@ -598,22 +607,8 @@ TEST_F(OpenAiApiTest, AKeyOverItsStreamsIs429AndTheStreamReturnsAtTheEnd) {
   options.api_keys = Keys({.max_streams = 1});
   Start(options);
   client_->set_bearer_token_auth(kKey);
-  std::atomic<bool> admitted{false};
   std::atomic<bool> hang_up{false};
-  std::thread hanging([&] {
-    httplib::Request request;
-    request.method = "POST";
-    request.path = "/v1/completions";
-    request.body = R"({"prompt": "x", "stream": true})";
-    request.headers.emplace("Authorization", std::string("Bearer ") + kKey);
-    request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      admitted = true;
-      while (!hang_up) absl::SleepFor(absl::Milliseconds(5));
-      return false;
-    };
-    httplib::Client("http://" + http_->address()).send(request);
-  });
-  while (!admitted) absl::SleepFor(absl::Milliseconds(5));  // it holds the key's one stream
+  std::thread hanging = HangingStream(hang_up, std::string("Bearer ") + kKey);  // the key's stream
   auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429) << res->body;
