@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, tls_key, "", "TLS: the private key of --tls-cert (PEM)");
 ABSL_FLAG(std::string, tls_ca, "",
           "TLS: the CA certificate(s) (PEM) that peers' certificates must verify under; a client "
           "with only --tls-ca verifies the server and presents no certificate");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "A file of tokens (one per line) that GET /metrics must present as 'Authorization: "
+          "Bearer TOKEN' (401 otherwise); default: /metrics is open");
 ABSL_FLAG(bool, insecure, false,
           "Plaintext gRPC and HTTP, no component identities: anyone who reaches a port is "
           "trusted. Service processes need either this or --tls-cert/--tls-key/--tls-ca");
@@ -100,6 +103,16 @@ absl::Status SetUpProcessTls(const ProcessFlags& flags, ComponentRole role) {
   if (!tls.ok()) return tls.status();
   SetProcessTls(*std::move(tls));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const BearerKeys>> MetricsKeysFrom(const ProcessFlags& flags) {
+  if (flags.metrics_token_file.empty()) return nullptr;
+  absl::StatusOr<BearerKeys> keys = BearerKeys::FromFlags({}, flags.metrics_token_file);
+  if (!keys.ok()) {
+    return absl::Status(keys.status().code(),
+                        absl::StrCat("--metrics-token-file: ", keys.status().message()));
+  }
+  return std::make_shared<const BearerKeys>(*std::move(keys));
 }
 
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "client/pdserve_client.h"
 #include "core/rpc/tls.h"
+#include "services/common/bearer_keys.h"
 #include "tools/cli_flags.h"
 #include "tools/profile_flags.h"
 
@@ -27,6 +28,7 @@ struct ProcessFlags {
   std::string tls_key;
   std::string tls_ca;
   bool insecure = false;
+  std::string metrics_token_file;
 
   template <typename Visitor>
   void VisitFlags(Visitor&& visit) {
@@ -38,6 +40,7 @@ struct ProcessFlags {
     visit("tls_key", tls_key);
     visit("tls_ca", tls_ca);
     visit("insecure", insecure);
+    visit("metrics_token_file", metrics_token_file);
   }
 };
 
@@ -46,6 +49,9 @@ struct ProcessFlags {
 // --insecure (logged as a warning). InvalidArgument when neither or both are given, or when the
 // files do not load.
 absl::Status SetUpProcessTls(const ProcessFlags& flags, ComponentRole role);
+
+// The tokens --metrics-token-file names (GET /metrics then wants one); null without it.
+absl::StatusOr<std::shared_ptr<const BearerKeys>> MetricsKeysFrom(const ProcessFlags& flags);
 
 // A client's options (pdserve client, loadgen): --api-key's one key (InvalidArgument for a list),
 // and --tls-ca (with --tls-cert and --tls-key for an operator's certificate) when given.

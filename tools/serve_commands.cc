@@ -97,6 +97,7 @@ absl::Status RunKvStoreCommand() {
   options.default_lease_seconds = config.lease_seconds;
   options.max_lease_seconds = std::max(options.max_lease_seconds, options.default_lease_seconds);
   options.http_listen_address = config.process.http_listen;
+  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(config.process));
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(config.process));
   if (!config.fault_tamper_sealed_pages.empty()) {
     options.tamper_sealed_pages = ParsePageTamper(config.fault_tamper_sealed_pages);
@@ -132,6 +133,7 @@ absl::Status RunPrefillCommand() {
   PrefillServerOptions options;
   options.listen_address = flags.process.listen;
   options.http_listen_address = flags.process.http_listen;
+  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(flags.process));
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(flags.process));
   options.router_address = flags.router;
   options.calibration_hash = worker.calibration_hash;
@@ -177,6 +179,7 @@ absl::Status RunDecodeCommand() {
   DecodeServerOptions options;
   options.listen_address = flags.process.listen;
   options.http_listen_address = flags.process.http_listen;
+  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(flags.process));
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(flags.process));
   options.router_address = flags.router;
   options.kvstore_address = config.kvstore;
@@ -191,6 +194,7 @@ absl::Status RunRouterCommand() {
   RouterOptions options;
   options.listen_address = config.process.listen;
   options.http_listen_address = config.process.http_listen;
+  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(config.process));
   PDSERVE_ASSIGN_OR_RETURN(options.shutdown_grace, DrainFrom(config.process));
   options.model_id = config.served_model_name;
   if (options.model_id.empty()) {

@@ -55,10 +55,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->server_->Get("/metrics",
-                       [&metrics](const httplib::Request&, httplib::Response& response) {
-                         response.set_content(metrics.Render(), kPrometheusContentType);
-                       });
+  server->server_->Get("/metrics", [&metrics, keys = options.metrics_keys](
+                                       const httplib::Request& request,
+                                       httplib::Response& response) {
+    if (keys != nullptr && !keys->Match(request.get_header_value("Authorization")).has_value()) {
+      response.status = 401;
+      response.set_header("WWW-Authenticate", "Bearer");
+      response.set_content("/metrics needs Authorization: Bearer <the metrics token>\n",
+                           "text/plain");
+      return;
+    }
+    response.set_content(metrics.Render(), kPrometheusContentType);
+  });
   if (install_routes) install_routes(*server->server_);
 
   const int bound = port == 0 ? server->server_->bind_to_any_port(host)

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/metrics/metrics_registry.h"
+#include "services/common/bearer_keys.h"
 
 namespace pdserve {
 
@@ -26,6 +27,8 @@ struct HttpServerOptions {
   int threads = 8;
   // Request bodies above this get 413.
   size_t max_body_bytes = 8 << 20;
+  // GET /metrics wants "Authorization: Bearer <one of these>" (401 otherwise); null: open.
+  std::shared_ptr<const BearerKeys> metrics_keys;
 };
 
 class HttpServer {

@@ -36,6 +36,30 @@ TEST(HttpServerTest, ServesMetricsAndExtraRoutes) {
   EXPECT_EQ(client.Get("/nothing-here")->status, 404);
 }
 
+TEST(HttpServerTest, MetricsWithATokenAnswerOnlyThoseWhoBearIt) {
+  MetricsRegistry registry;
+  registry.AddCounter("t_requests_total", "t").Add({}).Increment(2);
+  HttpServerOptions options;
+  absl::StatusOr<BearerKeys> keys = BearerKeys::Create({"metrics-token-1"});
+  ASSERT_TRUE(keys.ok());
+  options.metrics_keys = std::make_shared<const BearerKeys>(*std::move(keys));
+  auto server = HttpServer::Start(options, registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client = ClientFor((*server)->address());
+  httplib::Result anonymous = client.Get("/metrics");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(anonymous->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr("t_requests_total")));
+  client.set_bearer_token_auth("metrics-token-2");
+  EXPECT_EQ(client.Get("/metrics")->status, 401);
+  client.set_bearer_token_auth("metrics-token-1");
+  httplib::Result metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->body, HasSubstr("t_requests_total 2\n"));
+}
+
 TEST(HttpServerTest, StopsPromptlyAndRefusesTakenOrBadAddresses) {
   MetricsRegistry registry;
   auto first = HttpServer::Start({}, registry);

@@ -14,6 +14,7 @@ absl::Status ServeWorker(const WorkerProcess& process,
   http.role = process.role;
   http.metrics = process.metrics;
   http.options.listen_address = process.http_listen_address;
+  http.options.metrics_keys = process.metrics_keys;
   absl::StatusOr<std::unique_ptr<ServiceServer>> server =
       ServiceServer::Start(process.listen_address, services, http);
   if (!server.ok()) return server.status();

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
 #include "pdserve/v1/router.pb.h"
+#include "services/common/bearer_keys.h"
 #include "services/common/service_server.h"
 
 namespace pdserve {
@@ -22,6 +23,7 @@ struct WorkerProcess {
   std::string role;  // the ready line's role, e.g. "prefill"
   std::string listen_address;
   std::string http_listen_address = "127.0.0.1:0";  // /metrics
+  std::shared_ptr<const BearerKeys> metrics_keys;   // null: /metrics open
   MetricsRegistry* metrics = nullptr;               // served at /metrics; required
   std::string router_address;                       // empty: do not register
   // Role, calibration hash and KV store; the address is filled in once bound.

@@ -148,6 +148,7 @@ absl::Status RunDecodeServer(const DecodeServerOptions& options, DecodeWorker& w
   process.listen_address = options.listen_address;
   process.router_address = options.router_address;
   process.http_listen_address = options.http_listen_address;
+  process.metrics_keys = options.metrics_keys;
   process.metrics = &worker.metrics();
   process.grace = options.drain;
   process.registration.set_role(worker.monolithic() ? v1::WORKER_ROLE_MONOLITHIC

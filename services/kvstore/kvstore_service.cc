@@ -261,6 +261,7 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   http.role = "kvstore";
   http.metrics = server->metrics_.get();
   http.options.listen_address = options.http_listen_address;
+  http.options.metrics_keys = options.metrics_keys;
   PDSERVE_ASSIGN_OR_RETURN(server->server_, ServiceServer::Start(options.listen_address,
                                                                  {server->service_.get()}, http));
   Log().info(

@@ -46,6 +46,7 @@ struct KvStoreOptions {
   double default_lease_seconds = 10;           // > 0: the lease of a request that asks for 0
   double max_lease_seconds = 60;               // ≥ default: longer requested leases are capped
   std::string http_listen_address = "127.0.0.1:0";  // /metrics
+  std::shared_ptr<const BearerKeys> metrics_keys;   // null: /metrics open
   // On SIGTERM: how long to wait for the pages still leased to be released before exiting.
   absl::Duration drain = absl::Seconds(30);
   // Fault injection for tests (page_tamper.h): every page is damaged once sealed. Never set in

@@ -66,6 +66,7 @@ absl::Status RunPrefillServer(const PrefillServerOptions& options, PrefillWorker
   process.listen_address = options.listen_address;
   process.router_address = options.router_address;
   process.http_listen_address = options.http_listen_address;
+  process.metrics_keys = options.metrics_keys;
   process.metrics = &worker.metrics();
   process.grace = options.drain;
   process.registration.set_role(v1::WORKER_ROLE_PREFILL);

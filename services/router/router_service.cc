@@ -600,6 +600,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
   // server's own queue.
   http.options.threads = options.max_inflight + std::min(options.max_queued, 256) + 16;
   http.options.listen_address = options.http_listen_address;
+  http.options.metrics_keys = options.metrics_keys;
   http.install_routes = [&options, metrics](httplib::Server& routes, const ServiceServer& server) {
     OpenAiApiOptions api;
     api.router = server.InProcessChannel();

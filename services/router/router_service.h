@@ -69,6 +69,7 @@ struct RouterOptions {
   absl::Duration shutdown_grace = absl::Seconds(30);     // in-flight streams' budget on SIGTERM
   // HTTP: /metrics and the OpenAI-compatible API (`model_id` is the model name it serves).
   std::string http_listen_address = "127.0.0.1:0";
+  std::shared_ptr<const BearerKeys> metrics_keys;  // GET /metrics wants one; null: open
   std::string model_id = "pdserve";
   // The process's metrics; RouterService::Create makes a registry when this is null.
   std::shared_ptr<MetricsRegistry> metrics;
