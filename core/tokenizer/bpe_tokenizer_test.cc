@@ -236,5 +236,19 @@ TEST_F(HfTokenizerJsonTest, FieldsOfTheWrongTypeAreRefusedNotThrown) {
   EXPECT_EQ(Read().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A vocabulary is sized by its largest id: a small file may not claim a huge one (found by the
+// tokenizer fuzzer's memory limit: 170 bytes asked for 16 million padded tokens).
+TEST_F(HfTokenizerJsonTest, ASmallFileCannotClaimAHugeId) {
+  json_["added_tokens"][2]["id"] = 15'999'999;
+  absl::StatusOr<Vocabulary> v = Read();
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
+  EXPECT_NE(ErrorOf(v).find("<think>"), std::string::npos);
+  SetUp();
+  json_["added_tokens"][2]["id"] = 262 + 1000;  // a reserved range within reason
+  v = Read();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->size(), 1263);
+}
+
 }  // namespace
 }  // namespace pdserve

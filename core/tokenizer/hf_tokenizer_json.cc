@@ -1,5 +1,6 @@
 #include "core/tokenizer/hf_tokenizer_json.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -33,10 +34,23 @@ class JsonFile {
 // Ids above this are refused: no vocabulary is near it, and a vocabulary is sized by its ids.
 constexpr int64_t kMaxTokenId = 16'000'000;
 
-// Sets token `id` (grown into the vocabulary, gaps unused); false when `id` is out of range.
-bool SetToken(const Json& id_json, std::string piece, TokenType type, Vocabulary& vocab) {
+// The largest id the file may name: a vocabulary is sized by its largest id (gaps padded), so a
+// small file must not claim a huge one. Real vocabularies are dense: twice the entries the file
+// holds, plus room for reserved ranges, is far beyond any of them.
+int64_t MaxTokenId(const JsonFile& file) {
+  const Json& model = file.json().value("model", Json());
+  const Json& pieces = model.is_object() ? model.value("vocab", Json()) : Json();
+  const Json& added = file.json().value("added_tokens", Json());
+  const int64_t entries = static_cast<int64_t>((pieces.is_object() ? pieces.size() : 0) +
+                                               (added.is_array() ? added.size() : 0));
+  return std::min(kMaxTokenId, 2 * entries + 1024);
+}
+
+// Sets token `id` (grown into the vocabulary, gaps unused); false when `id` is out of [0, max_id].
+bool SetToken(const Json& id_json, int64_t max_id, std::string piece, TokenType type,
+              Vocabulary& vocab) {
   if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
-      id_json.get<int64_t>() > kMaxTokenId) {
+      id_json.get<int64_t>() > max_id) {
     return false;
   }
   const size_t id = id_json.get<size_t>();
@@ -92,7 +106,7 @@ absl::Status ReadPreTokenizer(const JsonFile& file, Vocabulary& vocab) {
                                                   " is not Split(regex)+ByteLevel or ByteLevel"));
 }
 
-absl::Status ReadModel(const JsonFile& file, Vocabulary& vocab) {
+absl::Status ReadModel(const JsonFile& file, int64_t max_id, Vocabulary& vocab) {
   const Json& m = file.json().value("model", Json());
   if (!m.is_object() || m.value("type", "") != "BPE") {
     return file.Error("model.type", "is not 'BPE'");
@@ -108,7 +122,7 @@ absl::Status ReadModel(const JsonFile& file, Vocabulary& vocab) {
   for (const auto& [spelled, id_json] : pieces.items()) {
     absl::StatusOr<std::string> bytes = FromByteLevel(spelled);
     if (!bytes.ok()) return file.Error("model.vocab", bytes.status().message());
-    if (!SetToken(id_json, std::move(*bytes), TokenType::kNormal, vocab)) {
+    if (!SetToken(id_json, max_id, std::move(*bytes), TokenType::kNormal, vocab)) {
       return file.Error("model.vocab", absl::StrCat("entry '", spelled, "' has a bad id"));
     }
   }
@@ -137,7 +151,7 @@ absl::Status ReadModel(const JsonFile& file, Vocabulary& vocab) {
   return absl::OkStatus();
 }
 
-absl::Status ReadAddedTokens(const JsonFile& file, Vocabulary& vocab) {
+absl::Status ReadAddedTokens(const JsonFile& file, int64_t max_id, Vocabulary& vocab) {
   const Json& added = file.json().value("added_tokens", Json::array());
   if (!added.is_array()) return file.Error("added_tokens", "is not an array");
   for (const Json& t : added) {
@@ -153,7 +167,7 @@ absl::Status ReadAddedTokens(const JsonFile& file, Vocabulary& vocab) {
     }
     const TokenType type =
         t.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
-    if (!SetToken(t.value("id", Json()), content, type, vocab)) return malformed();
+    if (!SetToken(t.value("id", Json()), max_id, content, type, vocab)) return malformed();
   }
   return absl::OkStatus();
 }
@@ -247,8 +261,9 @@ absl::StatusOr<Vocabulary> ReadHfTokenizerJson(const std::string& path) try {
   Vocabulary vocab;
   vocab.model = TokenizerModel::kByteLevelBpe;
   vocab.add_dummy_prefix = false;
-  PDSERVE_RETURN_IF_ERROR(ReadModel(file, vocab));
-  PDSERVE_RETURN_IF_ERROR(ReadAddedTokens(file, vocab));
+  const int64_t max_id = MaxTokenId(file);
+  PDSERVE_RETURN_IF_ERROR(ReadModel(file, max_id, vocab));
+  PDSERVE_RETURN_IF_ERROR(ReadAddedTokens(file, max_id, vocab));
   PDSERVE_RETURN_IF_ERROR(ReadNormalizer(file, vocab));
   PDSERVE_RETURN_IF_ERROR(ReadPreTokenizer(file, vocab));
   PadVocabulary(vocab, vocab.size());  // names the ids the file leaves free
