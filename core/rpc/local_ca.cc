@@ -15,21 +15,14 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/rpc/openssl_handles.h"
 
 namespace pdserve {
 namespace {
 
-struct KeyFree {
-  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-using Key = std::unique_ptr<EVP_PKEY, KeyFree>;
-using Cert = std::unique_ptr<X509, X509Free>;
+using openssl::Bio;
+using openssl::Cert;
+using openssl::Key;
 
 absl::Status OpenSslError(const char* what) {
   const unsigned long code = ERR_get_error();
@@ -103,7 +96,7 @@ bool WriteAll(int fd, const char* data, size_t size) {
 // Writes `write`'s PEM output to `path` with `mode`.
 template <typename Write>
 absl::Status WritePem(const std::string& path, mode_t mode, Write write) {
-  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  Bio bio(BIO_new(BIO_s_mem()));
   if (bio == nullptr || !write(bio.get())) return OpenSslError("PEM encoding");
   char* data = nullptr;
   const long size = BIO_get_mem_data(bio.get(), &data);
@@ -149,9 +142,7 @@ absl::Status WriteLocalCa(const std::string& dir) {
                                      /*is_ca=*/true);
   if (!ca.ok()) return ca.status();
   if (absl::Status s = WriteCert(absl::StrCat(dir, "/ca.pem"), ca->get()); !s.ok()) return s;
-  for (ComponentRole role :
-       {ComponentRole::kRouter, ComponentRole::kPrefill, ComponentRole::kDecode,
-        ComponentRole::kKvStore, ComponentRole::kOperator}) {
+  for (ComponentRole role : kComponentRoles) {
     Key key = NewKey();
     if (key == nullptr) return OpenSslError("key");
     absl::StatusOr<Cert> cert = MakeCert(key.get(), std::string(ComponentRoleName(role)), ca->get(),

@@ -11,33 +11,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/rpc/openssl_handles.h"
 
 namespace pdserve {
 namespace {
 
-constexpr std::pair<ComponentRole, const char*> kRoles[] = {{ComponentRole::kRouter, "router"},
-                                                            {ComponentRole::kPrefill, "prefill"},
-                                                            {ComponentRole::kDecode, "decode"},
-                                                            {ComponentRole::kKvStore, "kvstore"},
-                                                            {ComponentRole::kOperator, "operator"}};
-
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
-};
-struct StoreFree {
-  void operator()(X509_STORE* store) const { X509_STORE_free(store); }
-};
-struct StoreCtxFree {
-  void operator()(X509_STORE_CTX* ctx) const { X509_STORE_CTX_free(ctx); }
-};
-using Bio = std::unique_ptr<BIO, BioFree>;
-using Cert = std::unique_ptr<X509, X509Free>;
+using openssl::Bio;
+using openssl::Cert;
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
@@ -99,15 +79,24 @@ std::optional<std::string> PeerCommonName(const grpc::ServerContext& context) {
 }  // namespace
 
 const char* ComponentRoleName(ComponentRole role) {
-  for (const auto& [value, name] : kRoles) {
-    if (value == role) return name;
+  switch (role) {
+    case ComponentRole::kRouter:
+      return "router";
+    case ComponentRole::kPrefill:
+      return "prefill";
+    case ComponentRole::kDecode:
+      return "decode";
+    case ComponentRole::kKvStore:
+      return "kvstore";
+    case ComponentRole::kOperator:
+      return "operator";
   }
   return "?";
 }
 
 std::optional<ComponentRole> ParseComponentRole(std::string_view name) {
-  for (const auto& [value, role_name] : kRoles) {
-    if (std::string_view(role_name) == name) return value;
+  for (ComponentRole role : kComponentRoles) {
+    if (std::string_view(ComponentRoleName(role)) == name) return role;
   }
   return std::nullopt;
 }
@@ -144,8 +133,7 @@ absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
   if (!chain.ok()) return chain.status();
   X509* cert = chain->front().get();
   Bio key_bio = MemoryBio(tls->key_pem_);
-  std::unique_ptr<EVP_PKEY, KeyFree> key(
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  openssl::Key key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
   ERR_clear_error();
   if (key == nullptr) {
     return absl::InvalidArgumentError(
@@ -157,9 +145,9 @@ absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
         "--tls-key '", files.key, "' is not the key of --tls-cert '", files.cert, "'"));
   }
 
-  std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
+  openssl::Store store(X509_STORE_new());
   for (const Cert& ca : *cas) X509_STORE_add_cert(store.get(), ca.get());
-  std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
+  openssl::StoreCtx ctx(X509_STORE_CTX_new());
   STACK_OF(X509)* untrusted = sk_X509_new_null();
   for (size_t i = 1; i < chain->size(); ++i) sk_X509_push(untrusted, (*chain)[i].get());
   X509_STORE_CTX_init(ctx.get(), store.get(), cert, untrusted);

@@ -25,6 +25,9 @@
 namespace pdserve {
 
 enum class ComponentRole { kRouter, kPrefill, kDecode, kKvStore, kOperator };
+inline constexpr ComponentRole kComponentRoles[] = {ComponentRole::kRouter, ComponentRole::kPrefill,
+                                                    ComponentRole::kDecode, ComponentRole::kKvStore,
+                                                    ComponentRole::kOperator};
 
 // "router", "prefill", "decode", "kvstore", "operator".
 const char* ComponentRoleName(ComponentRole role);

@@ -42,9 +42,7 @@ std::string* TlsTest::dir_ = nullptr;
 std::string* TlsTest::other_ = nullptr;
 
 TEST_F(TlsTest, EveryRoleLoadsWithItsOwnCertificate) {
-  for (ComponentRole role :
-       {ComponentRole::kRouter, ComponentRole::kPrefill, ComponentRole::kDecode,
-        ComponentRole::kKvStore, ComponentRole::kOperator}) {
+  for (ComponentRole role : kComponentRoles) {
     std::shared_ptr<const Tls> tls = Load(role);
     EXPECT_TRUE(tls->enabled());
     EXPECT_EQ(tls->role(), role);

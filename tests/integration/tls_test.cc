@@ -69,9 +69,7 @@ class TlsClusterTest : public ::testing::Test {
     const grpc::Status anonymous = call(Channel(process, std::nullopt));
     EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED)
         << process << ": " << anonymous.error_message();
-    for (ComponentRole role :
-         {ComponentRole::kRouter, ComponentRole::kPrefill, ComponentRole::kDecode,
-          ComponentRole::kKvStore, ComponentRole::kOperator}) {
+    for (ComponentRole role : kComponentRoles) {
       if (std::find(allowed.begin(), allowed.end(), role) != allowed.end()) continue;
       const grpc::Status refused = call(Channel(process, role));
       EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED)
