@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "tools/flag_struct.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0 = any)");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
@@ -98,8 +99,7 @@ absl::Status SetUpProcessTls(const ProcessFlags& flags, ComponentRole role) {
         " needs --tls-cert, --tls-key and --tls-ca (its certificate's common name '",
         ComponentRoleName(role), "'), or --insecure for plaintext; `pdserve up` makes them"));
   }
-  absl::StatusOr<std::shared_ptr<const Tls>> tls =
-      Tls::Load({flags.tls_cert, flags.tls_key, flags.tls_ca}, role);
+  absl::StatusOr<std::shared_ptr<const Tls>> tls = Tls::Load(flags.tls(), role);
   if (!tls.ok()) return tls.status();
   SetProcessTls(*std::move(tls));
   return absl::OkStatus();
@@ -122,8 +122,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
     return absl::InvalidArgumentError("a client sends one --api-key, not a list");
   }
   if (!keys.empty()) options.api_key = keys[0];
-  options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-                 absl::GetFlag(FLAGS_tls_ca)};
+  options.tls = FlagsTo<ProcessFlags>().tls();
   return options;
 }
 

@@ -42,6 +42,8 @@ struct ProcessFlags {
     visit("insecure", insecure);
     visit("metrics_token_file", metrics_token_file);
   }
+
+  TlsFiles tls() const { return {tls_cert, tls_key, tls_ca}; }
 };
 
 // Sets the process's TLS identity (core/rpc/tls.h) for a process of `role` from `flags`: the

@@ -38,6 +38,15 @@ absl::StatusOr<absl::Duration> DrainFrom(const ProcessFlags& flags) {
   return absl::Seconds(seconds);
 }
 
+// Where a service listens (gRPC and HTTP) and what its /metrics wants, from `flags`.
+template <typename Options>
+absl::Status SetEndpoints(const ProcessFlags& flags, Options& options) {
+  options.listen_address = flags.listen;
+  options.http_listen_address = flags.http_listen;
+  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(flags));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<UcxTransport>> TransportFrom(const UcxFlags& flags) {
   UcxTransportOptions options;
   options.transports = flags.ucx_tls;
@@ -91,13 +100,11 @@ absl::Status RunKvStoreCommand() {
   const auto config = FlagsTo<KvStoreConfig>();
   PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(config.process, ComponentRole::kKvStore));
   KvStoreOptions options;
-  options.listen_address = config.process.listen;
   options.pool_bytes = config.pool_mib << 20;
   options.slot_bytes = config.slot_kib << 10;
   options.default_lease_seconds = config.lease_seconds;
   options.max_lease_seconds = std::max(options.max_lease_seconds, options.default_lease_seconds);
-  options.http_listen_address = config.process.http_listen;
-  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(config.process));
+  PDSERVE_RETURN_IF_ERROR(SetEndpoints(config.process, options));
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(config.process));
   if (!config.fault_tamper_sealed_pages.empty()) {
     options.tamper_sealed_pages = ParsePageTamper(config.fault_tamper_sealed_pages);
@@ -131,9 +138,7 @@ absl::Status RunPrefillCommand() {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PrefillWorker> prefill,
                            PrefillWorker::Create(std::move(engine), worker_options));
   PrefillServerOptions options;
-  options.listen_address = flags.process.listen;
-  options.http_listen_address = flags.process.http_listen;
-  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(flags.process));
+  PDSERVE_RETURN_IF_ERROR(SetEndpoints(flags.process, options));
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(flags.process));
   options.router_address = flags.router;
   options.calibration_hash = worker.calibration_hash;
@@ -177,9 +182,7 @@ absl::Status RunDecodeCommand() {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<DecodeWorker> decode,
                            DecodeWorker::Create(std::move(engine), tier, worker_options));
   DecodeServerOptions options;
-  options.listen_address = flags.process.listen;
-  options.http_listen_address = flags.process.http_listen;
-  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(flags.process));
+  PDSERVE_RETURN_IF_ERROR(SetEndpoints(flags.process, options));
   PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(flags.process));
   options.router_address = flags.router;
   options.kvstore_address = config.kvstore;
@@ -192,9 +195,7 @@ absl::Status RunRouterCommand() {
   const auto config = FlagsTo<RouterConfig>();
   PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(config.process, ComponentRole::kRouter));
   RouterOptions options;
-  options.listen_address = config.process.listen;
-  options.http_listen_address = config.process.http_listen;
-  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(config.process));
+  PDSERVE_RETURN_IF_ERROR(SetEndpoints(config.process, options));
   PDSERVE_ASSIGN_OR_RETURN(options.shutdown_grace, DrainFrom(config.process));
   options.model_id = config.served_model_name;
   if (options.model_id.empty()) {

@@ -165,8 +165,9 @@ bool IsCore(const std::string& name) { return name == "router" || name == "kvsto
 
 absl::Status RunMakeCerts() {
   const std::string out = absl::GetFlag(FLAGS_out);
-  if (out.empty())
+  if (out.empty()) {
     return absl::InvalidArgumentError("make-certs needs --out DIR (a new directory)");
+  }
   PDSERVE_RETURN_IF_ERROR(WriteLocalCa(out));
   std::printf(
       "wrote %s/ca.pem and, for router, prefill, decode, kvstore and operator, "

@@ -22,10 +22,6 @@ namespace {
 constexpr std::initializer_list<ComponentRole> kStoreUsers = {ComponentRole::kPrefill,
                                                               ComponentRole::kDecode};
 
-}  // namespace
-
-namespace {
-
 namespace v1 = ::pdserve::v1;
 
 spdlog::logger& Log() {

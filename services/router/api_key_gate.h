@@ -30,9 +30,6 @@ struct ApiKeyLimits {
 };
 
 class ApiKeyGate {
- private:
-  struct KeyState;
-
  public:
   // A request admitted under a key: holds one of its streams until destroyed or moved from.
   class Ticket {
