@@ -62,8 +62,9 @@ ABSL_FLAG(int64_t, api_key_tokens_per_minute, 0,
           "Retry-After while over); 0 = unlimited");
 ABSL_FLAG(std::string, fault_tamper_sealed_pages, "",
           "kvstore, fault injection for tests only: damage every sealed page — checksum (a flipped "
-          "byte), foreign (another request in its header) or stale (another epoch) — so that "
-          "decode workers must refuse them");
+          "K byte), foreign (another request in its header), stale (another epoch) or value (a "
+          "flipped byte in each V head, the page checksum resealed) — so that decode workers "
+          "must refuse them");
 ABSL_FLAG(std::string, tls_cert, "",
           "TLS: this process's certificate (PEM), subject common name = its role (router, prefill, "
           "decode, kvstore; operator for clients that administer); with --tls-key and --tls-ca");

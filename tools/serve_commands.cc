@@ -111,7 +111,7 @@ absl::Status RunKvStoreCommand() {
     if (!options.tamper_sealed_pages.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat("--fault-tamper-sealed-pages '",
                                                      config.fault_tamper_sealed_pages,
-                                                     "' is not checksum, foreign or stale"));
+                                                     "' is not checksum, foreign, stale or value"));
     }
   }
   PDSERVE_RETURN_IF_ERROR(options.Validate());

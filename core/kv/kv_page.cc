@@ -201,7 +201,15 @@ void AppendHeader(std::string& out, const KvPageHeader& header) {
                 : header.positions.empty() ? static_cast<int32_t>(fallback)
                                            : header.positions[s]);
   }
+  // The V head checksums: placeholders, filled once the V section is appended (FillVChecksums).
+  out.append(sizeof(uint64_t) * static_cast<size_t>(header.layout.v.n_heads()), '\0');
   out.append(PaddingAfter(out.size()), '\0');
+}
+
+std::vector<uint64_t> VHeadChecksums(const KvSectionLayout& v, std::span<const uint8_t> section) {
+  std::vector<uint64_t> checksums(v.n_heads());
+  for (int g = 0; g < v.n_heads(); ++g) checksums[g] = KvHeadChecksum(v, g, section.data());
+  return checksums;
 }
 
 absl::Status CheckSize(const char* name, const KvSectionLayout& layout,
@@ -272,6 +280,10 @@ absl::StatusOr<KvPageHeader> ReadHeader(ByteReader& reader) {
   }
   absl::Status status = ValidateHeaderFields(header);
   if (!status.ok()) return reader.Error(status.message());
+  header.v_head_checksums.resize(header.layout.v.n_heads());
+  for (uint64_t& checksum : header.v_head_checksums) {
+    PDSERVE_ASSIGN_OR_RETURN(checksum, reader.Read<uint64_t>("the V head checksums"));
+  }
   PDSERVE_ASSIGN_OR_RETURN(auto padding,
                            reader.ReadBytes(PaddingAfter(reader.offset()), "the header padding"));
   if (std::any_of(padding.begin(), padding.end(), [](uint8_t b) { return b; })) {
@@ -298,9 +310,16 @@ absl::Status AppendPage(std::string& out, const KvPageHeader& header, std::span<
   out.reserve(static_cast<size_t>(KvPageBytes(layout)));
   AppendHeader(out, header);
   PDSERVE_RETURN_IF_ERROR(AppendSection(out, "K", layout.k, header.num_tokens, k));
-  Append(out, Fnv1a64(AsBytes(out)));
+  const size_t head = out.size();
+  Append(out, uint64_t{0});  // the head checksum, once the V head checksums are in the header
   PDSERVE_RETURN_IF_ERROR(AppendSection(out, "V", layout.v, header.num_tokens, v));
-  Append(out, Fnv1a64(AsBytes(out)));
+  const std::vector<uint64_t> v_checksums =
+      VHeadChecksums(layout.v, AsBytes(out).subspan(head + kChecksumBytes));
+  std::memcpy(out.data() + static_cast<size_t>(KvPageVHeadChecksumsOffset(layout)),
+              v_checksums.data(), v_checksums.size() * sizeof(uint64_t));
+  const uint64_t head_checksum = Xxh64(AsBytes(out).first(head));
+  std::memcpy(out.data() + head, &head_checksum, sizeof(head_checksum));
+  Append(out, Xxh64(AsBytes(out)));
   return absl::OkStatus();
 }
 
@@ -313,13 +332,26 @@ absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<c
   return out;
 }
 
-int64_t KvPageKOffset(const KvLayerLayout& layout) {
+uint64_t KvHeadChecksum(const KvSectionLayout& layout, int head, const uint8_t* section) {
+  const size_t rows = static_cast<size_t>(layout.page_size()) * layout.dim(head) *
+                      static_cast<size_t>(layout.element_bytes());
+  const size_t scales = static_cast<size_t>(layout.scales_per_head()) * 4;
+  return Xxh64({section + layout.head_offset(head), rows},
+               Xxh64({section + layout.scale_offset(head), scales}));
+}
+
+int64_t KvPageVHeadChecksumsOffset(const KvLayerLayout& layout) {
   // magic, version, calibration hash, request id, epoch, cache layer, page index, num_tokens, page
   // size
   constexpr size_t kFixed = sizeof(kMagic) + 4 + 8 + 8 + 8 + 4 * 4;
   // per section: element, scale mode, heads, then a u16 per head; then an i32 position per slot
   const size_t sections = 2 * 4 + 2 * static_cast<size_t>(layout.k.n_heads() + layout.v.n_heads());
-  const size_t header = kFixed + sections + 4 * static_cast<size_t>(layout.k.page_size());
+  return static_cast<int64_t>(kFixed + sections + 4 * static_cast<size_t>(layout.k.page_size()));
+}
+
+int64_t KvPageKOffset(const KvLayerLayout& layout) {
+  const size_t header = static_cast<size_t>(KvPageVHeadChecksumsOffset(layout)) +
+                        sizeof(uint64_t) * layout.v.n_heads();
   return static_cast<int64_t>(header + PaddingAfter(header));
 }
 
@@ -348,9 +380,11 @@ absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   const std::string context =
       absl::StrCat("KV page (request ", page.header.request_id, ", cache layer ",
                    page.header.cache_layer, ", page ", page.header.page_index, "): ");
-  if (head_checksum != Fnv1a64(bytes.first(head)) ||
-      checksum != Fnv1a64(bytes.first(checksummed))) {
+  if (head_checksum != Xxh64(bytes.first(head)) || checksum != Xxh64(bytes.first(checksummed))) {
     return absl::DataLossError(absl::StrCat(context, "checksum mismatch"));
+  }
+  if (VHeadChecksums(layout.v, page.v) != page.header.v_head_checksums) {
+    return absl::DataLossError(absl::StrCat(context, "V head checksum mismatch"));
   }
   const int num_tokens = page.header.num_tokens;
   PDSERVE_RETURN_IF_ERROR(WithPrefix(context, CheckSection("K", layout.k, num_tokens, page.k)));
@@ -377,7 +411,7 @@ absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes) {
   const std::string context =
       absl::StrCat("KV page head (request ", page.header.request_id, ", cache layer ",
                    page.header.cache_layer, ", page ", page.header.page_index, "): ");
-  if (head_checksum != Fnv1a64(bytes.first(head))) {
+  if (head_checksum != Xxh64(bytes.first(head))) {
     return absl::DataLossError(absl::StrCat(context, "head checksum mismatch"));
   }
   PDSERVE_RETURN_IF_ERROR(

@@ -7,13 +7,15 @@
 //   | K section: u8 element | u8 scale mode | u16 heads | u16 dims[heads]
 //   | V section: the same
 //   | i32 positions[page_size]
+//   | u64 v_head_checksums[V heads]
 //   | zero padding to a multiple of 8 bytes
-//   | K bytes | u64 Fnv1a64 of every byte before it (the head checksum)
-//   | V bytes | u64 Fnv1a64 of every byte before it
+//   | K bytes | u64 Xxh64 of every byte before it (the head checksum)
+//   | V bytes | u64 Xxh64 of every byte before it
 //
 // The K and V bytes are exactly as KvSectionLayout (kv_layout.h) lays them out, so the K and the V
 // bytes start 8-byte aligned relative to the page start. The head checksum lets a receiver that
-// leaves V where it is (KCache's value tier) verify the rest (version 3). The epoch (version 3) is
+// leaves V where it is (KCache's value tier) verify the rest (version 3), and the V head checksums
+// (version 4) let it verify each head of V it fetches later, alone. The epoch (version 3) is
 // the KV store slot's allocation epoch the page was written under: a page read back under another
 // epoch is stale. Slots ≥ num_tokens carry nothing: their rows,
 // their per-token scales, their positions and each section's tail padding are zero on the wire
@@ -33,7 +35,7 @@
 
 namespace pdserve {
 
-inline constexpr uint32_t kKvPageVersion = 3;
+inline constexpr uint32_t kKvPageVersion = 4;
 
 struct KvPageHeader {
   uint64_t calibration_hash = 0;  // content hash of the Calibration both sides must share
@@ -46,6 +48,9 @@ struct KvPageHeader {
   // The valid slots' positions, ≥ 0 and strictly increasing. EncodeKvPage takes empty as
   // page_index · page_size + slot (no token dropped); DecodeKvPage always fills num_tokens.
   std::vector<int32_t> positions;
+  // KvHeadChecksum of each V head. EncodeKvPage computes them (what the header holds is ignored);
+  // the decoders fill them, and DecodeKvPage checks them against the V bytes.
+  std::vector<uint64_t> v_head_checksums;
 };
 
 // A decoded page; k and v view the decoded bytes ([layout.k.bytes()] and [layout.v.bytes()]).
@@ -68,14 +73,21 @@ absl::StatusOr<std::string> EncodeKvPage(const KvPageHeader& header, std::span<c
 // and head checksum: what DecodeKvPageHead takes), and KvPageBytes the whole page's. Requires a
 // valid layout.
 int64_t KvPageKOffset(const KvLayerLayout& layout);
+// Where the header's V head checksums start (for tools that reseal a damaged page: tests, fuzzers).
+int64_t KvPageVHeadChecksumsOffset(const KvLayerLayout& layout);
 int64_t KvPageVOffset(const KvLayerLayout& layout);
 int64_t KvPageBytes(const KvLayerLayout& layout);
+
+// The checksum of head `head` of a section laid out by `layout` whose first byte is `section`:
+// Xxh64 of the head's rows (all page_size slots) seeded with Xxh64 of its scales — exactly the
+// bytes a value tier fetches for one head. Reads only those bytes.
+uint64_t KvHeadChecksum(const KvSectionLayout& layout, int head, const uint8_t* section);
 
 // Strict decoding of untrusted bytes. InvalidArgument naming the problem for a bad magic, an
 // unsupported version, truncation or trailing bytes, header fields out of range (see
 // KvSectionLayout::Validate and KvPageHeader), or bad content: a scale of a valid slot that is not
 // finite and > 0, a non-finite element (f32 Inf/NaN, e4m3 NaN code) in a valid slot, a nonzero
-// byte where the page carries nothing. DataLoss when the checksum does not match. Reads only
+// byte where the page carries nothing. DataLoss when a checksum does not match. Reads only
 // within `bytes`; allocates O(heads).
 absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes);
 
@@ -86,8 +98,9 @@ absl::StatusOr<KvPageHeader> DecodeKvPageHeader(std::span<const uint8_t> bytes);
 
 // Decodes the first KvPageVOffset(layout) bytes of a page — its header, K section and head
 // checksum — for a receiver that leaves V where it is. The same header and K content rules as
-// DecodeKvPage; DataLoss when the head checksum does not match. V is not covered: its bytes must
-// be trusted or checked where they are read. v is empty in the result.
+// DecodeKvPage; DataLoss when the head checksum does not match. V is not covered: the receiver
+// checks each V head it reads against header.v_head_checksums (KvHeadChecksum). v is empty in
+// the result.
 absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes);
 
 }  // namespace pdserve

@@ -3,8 +3,9 @@
 // and sections reproduces the page exactly. Built and run by tests/fuzz/kv_page_fuzz.sh.
 //
 // Input: a mode byte, then the page. With mode bit 0 set the harness first rewrites the page's
-// checksums (the head checksum where the header says it is, then the trailing one) to match, so
-// that mutations reach the content checks behind them instead of all ending as DataLoss.
+// checksums (the V head checksums and the head checksum where the header says they are, then the
+// trailing one) to match, so that mutations reach the content checks behind them instead of all
+// ending as DataLoss.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -24,15 +25,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((data[0] & 1) && page.size() >= kChecksumBytes) {
     const absl::StatusOr<pdserve::KvPageHeader> header = pdserve::DecodeKvPageHeader(page);
     if (header.ok()) {
-      const size_t head =
-          static_cast<size_t>(pdserve::KvPageVOffset(header->layout)) - kChecksumBytes;
+      const pdserve::KvLayerLayout& layout = header->layout;
+      const size_t v_offset = static_cast<size_t>(pdserve::KvPageVOffset(layout));
+      if (v_offset + static_cast<size_t>(layout.v.bytes()) <= page.size()) {
+        for (int g = 0; g < layout.v.n_heads(); ++g) {
+          const uint64_t checksum = pdserve::KvHeadChecksum(layout.v, g, page.data() + v_offset);
+          std::memcpy(page.data() + pdserve::KvPageVHeadChecksumsOffset(layout) + 8 * g, &checksum,
+                      kChecksumBytes);
+        }
+      }
+      const size_t head = v_offset - kChecksumBytes;
       if (head + kChecksumBytes <= page.size()) {
-        const uint64_t checksum = pdserve::Fnv1a64(std::span(page).first(head));
+        const uint64_t checksum = pdserve::Xxh64(std::span(page).first(head));
         std::memcpy(page.data() + head, &checksum, kChecksumBytes);
       }
     }
     const size_t body = page.size() - kChecksumBytes;
-    const uint64_t checksum = pdserve::Fnv1a64(std::span(page).first(body));
+    const uint64_t checksum = pdserve::Xxh64(std::span(page).first(body));
     std::memcpy(page.data() + body, &checksum, kChecksumBytes);
   }
   const absl::StatusOr<pdserve::KvPageView> view = pdserve::DecodeKvPage(page);

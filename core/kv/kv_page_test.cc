@@ -44,9 +44,9 @@ void Poke(std::string& bytes, size_t offset, T value) {
 // Makes both checksums of `page` (of `layout`) match its bytes again.
 void Reseal(std::string& page, const KvLayerLayout& layout) {
   const size_t head = static_cast<size_t>(KvPageVOffset(layout)) - sizeof(uint64_t);
-  Poke(page, head, Fnv1a64(AsBytes(page).first(head)));
+  Poke(page, head, Xxh64(AsBytes(page).first(head)));
   const size_t body = page.size() - sizeof(uint64_t);
-  Poke(page, body, Fnv1a64(AsBytes(page).first(body)));
+  Poke(page, body, Xxh64(AsBytes(page).first(body)));
 }
 
 KvSectionLayout Section(int page_size, std::vector<int> dims, KvElement element,
@@ -219,7 +219,7 @@ TEST(KvPageTest, EncoderZeroesUnusedSlots) {
 TEST(KvPageTest, EverySingleByteCorruptionRejected) {
   const std::string good = Encode(SmallPage());
   ASSERT_TRUE(DecodeKvPage(AsBytes(good)).ok());
-  ASSERT_LT(good.size(), 200u);
+  ASSERT_LT(good.size(), 256u);  // small enough to try every byte
   for (size_t i = 0; i < good.size(); ++i) {
     for (uint8_t flip : {0x01, 0x80, 0xFF}) {
       std::string bad = good;
@@ -318,8 +318,45 @@ TEST(KvPageTest, TheHeadChecksumCoversTheHeaderAndK) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeKvPage(AsBytes(torn_v)).status()));
   // A fixed trailing checksum does not hide a torn head either.
   Poke(torn_k, good.size() - sizeof(uint64_t),
-       Fnv1a64(AsBytes(torn_k).first(good.size() - sizeof(uint64_t))));
+       Xxh64(AsBytes(torn_k).first(good.size() - sizeof(uint64_t))));
   EXPECT_TRUE(absl::IsDataLoss(DecodeKvPage(AsBytes(torn_k)).status()));
+}
+
+// Each V head's checksum sits in the header (covered by the head checksum), so a value tier that
+// fetches one head alone can verify it: it equals KvHeadChecksum over the head's scales and rows,
+// and a page whose V changed under resealed page checksums is still refused.
+TEST(KvPageTest, VHeadChecksumsVerifyEachHeadAlone) {
+  const Page page = SmallPage();
+  const std::string good = Encode(page);
+  const KvLayerLayout& layout = page.header.layout;
+  const size_t head = static_cast<size_t>(KvPageVOffset(layout));
+  absl::StatusOr<KvPageView> view = DecodeKvPageHead(AsBytes(good).first(head));
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->header.v_head_checksums.size(), 2u);
+  const auto* v = reinterpret_cast<const uint8_t*>(good.data()) + head;
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(view->header.v_head_checksums[g], KvHeadChecksum(layout.v, g, v)) << "head " << g;
+  }
+  EXPECT_NE(view->header.v_head_checksums[0], view->header.v_head_checksums[1]);
+  // One V row byte of head 1 and one scale byte of head 0 changed, both page checksums resealed:
+  // only the changed head's checksum disagrees, and the whole-page decoder refuses the page.
+  for (const int64_t offset : {layout.v.row_offset(1, 0), layout.v.scale_offset(0)}) {
+    std::string torn = good;
+    torn[head + static_cast<size_t>(offset)] ^= 0x01;
+    Reseal(torn, layout);
+    const auto* torn_v = reinterpret_cast<const uint8_t*>(torn.data()) + head;
+    const int changed = offset == layout.v.scale_offset(0) ? 0 : 1;
+    EXPECT_NE(KvHeadChecksum(layout.v, changed, torn_v), view->header.v_head_checksums[changed]);
+    EXPECT_EQ(KvHeadChecksum(layout.v, 1 - changed, torn_v),
+              view->header.v_head_checksums[1 - changed]);
+    absl::Status status = DecodeKvPage(AsBytes(torn)).status();
+    EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+    EXPECT_NE(status.message().find("V head checksum"), std::string::npos) << status;
+  }
+  // The header's checksums are ignored on input: the encoder computes them.
+  Page claimed = page;
+  claimed.header.v_head_checksums = {1, 2};
+  EXPECT_EQ(Encode(claimed), good);
 }
 
 TEST(KvPageTest, HeaderFieldsOutOfRangeRejected) {

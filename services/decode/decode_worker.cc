@@ -247,6 +247,17 @@ absl::Status DecodeWorker::RefusePage(const v1::PageRef& ref, const char* reason
       reason, "): ", why, "; the request fails instead of decoding it"));
 }
 
+absl::Status DecodeWorker::FetchFailure(const absl::Status& failure) {
+  if (absl::IsDataLoss(failure)) {
+    stats_->pages_refused.Add({{"reason", "checksum"}}).Increment();
+    return absl::DataLossError(
+        absl::StrCat("a KV page's V rows failed verification (checksum): ", failure.message(),
+                     "; the request fails instead of decoding them"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("fetching V pages from the KV store failed: ", failure.message()));
+}
+
 absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
   if (options_.monolithic) {
     PDSERVE_ASSIGN_OR_RETURN(live.sequence, engine_->AddSequence());
@@ -287,7 +298,8 @@ absl::Status DecodeWorker::Import(Admission& admission, Live& live) {
           engine_->SequencePage(live.sequence, page.ref.cache_layer(), page.ref.page_index()));
       const KvLayerLayout& layout = engine_->plan().caches[page.ref.cache_layer()].layout;
       tier_->MapRemote(slots.tier_section, slots.page_id, admission.source,
-                       page.ref.remote_address() + KvPageVOffset(layout));
+                       page.ref.remote_address() + KvPageVOffset(layout),
+                       std::move(view->header.v_head_checksums));
     }
   }
   live.source = admission.source;
@@ -389,8 +401,7 @@ void DecodeWorker::Step() {
     Live& live = *live_[i];
     if (live.source != nullptr && live.source->failed()) {
       Retire(live);
-      live.stream->Fail(absl::UnavailableError(absl::StrCat(
-          "fetching V pages from the KV store failed: ", live.source->failure().message())));
+      live.stream->Fail(FetchFailure(live.source->failure()));
       continue;
     }
     const int32_t token = live.sampler.Sample(logits->subspan(i * vocab, vocab));

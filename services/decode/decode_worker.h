@@ -101,6 +101,10 @@ class DecodeWorker {
   // Counts a refused page by `reason` and returns the request's DATA_LOSS naming it and `why`
   // (the router answers the client UNAVAILABLE: retryable, and the worker is not at fault).
   absl::Status RefusePage(const v1::PageRef& ref, const char* reason, const std::string& why);
+  // The request's error after its value tier's source failed with `failure`: a refused V head
+  // (DataLoss) is counted like a refused page and stays DATA_LOSS; a transport failure is
+  // UNAVAILABLE.
+  absl::Status FetchFailure(const absl::Status& failure);
   void Step();
   // Emits `token` as the next output of `live`; true when the request is complete.
   bool Emit(Live& live, int32_t token);

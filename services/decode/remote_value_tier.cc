@@ -4,6 +4,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/kv/kv_page.h"
+
 namespace pdserve {
 
 absl::Status RemotePageSource::failure() const {
@@ -37,8 +40,17 @@ uint8_t* RemoteValueTier::WritablePage(int section, int32_t page) {
 }
 
 void RemoteValueTier::MapRemote(int section, int32_t page, std::shared_ptr<RemotePageSource> source,
-                                uint64_t v_address) {
-  remote(section, page) = Remote{std::move(source), v_address};
+                                uint64_t v_address, std::vector<uint64_t> head_checksums) {
+  remote(section, page) = Remote{std::move(source), v_address, std::move(head_checksums)};
+}
+
+void RemoteValueTier::Blank(const KvSectionLayout& l, int head, uint8_t* mirror) const {
+  std::memset(mirror + l.head_offset(head), 0,
+              static_cast<size_t>(l.page_size()) * l.dim(head) * l.element_bytes());
+  for (int i = 0; i < l.scales_per_head(); ++i) {
+    const float one = 1.0f;
+    std::memcpy(mirror + l.scale_offset(head) + 4 * i, &one, 4);
+  }
 }
 
 const uint8_t* RemoteValueTier::FetchHead(int section, int32_t page, int head) {
@@ -62,20 +74,20 @@ const uint8_t* RemoteValueTier::FetchHead(int section, int32_t page, int head) {
   }
   if (n == 0) return mirror;
   if (r.source->failed()) {
-    std::memset(mirror + l.head_offset(head), 0, row_bytes);
+    Blank(l, head, mirror);
     return mirror;
   }
   absl::Status status = r.source->endpoint().GetBatch(r.source->rkey(), {ops.data(), size_t(n)});
+  if (status.ok()) remote_bytes_.fetch_add(row_bytes + scale_bytes, std::memory_order_relaxed);
+  if (status.ok() && KvHeadChecksum(l, head, mirror) != r.head_checksums[head]) {
+    status =
+        absl::DataLossError(absl::StrCat("V head ", head, " of value page ", page, " (section ",
+                                         section, ") does not match its page's checksum"));
+  }
   if (!status.ok()) {
     r.source->RecordFailure(status);
-    std::memset(mirror + l.head_offset(head), 0, row_bytes);
-    for (int i = 0; i < l.scales_per_head(); ++i) {
-      const float one = 1.0f;
-      std::memcpy(mirror + l.scale_offset(head) + 4 * i, &one, 4);
-    }
-    return mirror;
+    Blank(l, head, mirror);
   }
-  remote_bytes_.fetch_add(row_bytes + scale_bytes, std::memory_order_relaxed);
   return mirror;
 }
 

@@ -8,8 +8,12 @@
 // WritablePage when it reuses the page for new tokens). Fetches of distinct (section, page, head)
 // may run concurrently; MapRemote runs between Forward calls on the engine's thread.
 //
-// A failed fetch cannot return an error through FetchHead: the head reads as zeros and the page's
-// source records the failure, which the decode worker checks after each step (source->failed()).
+// Every fetched head is verified against the checksum its page's header recorded for it
+// (KvHeadChecksum, core/kv/kv_page.h): bytes that changed in the store since the page was pulled —
+// torn, tampered, or a freed slot's next owner — never reach attention. A failed or refused fetch
+// cannot return an error through FetchHead: the head reads as zeros (unit scales) and the page's
+// source records the failure (DataLoss for a checksum mismatch, the transport's error otherwise),
+// which the decode worker checks after each step (source->failed()).
 #ifndef PDSERVE_SERVICES_DECODE_REMOTE_VALUE_TIER_H_
 #define PDSERVE_SERVICES_DECODE_REMOTE_VALUE_TIER_H_
 
@@ -61,17 +65,22 @@ class RemoteValueTier final : public ValueTier {
   // The part of bytes_fetched() that crossed the transport.
   int64_t remote_bytes_fetched() const { return remote_bytes_.load(); }
 
-  // Page `page` of `section` is the V section whose first byte is at `v_address` in the source.
+  // Page `page` of `section` is the V section whose first byte is at `v_address` in the source;
+  // `head_checksums` (one per head of the section: the page header's v_head_checksums) are what
+  // each fetched head must match.
   void MapRemote(int section, int32_t page, std::shared_ptr<RemotePageSource> source,
-                 uint64_t v_address);
+                 uint64_t v_address, std::vector<uint64_t> head_checksums);
 
  private:
   struct Remote {
     std::shared_ptr<RemotePageSource> source;  // null: local
     uint64_t v_address = 0;
+    std::vector<uint64_t> head_checksums;
   };
   RemoteValueTier(std::unique_ptr<InProcessValueTier> local, int num_sections, int num_pages);
   Remote& remote(int section, int32_t page) { return remote_[section][page]; }
+  // Zero rows and unit scales for `head` of the mirror page `mirror`: what a failed fetch reads.
+  void Blank(const KvSectionLayout& layout, int head, uint8_t* mirror) const;
 
   std::unique_ptr<InProcessValueTier> local_;
   std::vector<std::vector<Remote>> remote_;  // [section][page]

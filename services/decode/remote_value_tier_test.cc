@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/kv/kv_page.h"
 #include "core/transport/fake_transport.h"
 
 namespace pdserve {
@@ -30,6 +31,15 @@ class RemoteValueTierTest : public ::testing::Test {
     tier_ = *RemoteValueTier::Create(4, 3, {Layout()});
   }
 
+  // What the page's header records for each head of the remote section as it is now.
+  std::vector<uint64_t> Checksums() const {
+    return {KvHeadChecksum(Layout(), 0, remote_bytes_.data() + 64),
+            KvHeadChecksum(Layout(), 1, remote_bytes_.data() + 64)};
+  }
+  void Map(int32_t page) {
+    tier_->MapRemote(0, page, source_, region_->address() + 64, Checksums());
+  }
+
   std::shared_ptr<FakeNetwork> network_;
   std::unique_ptr<FakeTransport> store_, decoder_;
   std::vector<uint8_t> remote_bytes_;
@@ -39,7 +49,7 @@ class RemoteValueTierTest : public ::testing::Test {
 };
 
 TEST_F(RemoteValueTierTest, FetchesOnlyTheRequestedHeadOfARemotePage) {
-  tier_->MapRemote(0, 1, source_, region_->address() + 64);
+  Map(1);
   const KvSectionLayout layout = Layout();
   const uint8_t* page = tier_->FetchHead(0, 1, 1);
   const int64_t head_bytes = 4 * 2 * 4;
@@ -54,7 +64,7 @@ TEST_F(RemoteValueTierTest, FetchesOnlyTheRequestedHeadOfARemotePage) {
 }
 
 TEST_F(RemoteValueTierTest, WritingAPageMakesItLocal) {
-  tier_->MapRemote(0, 2, source_, region_->address() + 64);
+  Map(2);
   uint8_t* local = tier_->WritablePage(0, 2);
   std::memset(local, 0xAB, Layout().bytes());
   const uint8_t* page = tier_->FetchHead(0, 2, 0);
@@ -65,7 +75,7 @@ TEST_F(RemoteValueTierTest, WritingAPageMakesItLocal) {
 }
 
 TEST_F(RemoteValueTierTest, AFailedFetchReadsZerosAndMarksTheSource) {
-  tier_->MapRemote(0, 0, source_, region_->address() + 64);
+  Map(0);
   decoder_->FailNext(1, absl::UnavailableError("peer gone"));
   const uint8_t* page = tier_->FetchHead(0, 0, 0);
   std::vector<uint8_t> zeros(4 * 3 * 4, 0);
@@ -75,6 +85,25 @@ TEST_F(RemoteValueTierTest, AFailedFetchReadsZerosAndMarksTheSource) {
   // Later fetches from a failed source do not touch the transport again.
   (void)tier_->FetchHead(0, 0, 1);
   EXPECT_EQ(tier_->remote_bytes_fetched(), 0);
+}
+
+// The store's bytes changed after the page was pulled (a torn write, a tampered page, or the slot's
+// next owner after the lease ran out): the head no longer matches its checksum, so it reads as
+// zeros, never as the new bytes, and the source records DataLoss. An unchanged head verifies.
+TEST_F(RemoteValueTierTest, AHeadThatNoLongerMatchesItsChecksumIsRefused) {
+  Map(1);
+  const KvSectionLayout layout = Layout();
+  const uint8_t* page = tier_->FetchHead(0, 1, 0);
+  EXPECT_EQ(0, std::memcmp(page + layout.head_offset(0),
+                           remote_bytes_.data() + 64 + layout.head_offset(0), 4 * 3 * 4));
+  EXPECT_FALSE(source_->failed());
+  remote_bytes_[64 + layout.row_offset(1, 3) + 2] ^= 0x40;
+  page = tier_->FetchHead(0, 1, 1);
+  std::vector<uint8_t> zeros(4 * 2 * 4, 0);
+  EXPECT_EQ(0, std::memcmp(page + layout.head_offset(1), zeros.data(), zeros.size()));
+  EXPECT_TRUE(source_->failed());
+  EXPECT_TRUE(absl::IsDataLoss(source_->failure())) << source_->failure();
+  EXPECT_NE(source_->failure().message().find("V head 1"), std::string::npos);
 }
 
 }  // namespace

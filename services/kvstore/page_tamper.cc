@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/hash.h"
 #include "core/kv/kv_page.h"
 
 namespace pdserve {
@@ -12,6 +13,7 @@ std::optional<PageTamper> ParsePageTamper(std::string_view name) {
   if (name == "checksum") return PageTamper::kChecksum;
   if (name == "foreign") return PageTamper::kForeign;
   if (name == "stale") return PageTamper::kStale;
+  if (name == "value") return PageTamper::kValue;
   return std::nullopt;
 }
 
@@ -23,6 +25,18 @@ absl::Status TamperPage(std::span<uint8_t> page, PageTamper how) {
   }
   if (how == PageTamper::kChecksum) {
     page[static_cast<size_t>(KvPageKOffset(view->header.layout))] ^= 0x01;
+    return absl::OkStatus();
+  }
+  if (how == PageTamper::kValue) {
+    const KvSectionLayout& v = view->header.layout.v;
+    if (view->header.num_tokens < v.page_size()) return absl::OkStatus();
+    const size_t v_offset = static_cast<size_t>(KvPageVOffset(view->header.layout));
+    for (int g = 0; g < v.n_heads(); ++g) {
+      if (v.dim(g) > 0) page[v_offset + static_cast<size_t>(v.row_offset(g, 0))] ^= 0x01;
+    }
+    const size_t body = page.size() - sizeof(uint64_t);
+    const uint64_t checksum = Xxh64(page.first(body));
+    std::memcpy(page.data() + body, &checksum, sizeof(checksum));
     return absl::OkStatus();
   }
   KvPageHeader header = view->header;

@@ -17,9 +17,12 @@ enum class PageTamper {
   kChecksum,  // one byte of the K section flipped: a torn or corrupted page
   kForeign,   // the header names another request, checksums made to match
   kStale,     // the header carries another epoch, checksums made to match
+  kValue,     // full pages only (those a KCache decode leaves in the store and fetches by head):
+              // one row byte of every V head flipped, the trailing checksum made to match, so
+              // only the V head checksums disagree
 };
 
-// "checksum", "foreign", "stale"; nullopt for anything else.
+// "checksum", "foreign", "stale", "value"; nullopt for anything else.
 std::optional<PageTamper> ParsePageTamper(std::string_view name);
 
 // Damages the encoded page `page` (a page that DecodeKvPage accepts) in place. InvalidArgument

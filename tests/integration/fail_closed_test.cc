@@ -1,8 +1,8 @@
 // Fail-closed KV handoff on a real cluster: a KV store started with --fault-tamper-sealed-pages
 // damages every page once it is sealed (a torn page, another request's page, a page of another
-// epoch). The decode worker must refuse each page before use, count it by reason, and fail the
-// request with UNAVAILABLE naming the page — never decode from it — and the pages must still
-// return to the store.
+// epoch, V bytes changed under a resealed page checksum). The decode worker must refuse each page
+// before use, count it by reason, and fail the request with UNAVAILABLE naming the page — never
+// decode from it — and the pages must still return to the store.
 #include <httplib.h>
 
 #include <memory>
@@ -40,7 +40,20 @@ double Metric(const std::string& address, const std::string& series) {
 struct Case {
   const char* mode;
   std::vector<std::string> profile;
+  const char* reason;       // what the decode worker counts the refusal as
+  const char* detail = "";  // and what the error must say beside it
 };
+
+// With the default profile, KCache layers read only page heads at import and fetch V heads at each
+// step, from full pages only: the prompt is long enough for several.
+// Each request starts differently, so that the second does not hit the first one's pages in the
+// prefix cache (a damaged cached page is the prefill worker's to refuse, not this test's subject).
+constexpr const char* kOpenings[] = {"Once upon a time", "Long ago"};
+constexpr char kLongPrompt[] =
+    " there was a little girl named Lily. She loved to play outside in the sun with her friends, "
+    "and one day she found a big red ball in the park near her house.";
+const std::vector<std::string> kDefaultProfile = {"--swiftkv-layer=4", "--fp8=per-token",
+                                                  "--kcache-topn=32"};
 
 class FailClosedTest : public ::testing::TestWithParam<Case> {};
 
@@ -57,17 +70,20 @@ TEST_P(FailClosedTest, DecodeRefusesTheDamagedPageAndTheRequestFailsUnavailable)
     CallOptions options;
     options.timeout = absl::Seconds(60);
     absl::StatusOr<GenerateResult> result =
-        (*client)->Generate(TextRequest("Once upon a time there was a little girl", 8), options);
+        (*client)->Generate(TextRequest(absl::StrCat(kOpenings[i], kLongPrompt), 8), options);
     ASSERT_FALSE(result.ok()) << "decoded " << result->text << " from damaged pages";
     EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
     EXPECT_THAT(result.status().message(),
-                HasSubstr(absl::StrCat("failed verification (", c.mode, ")")));
+                HasSubstr(absl::StrCat("failed verification (", c.reason, ")")))
+        << result.status();
+    EXPECT_THAT(result.status().message(), HasSubstr(c.detail)) << result.status();
   }
   const Cluster::Process* decode = (*cluster)->Find("decode-0");
   ASSERT_NE(decode, nullptr);
-  EXPECT_GE(Metric(decode->http_address,
-                   absl::StrCat("pdserve_decode_kv_pages_refused_total{reason=\"", c.mode, "\"}")),
-            2);
+  EXPECT_GE(
+      Metric(decode->http_address,
+             absl::StrCat("pdserve_decode_kv_pages_refused_total{reason=\"", c.reason, "\"}")),
+      2);
   // Nothing leaks: the failed requests' pages return to the store within the lease + 2 s.
   const absl::Time deadline = absl::Now() + absl::Seconds(3 + 2);
   int64_t allocations = -1;
@@ -83,11 +99,16 @@ TEST_P(FailClosedTest, DecodeRefusesTheDamagedPageAndTheRequestFailsUnavailable)
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, FailClosedTest,
-    ::testing::Values(Case{"checksum", {}},
-                      // and with the default profile (KCache layers read only page heads).
-                      Case{"checksum",
-                           {"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32"}},
-                      Case{"foreign", {}}, Case{"stale", {}}),
+    ::testing::Values(
+        Case{"checksum", {}, "checksum"}, Case{"checksum", kDefaultProfile, "checksum"},
+        Case{"foreign", {}, "foreign"}, Case{"stale", {}, "stale"},
+        Case{"value", {}, "checksum", "V head checksum mismatch"},
+        // V rows are verified where KCache fetches them, at each step (every
+        // layer a KCache layer).
+        Case{"value",
+             {"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32", "--kcache-full-layers=0"},
+             "checksum",
+             "V rows"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(info.param.mode, info.param.profile.empty() ? "" : "_kcache");
     });
