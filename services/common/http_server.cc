@@ -10,6 +10,16 @@
 #include "core/rpc/tls.h"
 
 namespace pdserve {
+namespace {
+
+// A health answer: a word, never cached, nothing about the process beyond it.
+void HealthResponse(httplib::Response& response, int status, const char* body) {
+  response.status = status;
+  response.set_header("Cache-Control", "no-store");
+  response.set_content(body, "text/plain");
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const HttpServerOptions& options, const MetricsRegistry& metrics,
@@ -67,6 +77,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     }
     response.set_content(metrics.Render(), kPrometheusContentType);
   });
+  // Probes carry neither the metrics token nor a client certificate: these answer everyone.
+  server->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
+    HealthResponse(response, 200, "ok\n");
+  });
+  HttpServer* self = server.get();
+  server->server_->Get("/readyz", [self](const httplib::Request&, httplib::Response& response) {
+    if (self->ready()) {
+      HealthResponse(response, 200, "ready\n");
+    } else {
+      HealthResponse(response, 503, "not ready\n");
+    }
+  });
   if (install_routes) install_routes(*server->server_);
 
   const int bound = port == 0 ? server->server_->bind_to_any_port(host)
@@ -77,7 +99,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                                                "not a local address"));
   }
   server->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", bound);
-  HttpServer* self = server.get();
   server->thread_ = std::thread([self] {
     self->server_->listen_after_bind();
     self->listen_returned_.store(true);

@@ -59,6 +59,7 @@ ServiceServer::~ServiceServer() { Shutdown(absl::ZeroDuration()); }
 
 void ServiceServer::SetServing(bool serving) {
   if (serving_ != nullptr) serving_->Set(serving ? 1 : 0);
+  if (http_ != nullptr) http_->SetReady(serving);
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(serving);
   }

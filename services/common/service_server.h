@@ -46,8 +46,8 @@ class ServiceServer {
   const std::string& address() const { return address_; }
   // The HTTP server's "host:port"; "-" when there is none.
   std::string http_address() const { return http_ ? http_->address() : "-"; }
-  // Health as reported by grpc.health.v1 for the whole server ("") and every service name, and
-  // in pdserve_serving.
+  // Health as reported by grpc.health.v1 for the whole server ("") and every service name, in
+  // pdserve_serving, and by the HTTP server's GET /readyz (200 serving, 503 not).
   void SetServing(bool serving);
   // Prints the ready line "PDSERVE_READY <role> <grpc address> <http address>" on stdout and
   // flushes it.

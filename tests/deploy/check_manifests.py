@@ -22,7 +22,19 @@ For the base and every overlay, `kubectl kustomize` renders the objects; then:
     workers' --router names the router Service and one of its ports, leading to the router's
     --listen port;
   - an overlay whose name contains "gpu" gives prefill and decode nvidia.com/gpu limits; any other
-    rendering requests no GPU at all.
+    rendering requests no GPU at all;
+  - TLS (docs/deploy.md, "TLS"): no container runs with --insecure (except in an overlay whose name
+    contains "insecure", where all of them do, with plain-HTTP probes and scrapes); each passes
+    --tls-cert, --tls-key and --tls-ca as the files tls.crt, tls.key and ca.crt of the Secret volume
+    pdserve-<role>-tls that it mounts read-only (its own role's, no other); its startup, readiness
+    and liveness probes are httpGet with scheme HTTPS on the --http-listen port, /healthz for
+    startup and liveness, /readyz for readiness (the kubelet's gRPC probes cannot speak TLS);
+    ServiceMonitor endpoints that reach them use scheme https with a tlsConfig CA (ca.crt of a
+    pdserve-<role>-tls Secret) and a serverName; where cert-manager Certificates are rendered
+    (deploy/k8s/components/cert-manager), every mounted Secret is issued by one whose commonName is
+    the role, with server and client auth usages, naming the ServiceMonitor's serverName and, for
+    the router, the host of the workers' --router.
+Components (deploy/k8s/components/*/) are rendered on top of the base as "base+components/<name>".
 Every problem is printed as "<rendering>: <Kind>/<namespace>/<name>: <field>: <what is wrong>";
 the exit status is 1 when there is any.
 """
@@ -33,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 try:
     import yaml
@@ -47,6 +60,12 @@ PDSERVE_SERVICES = ("router", "prefill", "decode", "kvstore")
 DRAIN_FLAG = "drain_seconds"
 # Pods that map the kvstore's shared memory (kvstore.yaml explains the choice).
 SHM_SUBCOMMANDS = ("kvstore", "prefill", "decode")
+# TLS: the Secret each role mounts (kubernetes.io/tls plus ca.crt, cert-manager's layout) and the
+# key in it each flag names.
+TLS_SECRET = "pdserve-{}-tls"
+TLS_FLAG_KEYS = (("tls_cert", "tls.crt"), ("tls_key", "tls.key"), ("tls_ca", "ca.crt"))
+# httpGet probe paths (services/common/http_server.h).
+PROBE_PATHS = {"startupProbe": "/healthz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
 
 
 class Problems:
@@ -159,6 +178,11 @@ def parse_args(container):
     return subcommand, args
 
 
+def plaintext(values):
+    """Whether parsed args run the process with --insecure (--insecure=false does not)."""
+    return "insecure" in values and str(values["insecure"]).lower() != "false"
+
+
 def is_pdserve(container):
     image = str(container.get("image", ""))
     base = image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
@@ -167,8 +191,10 @@ def is_pdserve(container):
 
 
 class Checker:
-    def __init__(self, where, objects, flags, commands, problems, gpu_expected, docker_uid):
+    def __init__(self, where, objects, flags, commands, problems, gpu_expected, docker_uid,
+                 plaintext_ok=False):
         self.where = where
+        self.plaintext_ok = plaintext_ok
         self.objects = objects
         self.flags = flags
         self.commands = commands
@@ -235,8 +261,69 @@ class Checker:
                              "Kubernetes passes it literally".format(var))
         self.pdserve.append((workload, template, container, subcommand, values))
         self.check_env(workload, field, container)
-        self.check_ports_and_probes(workload, template, field, container, subcommand, values)
+        tls = self.check_tls(workload, template, field, container, subcommand, values)
+        self.check_ports_and_probes(workload, template, field, container, subcommand, values, tls)
         self.check_resources(workload, field, container)
+
+    def check_tls(self, workload, template, field, container, subcommand, values):
+        """The role's Secret mounted and named by --tls-cert/--tls-key/--tls-ca; True with TLS."""
+        if plaintext(values):
+            if not self.plaintext_ok:
+                self.add(workload, "{}.args: '--insecure={}'".format(field, values["insecure"]),
+                         "plaintext (--insecure): pass --tls-cert, --tls-key and --tls-ca from "
+                         "the Secret {} instead (only an overlay named *insecure* may run "
+                         "plaintext)".format(TLS_SECRET.format(subcommand)))
+            elif values["insecure"] != "true":
+                self.add(workload, "{}.args: '--insecure={}'".format(field, values["insecure"]),
+                         "write --insecure=true")
+            return False
+        secret_name = TLS_SECRET.format(subcommand)
+        pod = template.get("spec", {})
+        volumes = {v.get("name"): v for v in pod.get("volumes", []) or []}
+        # (mountPath, volumeMount, the pod's volume) for each of this container's mounts.
+        mounts = []
+        for mount in container.get("volumeMounts", []) or []:
+            volume = volumes.get(mount.get("name")) or {}
+            mounts.append((str(mount.get("mountPath", "")).rstrip("/"), mount, volume))
+        own = [(path, m, v) for path, m, v in mounts
+               if (v.get("secret") or {}).get("secretName") == secret_name]
+        for path, mount, volume in mounts:
+            other = (volume.get("secret") or {}).get("secretName") or ""
+            if other != secret_name and re.match(r"^pdserve-[a-z]+-tls$", other):
+                self.add(workload, "{}.volumeMounts({})".format(field, mount.get("name")),
+                         "mounts Secret {}, not its role's Secret {}".format(other, secret_name))
+        if not own:
+            self.add(workload, field + ".volumeMounts", "does not mount its role's Secret {} "
+                     "(`pdserve {}` needs its certificate)".format(secret_name, subcommand))
+        for path, mount, volume in own:
+            if not mount.get("readOnly"):
+                self.add(workload, "{}.volumeMounts({})".format(field, mount.get("name")),
+                         "mount the Secret readOnly: true")
+        for flag, key in TLS_FLAG_KEYS:
+            option = "--" + flag.replace("_", "-")
+            value = values.get(flag)
+            if not value:
+                self.add(workload, field + ".args", "no {} (TLS needs --tls-cert, --tls-key and "
+                         "--tls-ca; --insecure is refused)".format(option))
+                continue
+            if not own:
+                continue
+            found = None
+            for path, mount, volume in own:
+                if os.path.dirname(value) != path:
+                    continue
+                items = (volume.get("secret") or {}).get("items")
+                name_in_volume = os.path.basename(value)
+                if items:
+                    keys = [i.get("key") for i in items if i.get("path") == name_in_volume]
+                    found = keys[0] if keys else None
+                else:
+                    found = name_in_volume
+            if found != key:
+                self.add(workload, "{}.args: '{}={}'".format(field, option, value),
+                         "is not the file {} of the mounted Secret {} ({})".format(
+                             key, secret_name, ", ".join(p for p, _, _ in own)))
+        return True
 
     def check_env(self, workload, field, container):
         for i, env in enumerate(container.get("env", []) or []):
@@ -253,11 +340,13 @@ class Checker:
                 self.add(workload, where, "ConfigMap '{}' has no key '{}' (keys: {})".format(
                     ref.get("name"), ref.get("key"), ", ".join(sorted(cm.get("data") or {}))))
 
-    def check_ports_and_probes(self, workload, template, field, container, subcommand, values):
+    def check_ports_and_probes(self, workload, template, field, container, subcommand, values,
+                               tls):
         ports = container.get("ports", []) or []
         numbers = {p.get("containerPort") for p in ports}
         names = {p.get("name"): p.get("containerPort") for p in ports if p.get("name")}
         listen_port = None
+        http_port = None
         for flag in ("listen", "http_listen"):
             if flag not in values:
                 self.add(workload, field + ".args", "no --{} (a service must listen on a fixed, "
@@ -275,6 +364,8 @@ class Checker:
                              port, sorted(n for n in numbers if n)))
             if flag == "listen":
                 listen_port = port
+            else:
+                http_port = port
         for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
             probe = container.get(probe_name)
             where = "{}.{}".format(field, probe_name)
@@ -297,6 +388,11 @@ class Checker:
             elif handler[0] == "grpc" and listen_port is not None and number != listen_port:
                 self.add(workload, "{}.grpc.port".format(where),
                          "{} is not the gRPC --listen port {}".format(port, listen_port))
+            elif handler[0] == "httpGet" and http_port is not None and number != http_port:
+                self.add(workload, "{}.httpGet.port".format(where),
+                         "{} is not the --http-listen port {} (/healthz, /readyz)".format(
+                             port, http_port))
+            self.check_probe_tls(workload, where, probe_name, handler[0], spec, tls)
         grace = template.get("spec", {}).get("terminationGracePeriodSeconds", 30)
         pre_stop = 0
         command = (((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}) \
@@ -315,6 +411,28 @@ class Checker:
             self.add(workload, "spec.template.spec.terminationGracePeriodSeconds",
                      "{} s does not cover preStop {:g} s + the drain budget (--drain-seconds) "
                      "{:g} s".format(grace, pre_stop, budget))
+
+    def check_probe_tls(self, workload, where, probe_name, handler, spec, tls):
+        """With TLS: httpGet, scheme HTTPS, /healthz or /readyz. Plaintext: not HTTPS."""
+        scheme = str(spec.get("scheme", "HTTP")).upper() if handler == "httpGet" else None
+        if not tls:
+            if scheme == "HTTPS":
+                self.add(workload, where + ".httpGet.scheme", "HTTPS against a plaintext "
+                         "(--insecure) process")
+            return
+        if handler != "httpGet":
+            self.add(workload, "{}.{}".format(where, handler), "with TLS probes must be httpGet "
+                     "with scheme: HTTPS on the HTTP port (the kubelet's gRPC probes cannot speak "
+                     "TLS)")
+            return
+        if scheme != "HTTPS":
+            self.add(workload, where + ".httpGet.scheme", "{}: want scheme HTTPS (the HTTP port "
+                     "is HTTPS with TLS)".format(scheme))
+        want = PROBE_PATHS[probe_name]
+        if spec.get("path") != want:
+            self.add(workload, where + ".httpGet.path", "{}: want {} ({})".format(
+                spec.get("path"), want, "200 only while serving" if want == "/readyz"
+                else "the process answers"))
 
     def check_resources(self, workload, field, container):
         resources = container.get("resources") or {}
@@ -556,7 +674,11 @@ class Checker:
                                  "Service {} has no port named '{}'".format(name(service), port))
                         continue
                     scraped.add((ns(service), name(service), port))
-                    self.check_metrics_port(monitor, i, service, sports[0])
+                    if self.check_metrics_port(monitor, i, service, sports[0]):
+                        self.check_metrics_tls(monitor, i, endpoint)
+                    elif endpoint.get("scheme") == "https":
+                        self.add(monitor, "spec.endpoints[{}].scheme".format(i), "https "
+                                 "against plaintext (--insecure) processes")
         for service in self.by_kind.get("Service", []):
             for port in service.get("spec", {}).get("ports", []) or []:
                 if port.get("name") == "http" and (ns(service), name(service), "http") not in \
@@ -564,13 +686,16 @@ class Checker:
                     self.add(service, "spec.ports(http)", "no ServiceMonitor scrapes it")
 
     def check_metrics_port(self, monitor, index, service, sport):
-        """The ServiceMonitor's port must reach the pods' --http-listen port (/metrics)."""
+        """The ServiceMonitor's port must reach the pods' --http-listen port (/metrics). Whether
+        a pod it reaches serves TLS."""
         target = sport.get("targetPort", sport.get("port"))
         selector = service.get("spec", {}).get("selector")
+        tls = False
         for workload, template, container, subcommand, values in self.pdserve:
             if ns(workload) != ns(service) or not selects(
                     selector, template.get("metadata", {}).get("labels") or {}):
                 continue
+            tls = tls or not plaintext(values)
             number = self.resolve_target(container, target)
             http = address_port(values.get("http_listen") or "")
             if number is None or number != http:
@@ -578,6 +703,89 @@ class Checker:
                          "Service {} port {} leads to {} port {}, not its --http-listen port {} "
                          "(/metrics)".format(name(service), sport.get("name"), name(workload),
                                              number, http))
+        return tls
+
+    def check_metrics_tls(self, monitor, index, endpoint):
+        """HTTPS /metrics: scheme https, verified under the CA, with a name to verify."""
+        where = "spec.endpoints[{}]".format(index)
+        if endpoint.get("scheme") != "https":
+            self.add(monitor, where + ".scheme", "{}: want scheme: https (the pods' /metrics is "
+                     "HTTPS with TLS)".format(endpoint.get("scheme", "http (the default)")))
+        config = endpoint.get("tlsConfig") or {}
+        if config.get("insecureSkipVerify"):
+            self.add(monitor, where + ".tlsConfig.insecureSkipVerify", "verify the pods "
+                     "under the CA instead")
+        ca = config.get("ca") or {}
+        secret = ca.get("secret") or {}
+        if not (secret or ca.get("configMap") or config.get("caFile")):
+            self.add(monitor, where + ".tlsConfig.ca", "missing: Prometheus must verify the "
+                     "pods' certificates under the CA (ca.crt of a pdserve-<role>-tls Secret)")
+        elif secret and (not re.match(r"^pdserve-[a-z]+-tls$", str(secret.get("name"))) or
+                         secret.get("key") != "ca.crt"):
+            self.add(monitor, where + ".tlsConfig.ca.secret", "{}/{}: want key ca.crt of a "
+                     "pdserve-<role>-tls Secret".format(secret.get("name"), secret.get("key")))
+        if not config.get("serverName"):
+            self.add(monitor, where + ".tlsConfig.serverName", "missing: Prometheus scrapes pod "
+                     "IPs, which the certificates do not name")
+
+    def check_tls_consistent(self):
+        """TLS everywhere or plaintext everywhere: a TLS client cannot call a plaintext server."""
+        plain = [w for w, _, _, _, v in self.pdserve if plaintext(v)]
+        if plain and len(plain) != len(self.pdserve):
+            for workload in plain:
+                self.add(workload, "args", "--insecure while other components use TLS: they "
+                         "cannot call each other")
+
+    def check_certificates(self):
+        """cert-manager Certificates, where rendered: one per mounted pdserve Secret, of its role,
+        naming what its clients verify."""
+        certificates = self.by_kind.get("Certificate", [])
+        if not certificates:
+            return
+        by_secret = {}
+        for cert in certificates:
+            by_secret.setdefault((ns(cert), cert.get("spec", {}).get("secretName")), []).append(
+                cert)
+        # What clients verify, per Secret: ServiceMonitor serverNames, and the router's Service
+        # host in the workers' --router.
+        names = {}
+        for monitor in self.by_kind.get("ServiceMonitor", []):
+            for endpoint in monitor.get("spec", {}).get("endpoints", []) or []:
+                config = endpoint.get("tlsConfig") or {}
+                secret = ((config.get("ca") or {}).get("secret") or {}).get("name")
+                if secret and config.get("serverName"):
+                    names.setdefault((ns(monitor), secret), set()).add(
+                        ("the ServiceMonitor's serverName", config["serverName"]))
+        for workload, template, container, subcommand, values in self.pdserve:
+            if subcommand in ("prefill", "decode") and values.get("router"):
+                host = values["router"].rpartition(":")[0]
+                names.setdefault((ns(workload), TLS_SECRET.format("router")), set()).add(
+                    ("the workers' --router", host))
+        for workload, template, container, subcommand, values in self.pdserve:
+            if plaintext(values):
+                continue
+            key = (ns(workload), TLS_SECRET.format(subcommand))
+            issued = by_secret.get(key, [])
+            if len(issued) != 1:
+                self.add(workload, "spec.template.spec.volumes",
+                         "{} Certificates issue Secret {} (want one)".format(len(issued), key[1]))
+                continue
+            cert = issued[0]
+            spec = cert.get("spec", {})
+            if spec.get("commonName") != subcommand:
+                self.add(cert, "spec.commonName", "{}: must be the role '{}' (pdserve allows "
+                         "internal RPCs by the caller's common name)".format(
+                             spec.get("commonName"), subcommand))
+            usages = set(spec.get("usages") or [])
+            for usage in ("server auth", "client auth"):
+                if usage not in usages:
+                    self.add(cert, "spec.usages", "no '{}': every component is a TLS server and "
+                             "client".format(usage))
+            dns = set(spec.get("dnsNames") or []) | set(spec.get("ipAddresses") or [])
+            for what, wanted in sorted(names.get(key, ())):
+                if wanted not in dns:
+                    self.add(cert, "spec.dnsNames", "does not name {} ({}), which {} verifies"
+                             .format(wanted, key[1], what))
 
     def run(self):
         self.check_workloads()
@@ -586,6 +794,8 @@ class Checker:
         self.check_pdbs()
         self.check_hpas()
         self.check_service_monitors()
+        self.check_tls_consistent()
+        self.check_certificates()
 
 
 def dockerfile_uid(path):
@@ -597,6 +807,28 @@ def dockerfile_uid(path):
         sys.exit("check_manifests.py: cannot read {}: {}".format(path, error))
     users = re.findall(r"^USER\s+(\d+)", text, re.MULTILINE)
     return int(users[-1]) if users else None
+
+
+def component_renderings(k8s, scratch):
+    """(name, directory) per deploy/k8s/components/<name>/: a kustomization in `scratch` that
+    adds the component to the base (kustomize wants relative paths)."""
+    components = os.path.join(k8s, "components")
+    result = []
+    if not os.path.isdir(components):
+        return result
+    for component in sorted(os.listdir(components)):
+        source = os.path.join(components, component)
+        if not os.path.isfile(os.path.join(source, "kustomization.yaml")):
+            continue
+        directory = os.path.join(scratch, component)
+        os.makedirs(directory)
+        with open(os.path.join(directory, "kustomization.yaml"), "w") as out:
+            out.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                      "resources:\n  - {}\ncomponents:\n  - {}\n".format(
+                          os.path.relpath(os.path.join(k8s, "base"), directory),
+                          os.path.relpath(source, directory)))
+        result.append(("base+components/" + component, directory))
+    return result
 
 
 def main():
@@ -614,21 +846,27 @@ def main():
     flags, commands = binary_interface(args.pdserve)
     docker_uid = dockerfile_uid(args.dockerfile)
 
+    scratch = tempfile.mkdtemp(prefix="pdserve-check-manifests-")
     renderings = [("base", os.path.join(args.k8s, "base"))]
     overlays = os.path.join(args.k8s, "overlays")
     for overlay in sorted(os.listdir(overlays)):
         if os.path.isfile(os.path.join(overlays, overlay, "kustomization.yaml")):
             renderings.append(("overlays/" + overlay, os.path.join(overlays, overlay)))
+    renderings += component_renderings(args.k8s, scratch)
     problems = Problems()
-    for where, directory in renderings:
-        objects, error = render(args.kubectl, directory)
-        if objects is None:
-            problems.items.append("{}: kubectl kustomize {} failed:\n{}".format(
-                where, directory, error))
-            continue
-        Checker(where, objects, flags, commands, problems, "gpu" in where.split("/")[-1],
-                docker_uid).run()
-        print("checked {}: {} objects".format(where, len(objects)))
+    try:
+        for where, directory in renderings:
+            objects, error = render(args.kubectl, directory)
+            if objects is None:
+                problems.items.append("{}: kubectl kustomize {} failed:\n{}".format(
+                    where, directory, error))
+                continue
+            last = where.split("/")[-1]
+            Checker(where, objects, flags, commands, problems, "gpu" in last, docker_uid,
+                    plaintext_ok=where.startswith("overlays/") and "insecure" in last).run()
+            print("checked {}: {} objects".format(where, len(objects)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if problems.items:
         print("\n{} problem(s) in the manifests:".format(len(problems.items)))
         for item in problems.items:

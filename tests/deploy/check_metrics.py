@@ -9,7 +9,10 @@
   - every pdserve_* name in the dashboard's queries, the Prometheus rules (deploy/prometheus/
     *.rules.yml), the Prometheus Adapter rules and the HPAs' metrics (deploy/k8s) is in the
     contract: a counter or gauge by its name, a histogram as <name>_bucket, _sum or _count;
-  - every recording-rule name (pdserve:...) that a rule or the dashboard reads is recorded.
+  - every recording-rule name (pdserve:...) that a rule or the dashboard reads is recorded;
+  - deploy/prometheus/prometheus.yml scrapes every pdserve-* job over HTTPS (the processes run
+    with TLS): scheme https and a tls_config with the CA (ca_file), and for the cluster's jobs
+    (DNS discovery of pod IPs) the server_name the certificates carry.
 Every problem is printed as "<file>: <where>: <what is wrong>"; the exit status is 1 when there is
 any.
 """
@@ -222,6 +225,35 @@ def check_k8s(directory, contract, problems, used):
                                         .format(where, i), contract, problems, used)
 
 
+def check_scrape_config(path, problems):
+    """pdserve's /metrics is HTTPS: every pdserve-* job verifies it under the CA."""
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as error:
+        problems.append("{}: cannot read: {}".format(path, error))
+        return
+    jobs = [j for j in config.get("scrape_configs") or []
+            if str(j.get("job_name", "")).startswith("pdserve-")]
+    if not jobs:
+        problems.append("{}: no pdserve-* scrape job".format(path))
+    for job in jobs:
+        where = "{}: job {}".format(path, job.get("job_name"))
+        if job.get("scheme") != "https":
+            problems.append("{}: scheme {}: want https (pdserve's /metrics is HTTPS with TLS)"
+                            .format(where, job.get("scheme", "http (the default)")))
+        tls = job.get("tls_config") or {}
+        if not tls.get("ca_file"):
+            problems.append("{}: tls_config.ca_file missing: verify the processes under the "
+                            "cluster's CA".format(where))
+        if tls.get("insecure_skip_verify"):
+            problems.append("{}: tls_config.insecure_skip_verify: verify under the CA "
+                            "instead".format(where))
+        if job.get("dns_sd_configs") and not tls.get("server_name"):
+            problems.append("{}: tls_config.server_name missing: the discovered targets are pod "
+                            "IPs, which the certificates do not name".format(where))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deploy", required=True, help="the deploy/ directory")
@@ -242,6 +274,7 @@ def main():
     for path in dashboards:
         check_dashboard(path, contract, problems, used, recorded_refs)
     check_k8s(os.path.join(args.deploy, "k8s"), contract, problems, used)
+    check_scrape_config(os.path.join(args.deploy, "prometheus", "prometheus.yml"), problems)
     for where, name in recorded_refs:
         if name not in recorded:
             problems.append("{}: {} is not recorded by any rule in {}".format(

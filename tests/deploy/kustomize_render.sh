@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Renders deploy/k8s/base and every deploy/k8s/overlays/*/ with `kubectl kustomize` and checks
-# that each gives a non-empty list of objects. Usage: kustomize_render.sh DEPLOY_K8S_DIR
+# Renders deploy/k8s/base, every deploy/k8s/overlays/*/ and the base plus each
+# deploy/k8s/components/*/ (a kustomize Component cannot render alone) with `kubectl kustomize`
+# and checks that each gives a non-empty list of objects. Usage: kustomize_render.sh DEPLOY_K8S_DIR
 set -euo pipefail
 k8s="${1:?usage: kustomize_render.sh DEPLOY_K8S_DIR}"
 if ! command -v kubectl >/dev/null 2>&1; then
@@ -17,6 +18,25 @@ if [ ${#dirs[@]} -lt 2 ]; then
   echo "FAIL: no overlays under $k8s/overlays" >&2
   failed=1
 fi
+# Each component on top of the base, from a scratch kustomization (kustomize wants relative paths).
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+base_abs="$(cd "$k8s/base" && pwd)"
+for component in "$k8s"/components/*/; do
+  [ -f "$component/kustomization.yaml" ] || continue
+  name="$(basename "$component")"
+  mkdir -p "$work/$name"
+  component_abs="$(cd "$component" && pwd)"
+  cat >"$work/$name/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$work/$name" "$base_abs")
+components:
+  - $(realpath --relative-to="$work/$name" "$component_abs")
+EOF
+  dirs+=("$work/$name")
+done
 for dir in "${dirs[@]}"; do
   if ! out="$(kubectl kustomize "$dir" 2>&1)"; then
     echo "FAIL: kubectl kustomize $dir:" >&2
