@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::ForTokenizer(
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                                 bool add_generation_prompt) const {
+                                                 bool add_generation_prompt,
+                                                 const jinja::RenderLimits& limits) const {
   jinja::Array list;
   for (const ChatMessage& m : messages) {
     jinja::Object message;
@@ -41,7 +42,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
   context.Set("add_generation_prompt", jinja::Value(add_generation_prompt));
   context.Set("bos_token", jinja::Value(bos_token_));
   context.Set("eos_token", jinja::Value(eos_token_));
-  absl::StatusOr<std::string> prompt = template_.Render(context);
+  absl::StatusOr<std::string> prompt = template_.Render(context, limits);
   if (!prompt.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the model's chat template: ", prompt.status().message()));

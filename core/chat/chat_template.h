@@ -31,9 +31,11 @@ class ChatTemplate {
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> ForTokenizer(const Tokenizer& tokenizer);
 
   // InvalidArgument with the template's message when it refuses the conversation
-  // (raise_exception, e.g. roles that do not alternate) or fails to render.
-  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt) const;
+  // (raise_exception, e.g. roles that do not alternate), fails to render, or goes over `limits`
+  // (the message names the limit; jinja_limits.h).
+  absl::StatusOr<std::string> Render(
+      const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+      const jinja::RenderLimits& limits = jinja::RenderLimits()) const;
 
  private:
   ChatTemplate(jinja::Template t, std::string bos, std::string eos)

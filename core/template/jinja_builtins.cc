@@ -1,18 +1,21 @@
 #include "core/template/jinja_builtins.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
+#include <cstring>
 #include <ctime>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
+#include "core/tokenizer/unicode.h"
 
 namespace pdserve::jinja {
 namespace {
 
 constexpr std::string_view kPythonWhitespace = " \t\n\r\f\v";
-constexpr int64_t kMaxRange = 1 << 20;
 
 absl::Status Error(std::string what) { return absl::InvalidArgumentError(std::move(what)); }
 
@@ -37,13 +40,51 @@ absl::StatusOr<std::string> StringArg(const Arguments& args, size_t i, const std
   return v.AsString();
 }
 
+// Finds a needle in texts in time linear in their lengths, whatever they hold (std::string::find
+// takes time proportional to both lengths multiplied): Knuth-Morris-Pratt, skipping with memchr
+// to the needle's first byte when no prefix of it is matched.
+class Searcher {
+ public:
+  explicit Searcher(std::string_view needle) : needle_(needle), border_(needle.size() + 1, 0) {
+    for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+      while (k > 0 && needle[i] != needle[k]) k = border_[k];
+      if (needle[i] == needle[k]) ++k;
+      border_[i + 1] = k;
+    }
+  }
+
+  // The first occurrence at or after `from`, else npos. An empty needle is found at `from`.
+  size_t Find(std::string_view text, size_t from = 0) const {
+    const size_t m = needle_.size();
+    if (m == 0) return from <= text.size() ? from : std::string_view::npos;
+    for (size_t i = from, k = 0; i < text.size(); ++i) {
+      if (k == 0) {
+        const void* next = std::memchr(text.data() + i, needle_[0], text.size() - i);
+        if (next == nullptr) return std::string_view::npos;
+        i = static_cast<const char*>(next) - text.data();
+      }
+      while (k > 0 && text[i] != needle_[k]) k = border_[k];
+      if (text[i] == needle_[k]) ++k;
+      if (k == m) return i + 1 - m;
+    }
+    return std::string_view::npos;
+  }
+
+ private:
+  std::string_view needle_;
+  std::vector<size_t> border_;  // border_[j]: the longest proper border of needle_[0, j)
+};
+
 std::string Strip(const std::string& s, std::string_view chars, bool left, bool right) {
+  std::bitset<256> strip;
+  for (char c : chars) strip.set(static_cast<unsigned char>(c));
+  const auto stripped = [&](char c) { return strip.test(static_cast<unsigned char>(c)); };
   size_t begin = 0, end = s.size();
   if (left) {
-    while (begin < end && chars.find(s[begin]) != std::string_view::npos) ++begin;
+    while (begin < end && stripped(s[begin])) ++begin;
   }
   if (right) {
-    while (end > begin && chars.find(s[end - 1]) != std::string_view::npos) --end;
+    while (end > begin && stripped(s[end - 1])) --end;
   }
   return s.substr(begin, end - begin);
 }
@@ -72,32 +113,70 @@ std::string Capitalize(const std::string& s) {
   return out;
 }
 
-std::vector<std::string> Split(const std::string& s, const Value& sep) {
-  std::vector<std::string> parts;
+// s.split(sep) as a list; at most max_items parts.
+absl::StatusOr<Value> Split(const std::string& s, const Value& sep, Budget& budget) {
+  Array parts;
+  const auto add = [&](size_t begin, size_t end) {
+    PDSERVE_RETURN_IF_ERROR(budget.CheckItems(static_cast<int64_t>(parts.size()) + 1));
+    PDSERVE_RETURN_IF_ERROR(budget.Work(kWorkBytesPerItem + static_cast<int64_t>(end - begin)));
+    parts.push_back(Value(s.substr(begin, end - begin)));
+    return absl::OkStatus();
+  };
   if (!sep.is_string()) {  // runs of whitespace, no empty parts
     size_t i = 0;
     while (true) {
       i = s.find_first_not_of(kPythonWhitespace, i);
       if (i == std::string::npos) break;
       const size_t end = std::min(s.find_first_of(kPythonWhitespace, i), s.size());
-      parts.push_back(s.substr(i, end - i));
+      PDSERVE_RETURN_IF_ERROR(add(i, end));
       i = end;
     }
-    return parts;
+    return Value(std::move(parts));
   }
   const std::string& d = sep.AsString();
+  if (d.empty()) return Error("split: empty separator");
+  const Searcher searcher(d);
   size_t start = 0;
-  for (size_t found; (found = s.find(d, start)) != std::string::npos; start = found + d.size()) {
-    parts.push_back(s.substr(start, found - start));
+  for (size_t found; (found = searcher.Find(s, start)) != std::string::npos;
+       start = found + d.size()) {
+    PDSERVE_RETURN_IF_ERROR(add(start, found));
   }
-  parts.push_back(s.substr(start));
-  return parts;
+  PDSERVE_RETURN_IF_ERROR(add(start, s.size()));
+  return Value(std::move(parts));
 }
 
-Value Strings(const std::vector<std::string>& parts) {
-  Array a;
-  for (const std::string& p : parts) a.push_back(Value(p));
-  return Value(std::move(a));
+// Charges reading `v` (its WorkBytes).
+absl::Status Read(const Value& v, Budget& budget) { return budget.Work(v.WorkBytes()); }
+
+// `v`, just built: checked against max_string_bytes and max_items, and charged.
+absl::StatusOr<Value> New(Value v, Budget& budget) {
+  if (v.is_string()) {
+    PDSERVE_RETURN_IF_ERROR(budget.CheckString(static_cast<int64_t>(v.AsString().size())));
+  } else if (v.is_array() || v.is_object()) {
+    PDSERVE_RETURN_IF_ERROR(budget.CheckItems(v.WorkBytes() / kWorkBytesPerItem));
+  }
+  PDSERVE_RETURN_IF_ERROR(budget.Work(v.WorkBytes()));
+  return v;
+}
+
+// The code points in `s` (as DecodeUtf8 splits it).
+int64_t CodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (size_t pos = 0; pos < s.size(); pos += DecodeUtf8(s, pos).length) ++n;
+  return n;
+}
+
+// o[key], charging the elements looked through; nullptr when absent.
+absl::StatusOr<const Value*> Find(const Object& o, const std::string& key, Budget& budget) {
+  PDSERVE_RETURN_IF_ERROR(budget.WorkItems(static_cast<int64_t>(o.entries.size())));
+  return o.Find(key);
+}
+
+// Appends `piece` to `*out` unless that makes it longer than max_string_bytes.
+absl::Status Append(std::string_view piece, Budget& budget, std::string* out) {
+  PDSERVE_RETURN_IF_ERROR(budget.CheckString(static_cast<int64_t>(out->size() + piece.size())));
+  out->append(piece);
+  return absl::OkStatus();
 }
 
 int64_t Length(const Value& v) {
@@ -121,8 +200,8 @@ bool AffixMatches(const std::string& s, const Value& affix, bool prefix) {
   return false;
 }
 
-absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name,
-                                   const Arguments& args) {
+absl::StatusOr<Value> StringMethodResult(const std::string& s, const std::string& name,
+                                         const Arguments& args, Budget& budget) {
   const auto chars = [&]() {
     const Value c = Arg(args, 0, "chars");
     return c.is_string() ? std::string(c.AsString()) : std::string(kPythonWhitespace);
@@ -130,7 +209,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
   if (name == "strip") return Value(Strip(s, chars(), true, true));
   if (name == "lstrip") return Value(Strip(s, chars(), true, false));
   if (name == "rstrip") return Value(Strip(s, chars(), false, true));
-  if (name == "split") return Strings(Split(s, Arg(args, 0, "sep")));
+  if (name == "split") return Split(s, Arg(args, 0, "sep"), budget);
   if (name == "startswith") return Value(AffixMatches(s, Arg(args, 0, "prefix"), true));
   if (name == "endswith") return Value(AffixMatches(s, Arg(args, 0, "suffix"), false));
   if (name == "upper") return Value(MapAscii(s, [](int c) { return std::toupper(c); }));
@@ -141,21 +220,25 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     PDSERVE_ASSIGN_OR_RETURN(std::string from, StringArg(args, 0, "old", "replace"));
     PDSERVE_ASSIGN_OR_RETURN(std::string to, StringArg(args, 1, "new", "replace"));
     if (from.empty()) return Value(s);
+    const Searcher searcher(from);
     std::string out;
     size_t start = 0;
-    for (size_t f; (f = s.find(from, start)) != std::string::npos; start = f + from.size()) {
-      out += s.substr(start, f - start) + to;
+    for (size_t f; (f = searcher.Find(s, start)) != std::string::npos; start = f + from.size()) {
+      PDSERVE_RETURN_IF_ERROR(Append(std::string_view(s).substr(start, f - start), budget, &out));
+      PDSERVE_RETURN_IF_ERROR(Append(to, budget, &out));
     }
-    return Value(out + s.substr(start));
+    PDSERVE_RETURN_IF_ERROR(Append(std::string_view(s).substr(start), budget, &out));
+    return Value(std::move(out));
   }
   if (name == "count" || name == "find") {
     PDSERVE_ASSIGN_OR_RETURN(std::string needle, StringArg(args, 0, "sub", name));
+    const Searcher searcher(needle);
     if (name == "find") {
-      const size_t f = s.find(needle);
+      const size_t f = searcher.Find(s);
       return Value(f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(f));
     }
     int64_t n = 0;
-    for (size_t f = 0; !needle.empty() && (f = s.find(needle, f)) != std::string::npos;
+    for (size_t f = 0; !needle.empty() && (f = searcher.Find(s, f)) != std::string::npos;
          f += needle.size()) {
       ++n;
     }
@@ -164,11 +247,27 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
   return Value();
 }
 
-absl::StatusOr<Value> ObjectMethod(const Object& o, const std::string& name,
-                                   const Arguments& args) {
+// s.name(args): charged reading s and its arguments (needles, affixes, characters to strip) and
+// building the result.
+absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name,
+                                   const Arguments& args, Budget& budget) {
+  PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(s.size())));
+  for (const Value& arg : args.positional) PDSERVE_RETURN_IF_ERROR(Read(arg, budget));
+  for (const auto& [key, arg] : args.keyword) PDSERVE_RETURN_IF_ERROR(Read(arg, budget));
+  PDSERVE_ASSIGN_OR_RETURN(Value result, StringMethodResult(s, name, args, budget));
+  if (name == "split") return result;  // charged as it is built
+  return New(std::move(result), budget);
+}
+
+absl::StatusOr<Value> ObjectMethod(const Object& o, const std::string& name, const Arguments& args,
+                                   Budget& budget) {
   if (name == "items" || name == "keys" || name == "values") {
+    const int64_t n = static_cast<int64_t>(o.entries.size());
+    PDSERVE_RETURN_IF_ERROR(budget.CheckItems(n));
+    PDSERVE_RETURN_IF_ERROR(budget.WorkItems(name == "items" ? 4 * n : 2 * n));  // read, built
     Array out;
     for (const auto& [key, value] : o.entries) {
+      if (name != "values") PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(key.size())));
       if (name == "items") out.push_back(Value(Array{Value(key), value}));
       if (name == "keys") out.push_back(Value(key));
       if (name == "values") out.push_back(value);
@@ -177,7 +276,10 @@ absl::StatusOr<Value> ObjectMethod(const Object& o, const std::string& name,
   }
   if (name == "get") {
     const Value key = Arg(args, 0, "key");
-    const Value* found = key.is_string() ? o.Find(key.AsString()) : nullptr;
+    const Value* found = nullptr;
+    if (key.is_string()) {
+      PDSERVE_ASSIGN_OR_RETURN(found, Find(o, key.AsString(), budget));
+    }
     return found != nullptr ? *found : Arg(args, 1, "default", Value::None());
   }
   return Value();
@@ -196,8 +298,10 @@ absl::StatusOr<Value> Abs(const Value& v) {
   return Error(absl::StrCat("abs: ", v.KindName(), " is not a number"));
 }
 
-absl::StatusOr<Value> SelectAttr(const Value& v, const Arguments& args, bool reject) {
+absl::StatusOr<Value> SelectAttr(const Value& v, const Arguments& args, bool reject,
+                                 Budget& budget) {
   if (!v.is_array()) return Error("selectattr/rejectattr need a list");
+  PDSERVE_RETURN_IF_ERROR(Read(v, budget));
   const Value attribute = Arg(args, 0, "attribute");
   if (!attribute.is_string()) return Error("selectattr/rejectattr need an attribute name");
   const Value test = Arg(args, 1, "test");
@@ -206,61 +310,103 @@ absl::StatusOr<Value> SelectAttr(const Value& v, const Arguments& args, bool rej
     test_args.positional.push_back(args.positional[i]);
   Array out;
   for (const Value& item : v.AsArray()) {
-    const Value* field = item.is_object() ? item.AsObject().Find(attribute.AsString()) : nullptr;
+    const Value* field = nullptr;
+    if (item.is_object()) {
+      PDSERVE_ASSIGN_OR_RETURN(field, Find(item.AsObject(), attribute.AsString(), budget));
+    }
     const Value value = field != nullptr ? *field : Value();
     bool keep = value.IsTruthy();
     if (test.is_string()) {
-      PDSERVE_ASSIGN_OR_RETURN(keep, ApplyTest(test.AsString(), value, test_args));
+      PDSERVE_ASSIGN_OR_RETURN(keep, ApplyTest(test.AsString(), value, test_args, budget));
     }
     if (keep != reject) out.push_back(item);
   }
-  return Value(std::move(out));
+  return New(Value(std::move(out)), budget);
 }
 
+// Python's % and // on integers (b != 0); b == -1 is special-cased since INT64_MIN / -1 traps.
 int64_t FloorMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;
   const int64_t r = a % b;
   return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
 }
 
-int64_t FloorDiv(int64_t a, int64_t b) { return (a - FloorMod(a, b)) / b; }
+absl::StatusOr<Value> IntegerOp(const std::string& op, int64_t x, int64_t y) {
+  int64_t result = 0;
+  bool overflow = false;
+  if (op == "+") {
+    overflow = __builtin_add_overflow(x, y, &result);
+  } else if (op == "-") {
+    overflow = __builtin_sub_overflow(x, y, &result);
+  } else if (op == "*") {
+    overflow = __builtin_mul_overflow(x, y, &result);
+  } else if (y == 0) {
+    return Error("division by zero");
+  } else if (op == "%") {
+    result = FloorMod(x, y);
+  } else if (op == "//") {
+    overflow = __builtin_sub_overflow(x, FloorMod(x, y), &result);
+    overflow = overflow || (result == INT64_MIN && y == -1);
+    if (!overflow) result /= y;
+  } else {
+    return Error(absl::StrCat("unsupported operator '", op, "' on integers"));
+  }
+  if (overflow) return Error(absl::StrCat("integer overflow in '", op, "'"));
+  return Value(result);
+}
 
 }  // namespace
 
-absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const Arguments& args) {
+absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const Arguments& args,
+                                  Budget& budget) {
   if (name == "trim") {
     if (!v.is_string()) return Error(absl::StrCat("trim: ", v.KindName(), " is not a string"));
-    return StringMethod(v.AsString(), "strip", args);
+    return StringMethod(v.AsString(), "strip", args, budget);
   }
   if (name == "length" || name == "count") {
+    if (v.is_string()) PDSERVE_RETURN_IF_ERROR(Read(v, budget));  // counts code points
     const int64_t n = Length(v);
     if (n < 0) return Error(absl::StrCat(name, ": ", v.KindName(), " has no length"));
     return Value(n);
   }
   if (name == "tojson") {
     const Value indent = Arg(args, 0, "indent");
-    PDSERVE_ASSIGN_OR_RETURN(std::string json,
-                             v.ToJson(indent.kind() == Value::Kind::kInt ? indent.AsInt() : -1));
+    PDSERVE_ASSIGN_OR_RETURN(
+        std::string json,
+        v.ToJson(indent.kind() == Value::Kind::kInt ? indent.AsInt() : -1, budget));
     return Value(std::move(json));
   }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
+      name == "replace") {
     if (!v.is_string()) return Error(absl::StrCat(name, ": ", v.KindName(), " is not a string"));
-    return StringMethod(v.AsString(), name, args);
-  }
-  if (name == "replace") {
-    if (!v.is_string()) return Error(absl::StrCat("replace: ", v.KindName(), " is not a string"));
-    return StringMethod(v.AsString(), "replace", args);
+    return StringMethod(v.AsString(), name, args, budget);
   }
   if (name == "first" || name == "last") {
-    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items());
+    if (v.is_array() || v.is_string()) return Index(v, name == "first" ? 0 : -1, budget);
+    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items(budget));
     if (items.empty()) return Value();
     return name == "first" ? items.front() : items.back();
   }
   if (name == "join") {
-    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items());
-    const Value sep = Arg(args, 0, "d", Value(""));
-    std::vector<std::string> parts;
-    for (const Value& item : items) parts.push_back(item.ToString());
-    return Value(absl::StrJoin(parts, sep.ToString()));
+    Array built;
+    if (!v.is_array()) {
+      PDSERVE_ASSIGN_OR_RETURN(built, v.Items(budget));
+    }
+    const Array& items = v.is_array() ? v.AsArray() : built;
+    PDSERVE_RETURN_IF_ERROR(budget.WorkItems(static_cast<int64_t>(items.size())));
+    PDSERVE_ASSIGN_OR_RETURN(const std::string separator,
+                             Arg(args, 0, "d", Value("")).ToString(budget));
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) PDSERVE_RETURN_IF_ERROR(Append(separator, budget, &out));
+      if (items[i].is_string()) {
+        PDSERVE_RETURN_IF_ERROR(Append(items[i].AsString(), budget, &out));
+      } else {
+        PDSERVE_ASSIGN_OR_RETURN(const std::string item, items[i].ToString(budget));
+        PDSERVE_RETURN_IF_ERROR(Append(item, budget, &out));
+      }
+    }
+    return New(Value(std::move(out)), budget);
   }
   if (name == "default" || name == "d") {
     const bool boolean = Arg(args, 1, "boolean", Value(false)).IsTruthy();
@@ -268,54 +414,65 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     return use_default ? Arg(args, 0, "default_value", Value("")) : v;
   }
   if (name == "list") {
-    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items());
+    if (v.is_array()) return v;  // lists are immutable: the same list
+    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items(budget));
     return Value(std::move(items));
   }
-  if (name == "string") return Value(v.ToString());
+  if (name == "string") {
+    if (v.is_string()) return v;
+    PDSERVE_ASSIGN_OR_RETURN(std::string s, v.ToString(budget));
+    return Value(std::move(s));
+  }
   if (name == "safe") return v;
   if (name == "int" || name == "float") {
     double d = 0;
     if (v.is_number()) {
       d = v.AsDouble();
     } else if (v.is_string()) {
+      PDSERVE_RETURN_IF_ERROR(Read(v, budget));
       char* end = nullptr;
       d = std::strtod(v.AsString().c_str(), &end);
     } else if (v.kind() == Value::Kind::kBool) {
       d = v.AsBool();
     }
     if (name == "float") return Value(d);
+    if (v.kind() == Value::Kind::kInt) return v;
+    if (!(std::fabs(d) < 9.2e18)) return Error("int: out of range");  // also NaN
     return Value(static_cast<int64_t>(std::trunc(d)));
   }
   if (name == "items") {
     if (!v.is_object()) return Error(absl::StrCat("items: ", v.KindName(), " is not a mapping"));
-    return ObjectMethod(v.AsObject(), "items", args);
+    return ObjectMethod(v.AsObject(), "items", args, budget);
   }
   if (name == "reverse") {
-    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items());
+    if (v.is_string() || v.is_array()) return Slice(v, Value(), Value(), Value(-1), budget);
+    PDSERVE_ASSIGN_OR_RETURN(Array items, v.Items(budget));
     std::reverse(items.begin(), items.end());
-    if (!v.is_string()) return Value(std::move(items));
-    std::string out;
-    for (const Value& c : items) out += c.AsString();
-    return Value(out);
+    return New(Value(std::move(items)), budget);
   }
   if (name == "abs") return Abs(v);
   if (name == "map") {
     const Value attribute = KeywordArg(args, "attribute");
     if (!v.is_array() || !attribute.is_string()) return Error("map: only map(attribute=...)");
+    PDSERVE_RETURN_IF_ERROR(Read(v, budget));
     Array out;
     for (const Value& item : v.AsArray()) {
-      const Value* field = item.is_object() ? item.AsObject().Find(attribute.AsString()) : nullptr;
+      const Value* field = nullptr;
+      if (item.is_object()) {
+        PDSERVE_ASSIGN_OR_RETURN(field, Find(item.AsObject(), attribute.AsString(), budget));
+      }
       out.push_back(field != nullptr ? *field : KeywordArg(args, "default"));
     }
-    return Value(std::move(out));
+    return New(Value(std::move(out)), budget);
   }
   if (name == "selectattr" || name == "rejectattr") {
-    return SelectAttr(v, args, name == "rejectattr");
+    return SelectAttr(v, args, name == "rejectattr", budget);
   }
   return Error(absl::StrCat("filter '", name, "' is not supported"));
 }
 
-absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Arguments& args) {
+absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Arguments& args,
+                               Budget& budget) {
   using K = Value::Kind;
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();
@@ -342,43 +499,47 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Ar
     }
     return FloorMod(v.AsInt(), d.AsInt()) == 0;
   }
-  if (name == "eq" || name == "equalto" || name == "sameas") return v.Equals(Arg(args, 0, "other"));
-  if (name == "ne") return !v.Equals(Arg(args, 0, "other"));
+  if (name == "eq" || name == "equalto" || name == "sameas") {
+    return v.Equals(Arg(args, 0, "other"), budget);
+  }
+  if (name == "ne") {
+    PDSERVE_ASSIGN_OR_RETURN(const bool equal, v.Equals(Arg(args, 0, "other"), budget));
+    return !equal;
+  }
   if (name == "in") {
-    PDSERVE_ASSIGN_OR_RETURN(Value in, BinaryOp("in", v, Arg(args, 0, "seq")));
+    const Value seq = Arg(args, 0, "seq");
+    PDSERVE_ASSIGN_OR_RETURN(Value in, BinaryOp("in", v, seq, budget));
     return in.AsBool();
   }
   if (name == "lower" || name == "upper") {
     if (!v.is_string()) return false;
-    PDSERVE_ASSIGN_OR_RETURN(Value mapped, StringMethod(v.AsString(), name, args));
+    PDSERVE_RETURN_IF_ERROR(Read(v, budget));  // compared (StringMethod charges the rest)
+    PDSERVE_ASSIGN_OR_RETURN(Value mapped, StringMethod(v.AsString(), name, args, budget));
     return mapped.AsString() == v.AsString();
   }
   return Error(absl::StrCat("test '", name, "' is not supported"));
 }
 
-Value BoundMethod(const Value& object, const std::string& name) {
+Value BoundMethod(const Value& object, const std::string& name, Budget& budget) {
   const bool string_method = object.is_string() && HasStringMethod(name);
   const bool object_method = object.is_object() && (name == "items" || name == "keys" ||
                                                     name == "values" || name == "get");
   if (!string_method && !object_method) return Value();
-  return Value(Function([object, name](const Arguments& args) -> absl::StatusOr<Value> {
-    if (object.is_string()) return StringMethod(object.AsString(), name, args);
-    return ObjectMethod(object.AsObject(), name, args);
+  return Value(Function([object, name, &budget](const Arguments& args) -> absl::StatusOr<Value> {
+    if (object.is_string()) return StringMethod(object.AsString(), name, args, budget);
+    return ObjectMethod(object.AsObject(), name, args, budget);
   }));
 }
 
-Object Globals() {
+Object Globals(Budget& budget) {
   Object g;
-  g.Set("raise_exception", Value(Function([](const Arguments& args) -> absl::StatusOr<Value> {
-          return Error(absl::StrCat("the template raised: ", Arg(args, 0, "message").ToString()));
+  g.Set("raise_exception",
+        Value(Function([&budget](const Arguments& args) -> absl::StatusOr<Value> {
+          PDSERVE_ASSIGN_OR_RETURN(const std::string message,
+                                   Arg(args, 0, "message").ToString(budget));
+          return Error(absl::StrCat("the template raised: ", message));
         })));
-  g.Set("namespace", Value(Function([](const Arguments& args) -> absl::StatusOr<Value> {
-          Object ns;
-          ns.is_namespace = true;
-          for (const auto& [key, value] : args.keyword) ns.Set(key, value);
-          return Value(std::move(ns));
-        })));
-  g.Set("range", Value(Function([](const Arguments& args) -> absl::StatusOr<Value> {
+  g.Set("range", Value(Function([&budget](const Arguments& args) -> absl::StatusOr<Value> {
           for (const Value& a : args.positional) {
             if (a.kind() != Value::Kind::kInt) return Error("range: arguments must be integers");
           }
@@ -389,9 +550,12 @@ Object Globals() {
           const int64_t step = n == 3 ? args.positional[2].AsInt() : 1;
           if (step == 0) return Error("range: step is zero");
           Array out;
-          for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            if (out.size() >= kMaxRange) return Error("range: over 1048576 items");
+          // i stays within [start, stop] but for the last step, which may overflow: stop there.
+          for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+            PDSERVE_RETURN_IF_ERROR(budget.CheckItems(static_cast<int64_t>(out.size()) + 1));
+            PDSERVE_RETURN_IF_ERROR(budget.WorkItems(1));
             out.push_back(Value(i));
+            if (__builtin_add_overflow(i, step, &i)) break;
           }
           return Value(std::move(out));
         })));
@@ -408,20 +572,32 @@ Object Globals() {
   return g;
 }
 
-absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) {
+absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Value& b,
+                               Budget& budget) {
   using K = Value::Kind;
   const auto type_error = [&]() {
     return Error(absl::StrCat("unsupported operand kinds for '", op, "': ", a.KindName(), " and ",
                               b.KindName()));
   };
   if (op == "in") {
-    if (b.is_string() && a.is_string())
-      return Value(b.AsString().find(a.AsString()) != std::string::npos);
-    if (b.is_array()) {
-      return Value(std::any_of(b.AsArray().begin(), b.AsArray().end(),
-                               [&](const Value& item) { return item.Equals(a); }));
+    if (b.is_string() && a.is_string()) {
+      PDSERVE_RETURN_IF_ERROR(Read(a, budget));
+      PDSERVE_RETURN_IF_ERROR(Read(b, budget));
+      return Value(Searcher(a.AsString()).Find(b.AsString()) != std::string::npos);
     }
-    if (b.is_object()) return Value(a.is_string() && b.AsObject().Find(a.AsString()) != nullptr);
+    if (b.is_array()) {
+      PDSERVE_RETURN_IF_ERROR(Read(b, budget));
+      for (const Value& item : b.AsArray()) {
+        PDSERVE_ASSIGN_OR_RETURN(const bool equal, item.Equals(a, budget));
+        if (equal) return Value(true);
+      }
+      return Value(false);
+    }
+    if (b.is_object()) {
+      if (!a.is_string()) return Value(false);
+      PDSERVE_ASSIGN_OR_RETURN(const Value* found, Find(b.AsObject(), a.AsString(), budget));
+      return Value(found != nullptr);
+    }
     return type_error();
   }
   if (op == "<" || op == ">" || op == "<=" || op == ">=") {
@@ -429,6 +605,8 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     if (a.is_number() && b.is_number()) {
       cmp = a.AsDouble() < b.AsDouble() ? -1 : a.AsDouble() > b.AsDouble() ? 1 : 0;
     } else if (a.is_string() && b.is_string()) {
+      PDSERVE_RETURN_IF_ERROR(
+          budget.Work(static_cast<int64_t>(std::min(a.AsString().size(), b.AsString().size()))));
       cmp = a.AsString().compare(b.AsString());
     } else {
       return type_error();
@@ -439,80 +617,133 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     return Value(cmp >= 0);
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.AsString() + b.AsString());
+    if (a.is_string() && b.is_string()) {
+      PDSERVE_RETURN_IF_ERROR(
+          budget.CheckString(static_cast<int64_t>(a.AsString().size() + b.AsString().size())));
+      return New(Value(a.AsString() + b.AsString()), budget);
+    }
     if (a.is_array() && b.is_array()) {
+      PDSERVE_RETURN_IF_ERROR(
+          budget.CheckItems(static_cast<int64_t>(a.AsArray().size() + b.AsArray().size())));
       Array out = a.AsArray();
       out.insert(out.end(), b.AsArray().begin(), b.AsArray().end());
-      return Value(std::move(out));
+      return New(Value(std::move(out)), budget);
     }
   }
   if (op == "*" &&
       ((a.is_string() && b.kind() == K::kInt) || (a.kind() == K::kInt && b.is_string()))) {
     const std::string& s = a.is_string() ? a.AsString() : b.AsString();
-    const int64_t n = a.is_string() ? b.AsInt() : a.AsInt();
-    if (n > 0 && static_cast<double>(s.size()) * n > (1 << 24))
-      return Error("'*': result too long");
+    const int64_t n = std::max<int64_t>(0, a.is_string() ? b.AsInt() : a.AsInt());
+    const int64_t size = static_cast<int64_t>(s.size());
+    if (size > 0 && n > budget.limits().max_string_bytes / size) {
+      return budget.CheckString(budget.limits().max_string_bytes + 1);  // the limit's error
+    }
     std::string out;
+    out.reserve(static_cast<size_t>(size * n));
     for (int64_t i = 0; i < n; ++i) out += s;
-    return Value(out);
+    return New(Value(std::move(out)), budget);
   }
   if (!a.is_number() || !b.is_number()) return type_error();
-  const bool ints = a.kind() == K::kInt && b.kind() == K::kInt;
   if (op == "/") {
     if (b.AsDouble() == 0) return Error("division by zero");
     return Value(a.AsDouble() / b.AsDouble());
   }
-  if (ints) {
-    const int64_t x = a.AsInt(), y = b.AsInt();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
-    if (y == 0) return Error("division by zero");
-    if (op == "//") return Value(FloorDiv(x, y));
-    if (op == "%") return Value(FloorMod(x, y));
-  } else {
-    const double x = a.AsDouble(), y = b.AsDouble();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
-    if (y == 0) return Error("division by zero");
-    if (op == "//") return Value(std::floor(x / y));
-    if (op == "%") return Value(x - y * std::floor(x / y));
+  const bool integer_op = op == "+" || op == "-" || op == "*" || op == "//" || op == "%";
+  if (!integer_op) return type_error();
+  if (a.kind() == K::kInt && b.kind() == K::kInt) return IntegerOp(op, a.AsInt(), b.AsInt());
+  const double x = a.AsDouble(), y = b.AsDouble();
+  if (op == "+") return Value(x + y);
+  if (op == "-") return Value(x - y);
+  if (op == "*") return Value(x * y);
+  if (y == 0) return Error("division by zero");
+  if (op == "//") return Value(std::floor(x / y));
+  return Value(x - y * std::floor(x / y));
+}
+
+absl::StatusOr<Value> Index(const Value& sequence, int64_t i, Budget& budget) {
+  if (sequence.is_array()) {
+    const Array& items = sequence.AsArray();
+    if (i < 0) i += static_cast<int64_t>(items.size());
+    if (i < 0 || i >= static_cast<int64_t>(items.size())) return Value();
+    return items[i];
   }
-  return type_error();
+  if (!sequence.is_string()) return Value();
+  const std::string& s = sequence.AsString();
+  PDSERVE_RETURN_IF_ERROR(Read(sequence, budget));
+  if (i < 0) i += CodePoints(s);
+  int64_t k = 0;
+  for (size_t pos = 0; pos < s.size(); ++k) {
+    const int length = DecodeUtf8(s, pos).length;
+    if (k == i) return Value(s.substr(pos, length));
+    pos += length;
+  }
+  return Value();
 }
 
 absl::StatusOr<Value> Slice(const Value& value, const Value& start_v, const Value& stop_v,
-                            const Value& step_v) {
-  PDSERVE_ASSIGN_OR_RETURN(
-      Array items,
-      value.is_string() || value.is_array()
-          ? value.Items()
-          : absl::StatusOr<Array>(Error(absl::StrCat("cannot slice a ", value.KindName()))));
+                            const Value& step_v, Budget& budget) {
+  if (!value.is_string() && !value.is_array()) {
+    return Error(absl::StrCat("cannot slice a ", value.KindName()));
+  }
+  PDSERVE_RETURN_IF_ERROR(Read(value, budget));
   const auto as_int = [](const Value& v, int64_t fallback) {
     return v.kind() == Value::Kind::kInt ? v.AsInt() : fallback;
   };
-  const int64_t n = static_cast<int64_t>(items.size());
+  const int64_t n = value.is_string() ? CodePoints(value.AsString())
+                                      : static_cast<int64_t>(value.AsArray().size());
   const int64_t step = as_int(step_v, 1);
   if (step == 0) return Error("slice step is zero");
   const auto clamp = [&](int64_t i, int64_t low, int64_t high) {
     if (i < 0) i += n;
     return std::clamp(i, low, high);
   };
-  Array out;
+  int64_t start, stop;
   if (step > 0) {
-    const int64_t start = clamp(as_int(start_v, 0), 0, n), stop = clamp(as_int(stop_v, n), 0, n);
-    for (int64_t i = start; i < stop; i += step) out.push_back(items[i]);
+    start = clamp(as_int(start_v, 0), 0, n);
+    stop = clamp(as_int(stop_v, n), 0, n);
   } else {
-    const int64_t start =
-        start_v.kind() == Value::Kind::kInt ? clamp(start_v.AsInt(), -1, n - 1) : n - 1;
-    const int64_t stop = stop_v.kind() == Value::Kind::kInt ? clamp(stop_v.AsInt(), -1, n - 1) : -1;
-    for (int64_t i = start; i > stop; i += step) out.push_back(items[i]);
+    start = start_v.kind() == Value::Kind::kInt ? clamp(start_v.AsInt(), -1, n - 1) : n - 1;
+    stop = stop_v.kind() == Value::Kind::kInt ? clamp(stop_v.AsInt(), -1, n - 1) : -1;
   }
-  if (!value.is_string()) return Value(std::move(out));
-  std::string s;
-  for (const Value& c : out) s += c.AsString();
-  return Value(s);
+  const int64_t back = step == INT64_MIN ? INT64_MAX : -step;
+  if (value.is_array()) {
+    const Array& items = value.AsArray();
+    Array out;  // the steps are capped at the distance left, so that i cannot overflow
+    if (step > 0) {
+      for (int64_t i = start; i < stop; i += std::min(step, stop - i)) out.push_back(items[i]);
+    } else {
+      for (int64_t i = start; i > stop; i -= std::min(back, i - stop)) out.push_back(items[i]);
+    }
+    return New(Value(std::move(out)), budget);
+  }
+  // A string: its code points in order, those selected appended (or, for a negative step, written
+  // from the end of the result back, which needs its size first).
+  const std::string& s = value.AsString();
+  const auto selected = [&](int64_t k) {
+    if (step > 0) return k >= start && k < stop && (k - start) % step == 0;
+    return k <= start && k > stop && (start - k) % back == 0;
+  };
+  const auto for_each_selected = [&](auto&& visit) {
+    int64_t k = 0;
+    for (size_t pos = 0; pos < s.size(); ++k) {
+      const int length = DecodeUtf8(s, pos).length;
+      if (selected(k)) visit(std::string_view(s).substr(pos, length));
+      pos += length;
+    }
+  };
+  std::string out;
+  if (step > 0) {
+    for_each_selected([&](std::string_view c) { out.append(c); });
+  } else {
+    size_t size = 0;
+    for_each_selected([&](std::string_view c) { size += c.size(); });
+    out.resize(size);
+    for_each_selected([&](std::string_view c) {
+      size -= c.size();
+      out.replace(size, c.size(), c);
+    });
+  }
+  return New(Value(std::move(out)), budget);
 }
 
 }  // namespace pdserve::jinja

@@ -526,8 +526,10 @@ class ExprParser {
         return "end of tag";
       case Token::Kind::kInt:
       case Token::Kind::kFloat:
-      case Token::Kind::kString:
-        return t.value.ToString();
+      case Token::Kind::kString: {
+        Budget budget{RenderLimits()};  // a literal token: a number or a string
+        return t.value.ToString(budget).value_or("?");
+      }
       default:
         return t.text;
     }

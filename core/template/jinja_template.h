@@ -7,8 +7,16 @@
 // sequence, callable, true, false, odd, even, divisibleby, eq/equalto, ne, in, lower, upper.
 // String methods: strip, lstrip, rstrip, split, startswith, endswith, upper, lower, replace,
 // title, capitalize, count, find; mapping methods: items, keys, values, get. Undefined values
-// print as "" and are false; their attributes are an error, as in Jinja. Immutable after Parse;
-// Render is thread-safe.
+// print as "" and are false; their attributes are an error, as in Jinja. There are no macros or
+// recursive loops (the parser refuses them), so a template cannot recurse.
+//
+// Templates are untrusted input: every render runs under RenderLimits (jinja_limits.h) and fails
+// with InvalidArgument "template line N: render limit <name> (<value>) exceeded" rather than
+// running long, growing without bound or overflowing the stack. Only a namespace() the render
+// made can be changed ({% set ns.x = ... %}); a template can put one inside itself, which prints
+// as Python does ({...}), fails tojson and == (max_depth) and is freed when the render ends.
+//
+// Immutable after Parse; Render is thread-safe.
 #ifndef PDSERVE_CORE_TEMPLATE_JINJA_TEMPLATE_H_
 #define PDSERVE_CORE_TEMPLATE_JINJA_TEMPLATE_H_
 
@@ -18,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/template/jinja_ast.h"
+#include "core/template/jinja_limits.h"
 #include "core/template/jinja_value.h"
 
 namespace pdserve::jinja {
@@ -27,9 +36,11 @@ class Template {
   // InvalidArgument naming the line and construct (see ParseTemplate).
   static absl::StatusOr<Template> Parse(std::string_view source);
 
-  // Renders with `context`'s entries as variables. InvalidArgument naming the line for a type
-  // error, an unsupported filter, test or method, raise_exception, or output over 16 MiB.
-  absl::StatusOr<std::string> Render(const Object& context) const;
+  // Renders with `context`'s entries as variables, under `limits`. InvalidArgument naming the
+  // line for a type error, an unsupported filter, test or method, raise_exception, or a limit
+  // exceeded (naming the limit and its value).
+  absl::StatusOr<std::string> Render(const Object& context,
+                                     const RenderLimits& limits = RenderLimits()) const;
 
  private:
   explicit Template(std::shared_ptr<const Body> body) : body_(std::move(body)) {}

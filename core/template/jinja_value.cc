@@ -1,9 +1,13 @@
 #include "core/template/jinja_value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <string_view>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/tokenizer/unicode.h"
 #include "nlohmann/json.hpp"
 
@@ -86,68 +90,224 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-absl::Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
-  const auto line_break = [indent](int level) {
-    std::string s;
-    if (indent >= 0) {
-      s.push_back('\n');
-      s.append(static_cast<size_t>(indent) * level, ' ');
+// Containers and functions are released through a queue on the stack of the outermost release on
+// the thread: what a released container or function held is released after it, in a loop, not
+// from inside its destructor. So freeing a list nested, or a chain of namespaces linked, a
+// million deep takes constant stack.
+struct PendingRelease {
+  void* object;
+  void (*release)(void*);
+};
+thread_local absl::InlinedVector<PendingRelease, 8>* pending_releases = nullptr;
+
+template <typename T>
+struct QueuedDelete {
+  void operator()(T* object) const {
+    const PendingRelease release{object, [](void* p) { delete static_cast<T*>(p); }};
+    if (pending_releases != nullptr) {
+      pending_releases->push_back(release);
+      return;
     }
-    return s;
-  };
-  const std::string newline = line_break(depth + 1), close = line_break(depth);
-  const char* item_separator = indent < 0 ? ", " : ",";
-  switch (v.kind()) {
-    case Value::Kind::kUndefined:
-    case Value::Kind::kFunction:
-      return absl::InvalidArgumentError(absl::StrCat("tojson: cannot serialize ", v.KindName()));
-    case Value::Kind::kNone:
-      *out += "null";
-      return absl::OkStatus();
-    case Value::Kind::kBool:
-      *out += v.AsBool() ? "true" : "false";
-      return absl::OkStatus();
-    case Value::Kind::kInt:
-    case Value::Kind::kFloat:
-      *out += v.ToString();
-      return absl::OkStatus();
-    case Value::Kind::kString:
-      *out += JsonString(v.AsString());
-      return absl::OkStatus();
-    case Value::Kind::kArray: {
-      const Array& a = v.AsArray();
-      if (a.empty()) {
-        *out += "[]";
-        return absl::OkStatus();
-      }
-      *out += "[";
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (i > 0) *out += item_separator;
-        *out += newline;
-        if (absl::Status s = AppendJson(a[i], indent, depth + 1, out); !s.ok()) return s;
-      }
-      *out += close + "]";
-      return absl::OkStatus();
+    absl::InlinedVector<PendingRelease, 8> queue{release};
+    pending_releases = &queue;
+    while (!queue.empty()) {
+      const PendingRelease next = queue.back();
+      queue.pop_back();
+      next.release(next.object);
     }
-    case Value::Kind::kObject: {
-      const Object& o = v.AsObject();
-      if (o.entries.empty()) {
-        *out += "{}";
-        return absl::OkStatus();
-      }
-      *out += "{";
-      for (size_t i = 0; i < o.entries.size(); ++i) {
-        if (i > 0) *out += item_separator;
-        *out += newline + JsonString(o.entries[i].first) + ": ";
-        if (absl::Status s = AppendJson(o.entries[i].second, indent, depth + 1, out); !s.ok()) {
-          return s;
-        }
-      }
-      *out += close + "}";
-      return absl::OkStatus();
-    }
+    pending_releases = nullptr;
   }
+};
+
+// Appends `piece` to `*out` unless the result would be over max_string_bytes; charges its bytes.
+absl::Status PutChecked(std::string_view piece, Budget& budget, std::string* out) {
+  PDSERVE_RETURN_IF_ERROR(budget.CheckString(static_cast<int64_t>(out->size() + piece.size())));
+  PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(piece.size())));
+  out->append(piece);
   return absl::OkStatus();
+}
+
+// The identity of a container (the array or object it shares), else nullptr.
+const void* ContainerOf(const Value& v) {
+  if (v.is_array()) return &v.AsArray();
+  if (v.is_object()) return &v.AsObject();
+  return nullptr;
+}
+
+// Walks a value for ToString (Python's repr) or ToJson (json.dumps), under a budget. `open_`
+// holds the containers being walked, to find one inside itself.
+class Writer {
+ public:
+  Writer(Budget& budget, std::string* out) : budget_(budget), out_(out) {}
+
+  // Python's str(): strings bare at the top level, quoted inside containers.
+  absl::Status Repr(const Value& v, bool top) {
+    switch (v.kind()) {
+      case Value::Kind::kUndefined:
+        return absl::OkStatus();
+      case Value::Kind::kNone:
+        return Put("None");
+      case Value::Kind::kBool:
+        return Put(v.AsBool() ? "True" : "False");
+      case Value::Kind::kInt:
+        return Put(absl::StrCat(v.AsInt()));
+      case Value::Kind::kFloat:
+        return Put(FloatRepr(v.AsDouble()));
+      case Value::Kind::kString:
+        return Put(top ? v.AsString() : PythonStringRepr(v.AsString()));
+      case Value::Kind::kFunction:
+        return Put("<function>");
+      case Value::Kind::kArray:
+      case Value::Kind::kObject:
+        break;
+    }
+    const bool array = v.is_array();
+    if (IsOpen(v)) return Put(array ? "[...]" : "{...}");
+    PDSERVE_RETURN_IF_ERROR(Open(v));
+    PDSERVE_RETURN_IF_ERROR(Put(array ? "[" : "{"));
+    const size_t n = array ? v.AsArray().size() : v.AsObject().entries.size();
+    for (size_t i = 0; i < n; ++i) {
+      PDSERVE_RETURN_IF_ERROR(budget_.WorkItems(1));
+      if (i > 0) PDSERVE_RETURN_IF_ERROR(Put(", "));
+      if (!array) {
+        const auto& [key, item] = v.AsObject().entries[i];
+        PDSERVE_RETURN_IF_ERROR(Put(PythonStringRepr(key) + ": "));
+      }
+      PDSERVE_RETURN_IF_ERROR(Repr(array ? v.AsArray()[i] : v.AsObject().entries[i].second, false));
+    }
+    open_.pop_back();
+    return Put(array ? "]" : "}");
+  }
+
+  // json.dumps with `indent` (< 0: on one line).
+  absl::Status Json(const Value& v, int64_t indent) {
+    switch (v.kind()) {
+      case Value::Kind::kUndefined:
+      case Value::Kind::kFunction:
+        return absl::InvalidArgumentError(absl::StrCat("tojson: cannot serialize ", v.KindName()));
+      case Value::Kind::kNone:
+        return Put("null");
+      case Value::Kind::kBool:
+        return Put(v.AsBool() ? "true" : "false");
+      case Value::Kind::kInt:
+        return Put(absl::StrCat(v.AsInt()));
+      case Value::Kind::kFloat:
+        return Put(FloatRepr(v.AsDouble()));
+      case Value::Kind::kString:
+        return Put(JsonString(v.AsString()));
+      case Value::Kind::kArray:
+      case Value::Kind::kObject:
+        break;
+    }
+    const bool array = v.is_array();
+    const size_t n = array ? v.AsArray().size() : v.AsObject().entries.size();
+    if (n == 0) return Put(array ? "[]" : "{}");
+    if (IsOpen(v)) return absl::InvalidArgumentError("tojson: circular reference");
+    PDSERVE_RETURN_IF_ERROR(Open(v));
+    const int64_t level = static_cast<int64_t>(open_.size());
+    PDSERVE_RETURN_IF_ERROR(Put(array ? "[" : "{"));
+    for (size_t i = 0; i < n; ++i) {
+      PDSERVE_RETURN_IF_ERROR(budget_.WorkItems(1));
+      if (i > 0) PDSERVE_RETURN_IF_ERROR(Put(indent < 0 ? ", " : ","));
+      PDSERVE_RETURN_IF_ERROR(LineBreak(indent, level));
+      if (!array) {
+        PDSERVE_RETURN_IF_ERROR(Put(JsonString(v.AsObject().entries[i].first) + ": "));
+      }
+      PDSERVE_RETURN_IF_ERROR(
+          Json(array ? v.AsArray()[i] : v.AsObject().entries[i].second, indent));
+    }
+    open_.pop_back();
+    PDSERVE_RETURN_IF_ERROR(LineBreak(indent, level - 1));
+    return Put(array ? "]" : "}");
+  }
+
+ private:
+  absl::Status Put(std::string_view piece) { return PutChecked(piece, budget_, out_); }
+  // A newline and `indent` spaces per level, checked before it is built; nothing if indent < 0.
+  absl::Status LineBreak(int64_t indent, int64_t level) {
+    if (indent < 0) return absl::OkStatus();
+    const int64_t max = budget_.limits().max_string_bytes;
+    if (indent > max) return budget_.CheckString(indent);  // the limit's error
+    const int64_t size = 1 + indent * level;               // level <= max_depth: no overflow
+    PDSERVE_RETURN_IF_ERROR(budget_.CheckString(static_cast<int64_t>(out_->size()) + size));
+    PDSERVE_RETURN_IF_ERROR(budget_.Work(size));
+    out_->push_back('\n');
+    out_->append(static_cast<size_t>(indent * level), ' ');
+    return absl::OkStatus();
+  }
+  bool IsOpen(const Value& v) const {
+    return std::find(open_.begin(), open_.end(), ContainerOf(v)) != open_.end();
+  }
+  absl::Status Open(const Value& v) {
+    PDSERVE_RETURN_IF_ERROR(budget_.CheckDepth(static_cast<int>(open_.size()) + 1));
+    open_.push_back(ContainerOf(v));
+    return absl::OkStatus();
+  }
+
+  Budget& budget_;
+  std::string* out_;
+  std::vector<const void*> open_;
+};
+
+absl::StatusOr<bool> Equal(const Value& a, const Value& b, Budget& budget, int depth);
+
+absl::StatusOr<bool> EqualContainers(const Value& a, const Value& b, Budget& budget, int depth) {
+  if (ContainerOf(a) == ContainerOf(b)) return true;
+  PDSERVE_RETURN_IF_ERROR(budget.CheckDepth(depth));
+  if (a.is_array()) {
+    const Array &x = a.AsArray(), &y = b.AsArray();
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      PDSERVE_RETURN_IF_ERROR(budget.WorkItems(1));
+      PDSERVE_ASSIGN_OR_RETURN(const bool equal, Equal(x[i], y[i], budget, depth + 1));
+      if (!equal) return false;
+    }
+    return true;
+  }
+  const Object &x = a.AsObject(), &y = b.AsObject();
+  if (x.entries.size() != y.entries.size()) return false;
+  for (const auto& [key, value] : x.entries) {
+    // The pair, and the lookup through y.
+    PDSERVE_RETURN_IF_ERROR(budget.WorkItems(1 + static_cast<int64_t>(y.entries.size())));
+    const Value* theirs = y.Find(key);
+    if (theirs == nullptr) return false;
+    PDSERVE_ASSIGN_OR_RETURN(const bool equal, Equal(value, *theirs, budget, depth + 1));
+    if (!equal) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<bool> Equal(const Value& a, const Value& b, Budget& budget, int depth) {
+  using K = Value::Kind;
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == K::kInt && b.kind() == K::kInt) return a.AsInt() == b.AsInt();
+    return a.AsDouble() == b.AsDouble();
+  }
+  const auto number = [](const Value& v) {
+    return v.kind() == K::kBool ? Value(v.AsBool() ? 1 : 0) : v;
+  };
+  if ((a.kind() == K::kBool && b.is_number()) || (a.is_number() && b.kind() == K::kBool)) {
+    return number(a).AsDouble() == number(b).AsDouble();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case K::kUndefined:
+    case K::kNone:
+      return true;
+    case K::kBool:
+      return a.AsBool() == b.AsBool();
+    case K::kString:
+      if (a.AsString().size() != b.AsString().size()) return false;
+      PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(a.AsString().size())));
+      return a.AsString() == b.AsString();
+    case K::kArray:
+    case K::kObject:
+      return EqualContainers(a, b, budget, depth);
+    case K::kFunction:
+      return &a.AsFunction() == &b.AsFunction();
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -158,7 +318,14 @@ Value Value::None() {
   return v;
 }
 
-Value::Value(Object o) : data_(std::make_shared<Object>(std::move(o))) {}
+Value::Value(Array a)
+    : data_(std::shared_ptr<Array>(new Array(std::move(a)), QueuedDelete<Array>())) {}
+
+Value::Value(Object o)
+    : data_(std::shared_ptr<Object>(new Object(std::move(o)), QueuedDelete<Object>())) {}
+
+Value::Value(Function f)
+    : data_(std::shared_ptr<Function>(new Function(std::move(f)), QueuedDelete<Function>())) {}
 
 Value Value::FromJson(const nlohmann::json& json) {
   switch (json.type()) {
@@ -218,101 +385,44 @@ bool Value::IsTruthy() const {
   return false;
 }
 
-std::string Value::ToString() const {
-  switch (kind()) {
-    case Kind::kUndefined:
-      return "";
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return AsBool() ? "True" : "False";
-    case Kind::kInt:
-      return absl::StrCat(AsInt());
-    case Kind::kFloat:
-      return FloatRepr(AsDouble());
-    case Kind::kString:
-      return AsString();
-    case Kind::kArray: {
-      std::string out = "[";
-      for (size_t i = 0; i < AsArray().size(); ++i) {
-        const Value& item = AsArray()[i];
-        out += (i > 0 ? ", " : "") +
-               (item.is_string() ? PythonStringRepr(item.AsString()) : item.ToString());
-      }
-      return out + "]";
-    }
-    case Kind::kObject: {
-      std::string out = "{";
-      for (size_t i = 0; i < AsObject().entries.size(); ++i) {
-        const auto& [key, item] = AsObject().entries[i];
-        out += (i > 0 ? ", " : "") + PythonStringRepr(key) + ": " +
-               (item.is_string() ? PythonStringRepr(item.AsString()) : item.ToString());
-      }
-      return out + "}";
-    }
-    case Kind::kFunction:
-      return "<function>";
-  }
-  return "";
-}
-
-absl::StatusOr<std::string> Value::ToJson(int indent) const {
+absl::StatusOr<std::string> Value::ToString(Budget& budget) const {
   std::string out;
-  if (absl::Status s = AppendJson(*this, indent, 0, &out); !s.ok()) return s;
+  PDSERVE_RETURN_IF_ERROR(Writer(budget, &out).Repr(*this, /*top=*/true));
   return out;
 }
 
-bool Value::Equals(const Value& other) const {
-  if (is_number() && other.is_number()) {
-    if (kind() == Kind::kInt && other.kind() == Kind::kInt) return AsInt() == other.AsInt();
-    return AsDouble() == other.AsDouble();
-  }
-  if (kind() == Kind::kBool && other.is_number()) return Value(AsBool() ? 1 : 0).Equals(other);
-  if (is_number() && other.kind() == Kind::kBool) return other.Equals(*this);
-  if (kind() != other.kind()) return false;
-  switch (kind()) {
-    case Kind::kUndefined:
-    case Kind::kNone:
-      return true;
-    case Kind::kBool:
-      return AsBool() == other.AsBool();
-    case Kind::kString:
-      return AsString() == other.AsString();
-    case Kind::kArray: {
-      const Array &a = AsArray(), &b = other.AsArray();
-      if (a.size() != b.size()) return false;
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (!a[i].Equals(b[i])) return false;
-      }
-      return true;
-    }
-    case Kind::kObject: {
-      const Object &a = AsObject(), &b = other.AsObject();
-      if (a.entries.size() != b.entries.size()) return false;
-      for (const auto& [key, value] : a.entries) {
-        const Value* theirs = b.Find(key);
-        if (theirs == nullptr || !value.Equals(*theirs)) return false;
-      }
-      return true;
-    }
-    default:
-      return data_ == other.data_;
-  }
+absl::StatusOr<std::string> Value::ToJson(int64_t indent, Budget& budget) const {
+  std::string out;
+  PDSERVE_RETURN_IF_ERROR(Writer(budget, &out).Json(*this, indent));
+  return out;
 }
 
-absl::StatusOr<Array> Value::Items() const {
+absl::StatusOr<bool> Value::Equals(const Value& other, Budget& budget) const {
+  return Equal(*this, other, budget, 1);
+}
+
+absl::StatusOr<Array> Value::Items(Budget& budget) const {
   switch (kind()) {
     case Kind::kArray:
+      PDSERVE_RETURN_IF_ERROR(budget.Work(WorkBytes()));
       return AsArray();
     case Kind::kObject: {
+      PDSERVE_RETURN_IF_ERROR(budget.Work(WorkBytes()));
       Array keys;
-      for (const auto& entry : AsObject().entries) keys.push_back(Value(entry.first));
+      keys.reserve(AsObject().entries.size());
+      for (const auto& entry : AsObject().entries) {
+        PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(entry.first.size())));
+        keys.push_back(Value(entry.first));
+      }
       return keys;
     }
     case Kind::kString: {
-      Array chars;
       const std::string& s = AsString();
+      PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(s.size())));
+      Array chars;
       for (size_t pos = 0; pos < s.size();) {
+        PDSERVE_RETURN_IF_ERROR(budget.CheckItems(static_cast<int64_t>(chars.size()) + 1));
+        PDSERVE_RETURN_IF_ERROR(budget.WorkItems(1));
         const int length = DecodeUtf8(s, pos).length;
         chars.push_back(Value(s.substr(pos, length)));
         pos += length;
@@ -321,6 +431,19 @@ absl::StatusOr<Array> Value::Items() const {
     }
     default:
       return absl::InvalidArgumentError(absl::StrCat(KindName(), " is not iterable"));
+  }
+}
+
+int64_t Value::WorkBytes() const {
+  switch (kind()) {
+    case Kind::kString:
+      return static_cast<int64_t>(AsString().size());
+    case Kind::kArray:
+      return static_cast<int64_t>(AsArray().size()) * kWorkBytesPerItem;
+    case Kind::kObject:
+      return static_cast<int64_t>(AsObject().entries.size()) * kWorkBytesPerItem;
+    default:
+      return 0;
   }
 }
 

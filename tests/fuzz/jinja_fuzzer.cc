@@ -1,8 +1,9 @@
 // libFuzzer target for the Jinja chat template engine: each input is a template source given to
 // ChatTemplate::Create (jinja::Template::Parse) and, when it parses, rendered for two fixed
-// conversations with and without the generation prompt. Beyond ASan and UBSan (and libFuzzer's
-// -timeout and -rss_limit_mb, which catch runaway loops and output) it checks that every refusal
-// is an InvalidArgument. Built and run by tests/fuzz/fuzz.sh; seeds in corpus/jinja.
+// conversations with and without the generation prompt, under the default render limits
+// (jinja_limits.h). Beyond ASan and UBSan (and libFuzzer's -timeout and -rss_limit_mb, which catch
+// a render the limits fail to stop) it checks that every refusal, a limit exceeded included, is an
+// InvalidArgument. Built and run by tests/fuzz/fuzz.sh; seeds in corpus/jinja.
 #include <cstddef>
 #include <cstdint>
 #include <string>
