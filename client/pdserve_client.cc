@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "core/base/mutex.h"
 #include "proto/retry_hint.h"
 
 namespace pdserve {
@@ -26,39 +26,43 @@ absl::Status FromGrpc(const grpc::Status& status, const grpc::ClientContext* con
 }  // namespace
 
 struct CancellationToken::State {
-  mutable absl::Mutex mu;
+  mutable Mutex mu;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
+  CondVar cancel;  // signalled when cancelled is set
   grpc::ClientContext* context ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 CancellationToken::CancellationToken() : state_(std::make_shared<State>()) {}
 
 void CancellationToken::Cancel() {
-  absl::MutexLock lock(&state_->mu);
+  MutexLock lock(&state_->mu);
   state_->cancelled = true;
+  state_->cancel.SignalAll();
   if (state_->context != nullptr) state_->context->TryCancel();
 }
 
 bool CancellationToken::cancelled() const {
-  absl::MutexLock lock(&state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->cancelled;
 }
 
 bool CancellationToken::Attach(grpc::ClientContext* context) const {
-  absl::MutexLock lock(&state_->mu);
+  MutexLock lock(&state_->mu);
   if (state_->cancelled) return false;
   state_->context = context;
   return true;
 }
 
 void CancellationToken::Detach() const {
-  absl::MutexLock lock(&state_->mu);
+  MutexLock lock(&state_->mu);
   state_->context = nullptr;
 }
 
 bool CancellationToken::SleepUnlessCancelled(absl::Duration wait) const {
-  absl::MutexLock lock(&state_->mu);
-  state_->mu.AwaitWithTimeout(absl::Condition(&state_->cancelled), wait);
+  const absl::Time deadline = absl::Now() + wait;
+  MutexLock lock(&state_->mu);
+  while (!state_->cancelled && !state_->cancel.WaitWithDeadline(&state_->mu, deadline)) {
+  }
   return !state_->cancelled;
 }
 

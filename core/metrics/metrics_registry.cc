@@ -54,7 +54,7 @@ void MetricsRegistry::Reserve(const std::string& name, const std::string& help) 
   if (help.find_first_of("\\\n") != std::string::npos) {
     Misuse("help of " + name + " must be one line without backslashes");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!names_.insert(name).second) Misuse("metric '" + name + "' registered twice");
 }
 
@@ -99,14 +99,14 @@ void MetricsRegistry::AddCallback(const std::string& name, const std::string& he
                                   prometheus::MetricType type,
                                   std::function<std::vector<CallbackSample>()> read) {
   Reserve(name, help);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   callbacks_.push_back(std::make_unique<CallbackFamily>(name, help, type, std::move(read)));
 }
 
 std::string MetricsRegistry::Render() const {
   std::vector<prometheus::MetricFamily> families = registry_.Collect();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (const auto& callback : callbacks_) {
       for (prometheus::MetricFamily& family : callback->Collect()) {
         families.push_back(std::move(family));

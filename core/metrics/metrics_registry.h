@@ -1,3 +1,4 @@
+#include "core/base/mutex.h"
 // MetricsRegistry: the metrics of one process, kept by prometheus-cpp, and their rendering for
 // /metrics. A service registers its families once at startup (AddCounter, AddGauge, AddHistogram
 // return prometheus-cpp families; `family.Add(labels)` gives a series whose reference stays valid
@@ -24,8 +25,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include "absl/synchronization/mutex.h"
 
 namespace pdserve {
 
@@ -77,7 +76,7 @@ class MetricsRegistry {
                    std::function<std::vector<CallbackSample>()> read);
 
   prometheus::Registry registry_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::set<std::string> names_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<CallbackFamily>> callbacks_ ABSL_GUARDED_BY(mu_);
 };

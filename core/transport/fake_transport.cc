@@ -19,7 +19,7 @@ struct Region {
 
 struct Node {
   std::string address;
-  absl::Mutex mu;
+  Mutex mu;
   uint64_t next_rkey ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<uint64_t, Region> regions ABSL_GUARDED_BY(mu);
 };
@@ -50,7 +50,7 @@ class FakeMemoryRegion final : public MemoryRegion {
         packed_rkey_(absl::StrCat(kRkeyPrefix, node_->address, ":", id)),
         owned_(std::move(owned)) {}
   ~FakeMemoryRegion() override {
-    absl::MutexLock lock(&node_->mu);  // no peer copies while the region goes away
+    MutexLock lock(&node_->mu);  // no peer copies while the region goes away
     node_->regions.erase(id_);
     owned_.reset();
   }
@@ -71,7 +71,7 @@ class FakeMemoryRegion final : public MemoryRegion {
 }  // namespace
 
 struct FakeTransport::Faults {
-  absl::Mutex mu;
+  Mutex mu;
   int fail_next ABSL_GUARDED_BY(mu) = 0;
   absl::Status fail_status ABSL_GUARDED_BY(mu);
   int corrupt_gets ABSL_GUARDED_BY(mu) = 0;
@@ -95,7 +95,7 @@ class FakeEndpoint final : public Endpoint {
  private:
   absl::Status Run(bool put, const std::string& packed_rkey, std::span<const TransferOp> ops) {
     absl::Status status = Copy(put, packed_rkey, ops);
-    absl::MutexLock lock(&faults_->mu);
+    MutexLock lock(&faults_->mu);
     FakeTransportStats& stats = faults_->stats;
     ++stats.batches;
     if (!status.ok()) {
@@ -118,7 +118,7 @@ class FakeEndpoint final : public Endpoint {
   absl::Status Copy(bool put, const std::string& packed_rkey, std::span<const TransferOp> ops) {
     const char* what = put ? "fake put" : "fake get";
     {
-      absl::MutexLock lock(&faults_->mu);
+      MutexLock lock(&faults_->mu);
       if (faults_->fail_next > 0) {
         --faults_->fail_next;
         return faults_->fail_status;
@@ -134,7 +134,7 @@ class FakeEndpoint final : public Endpoint {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " to ", peer_, ": malformed rkey or rkey of another peer"));
     }
-    absl::MutexLock lock(&node->mu);  // keeps the region registered during the copy
+    MutexLock lock(&node->mu);  // keeps the region registered during the copy
     auto it = node->regions.find(id);
     if (it == node->regions.end()) {
       return absl::InvalidArgumentError(
@@ -177,7 +177,7 @@ std::shared_ptr<FakeNetwork> FakeNetwork::Default() {
 }
 
 void FakeNetwork::SetPeerDown(const std::string& address, bool down) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (down) {
     down_.insert(address);
   } else {
@@ -186,12 +186,12 @@ void FakeNetwork::SetPeerDown(const std::string& address, bool down) {
 }
 
 bool FakeNetwork::IsDown(const std::string& address) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return down_.contains(address);
 }
 
 std::shared_ptr<Node> FakeNetwork::Find(const std::string& address) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = nodes_.find(address);
   return it == nodes_.end() ? nullptr : it->second.lock();
 }
@@ -202,12 +202,12 @@ FakeTransport::FakeTransport(std::shared_ptr<FakeNetwork> network)
       faults_(std::make_shared<Faults>()) {
   static std::atomic<uint64_t> next_id{1};  // unique across networks
   node_->address = absl::StrCat("fake://", next_id.fetch_add(1));
-  absl::MutexLock lock(&network_->mu_);
+  MutexLock lock(&network_->mu_);
   network_->nodes_[node_->address] = node_;
 }
 
 FakeTransport::~FakeTransport() {
-  absl::MutexLock lock(&network_->mu_);
+  MutexLock lock(&network_->mu_);
   network_->nodes_.erase(node_->address);
 }
 
@@ -220,7 +220,7 @@ absl::StatusOr<std::unique_ptr<MemoryRegion>> FakeTransport::Register(void* base
   }
   uint64_t id;
   {
-    absl::MutexLock lock(&node_->mu);
+    MutexLock lock(&node_->mu);
     id = node_->next_rkey++;
     node_->regions[id] = Region{reinterpret_cast<uint64_t>(base), size, access};
   }
@@ -241,7 +241,7 @@ absl::StatusOr<std::unique_ptr<MemoryRegion>> FakeTransport::Allocate(size_t siz
   const uint64_t base = reinterpret_cast<uint64_t>(memory.get());
   uint64_t id;
   {
-    absl::MutexLock lock(&node_->mu);
+    MutexLock lock(&node_->mu);
     id = node_->next_rkey++;
     node_->regions[id] = Region{base, size, access};
   }
@@ -258,7 +258,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> FakeTransport::Connect(const std::stri
 }
 
 void FakeTransport::FailNext(int n, absl::Status status) {
-  absl::MutexLock lock(&faults_->mu);
+  MutexLock lock(&faults_->mu);
   faults_->fail_next = n;
   faults_->fail_status = std::move(status);
 }
@@ -268,12 +268,12 @@ void FakeTransport::SetPeerDown(const std::string& address, bool down) {
 }
 
 void FakeTransport::CorruptNextGets(int n) {
-  absl::MutexLock lock(&faults_->mu);
+  MutexLock lock(&faults_->mu);
   faults_->corrupt_gets = n;
 }
 
 FakeTransportStats FakeTransport::stats() const {
-  absl::MutexLock lock(&faults_->mu);
+  MutexLock lock(&faults_->mu);
   return faults_->stats;
 }
 

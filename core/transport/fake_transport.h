@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "core/base/mutex.h"
 #include "core/transport/transport.h"
 
 namespace pdserve {
@@ -46,7 +46,7 @@ class FakeNetwork {
   friend class FakeEndpoint;
   std::shared_ptr<fake_transport_internal::Node> Find(const std::string& address) const;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::weak_ptr<fake_transport_internal::Node>> nodes_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> down_ ABSL_GUARDED_BY(mu_);

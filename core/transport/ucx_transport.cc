@@ -1,6 +1,8 @@
 #include "core/transport/ucx_transport.h"
 
 #include <poll.h>
+
+#include "core/base/mutex.h"
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -18,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "core/base/hash.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -211,7 +212,10 @@ class UcxEndpoint final : public Endpoint {
     }
     return names;
   }
-  ucp_ep_h ep() const { return ep_; }
+  ucp_ep_h ep() const {
+    MutexLock lock(&mu_);
+    return ep_;
+  }
 
  private:
   static void OnError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -237,13 +241,13 @@ class UcxEndpoint final : public Endpoint {
   std::vector<UcxLane> lanes_;
   std::string fallback_message_;
   std::atomic<int> error_{UCS_OK};  // set by the ucp error handler
-  absl::Mutex mu_;
+  mutable Mutex mu_;
   ucp_ep_h ep_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<std::string, RemoteKey> rkeys_ ABSL_GUARDED_BY(mu_);
 };
 
 UcxEndpoint::~UcxEndpoint() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Close(/*force=*/error_.load() != UCS_OK);
 }
 
@@ -286,7 +290,7 @@ absl::Status UcxEndpoint::Failure(const char* what, ucs_status_t status) {
 }
 
 absl::Status UcxEndpoint::Open(const ucp_address_t* address) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = address;
@@ -356,7 +360,7 @@ absl::StatusOr<UcxEndpoint::RemoteKey> UcxEndpoint::Rkey(const std::string& pack
 absl::Status UcxEndpoint::RunBatch(bool put, const std::string& packed_rkey,
                                    std::span<const TransferOp> ops) {
   const char* what = put ? "put" : "get";
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // A key seen before was checked then: skip re-parsing (and re-hashing) it on every batch.
   auto cached = rkeys_.find(packed_rkey);
   RkeyHeader header;

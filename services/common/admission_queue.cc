@@ -48,7 +48,7 @@ absl::Status AdmissionQueue::Validate(const Options& options) {
 absl::StatusOr<AdmissionQueue::Ticket> AdmissionQueue::Admit(
     int64_t bytes, absl::Time deadline, const std::function<bool()>& cancelled) {
   const absl::Time start = absl::Now();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (queued_ == 0 && active_ < options_.max_active) {
     ++active_;
     return Ticket(this, absl::ZeroDuration());
@@ -79,16 +79,14 @@ absl::StatusOr<AdmissionQueue::Ticket> AdmissionQueue::Admit(
       }
       return absl::CancelledError("cancelled by the client while queued");
     }
-    auto admitted = [self]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return self->admitted; };
-    mu_.AwaitWithDeadline(absl::Condition(&admitted),
-                          std::min(deadline, now + options_.cancel_poll));
+    admitted_.WaitWithDeadline(&mu_, std::min(deadline, now + options_.cancel_poll));
   }
   waiters_.erase(self);  // AdmitWaitersLocked counted it active and released its place
   return Ticket(this, absl::Now() - start);
 }
 
 void AdmissionQueue::Release() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   --active_;
   AdmitWaitersLocked();
 }
@@ -101,21 +99,22 @@ void AdmissionQueue::AdmitWaitersLocked() {
     --queued_;
     queued_bytes_ -= w.bytes;
     ++active_;
+    admitted_.SignalAll();
   }
 }
 
 int AdmissionQueue::active() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return active_;
 }
 
 int AdmissionQueue::queued() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return queued_;
 }
 
 int64_t AdmissionQueue::queued_bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return queued_bytes_;
 }
 

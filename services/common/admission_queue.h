@@ -19,8 +19,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 
 namespace pdserve {
 
@@ -81,11 +81,12 @@ class AdmissionQueue {
   void AdmitWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   int queued_ ABSL_GUARDED_BY(mu_) = 0;  // waiters not yet admitted
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<Waiter> waiters_ ABSL_GUARDED_BY(mu_);  // arrival order; admitted ones leave
+  CondVar admitted_;                                // signalled when a waiter is admitted
 };
 
 }  // namespace pdserve

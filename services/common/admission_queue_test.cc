@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "core/base/mutex.h"
 #include "gtest/gtest.h"
 #include "proto/retry_hint.h"
 
@@ -54,7 +54,7 @@ TEST(AdmissionQueueTest, WaitersAreAdmittedInArrivalOrder) {
   std::optional<absl::StatusOr<AdmissionQueue::Ticket>> first;
   first.emplace(queue.Admit(1, absl::InfiniteFuture(), kNeverCancelled));
   ASSERT_TRUE(first->ok());
-  absl::Mutex mu;
+  Mutex mu;
   std::vector<int> order;
   std::vector<std::thread> threads;
   for (int i = 0; i < 5; ++i) {
@@ -62,7 +62,7 @@ TEST(AdmissionQueueTest, WaitersAreAdmittedInArrivalOrder) {
       absl::StatusOr<AdmissionQueue::Ticket> t =
           queue.Admit(100 + i, absl::InfiniteFuture(), kNeverCancelled);
       ASSERT_TRUE(t.ok()) << t.status();
-      absl::MutexLock lock(&mu);
+      MutexLock lock(&mu);
       order.push_back(i);
     });  // the ticket is released as the thread ends, admitting the next waiter
     ASSERT_TRUE(Eventually([&] { return queue.queued() == i + 1; }));

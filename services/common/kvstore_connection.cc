@@ -33,7 +33,7 @@ absl::Status KvStoreConnection::Release(uint64_t allocation_id, uint64_t lease_t
 absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
     const std::string& grpc_address) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = connections_.find(grpc_address);
     if (it != connections_.end()) return it->second;
   }
@@ -62,19 +62,19 @@ absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
              lanes.empty() ? "unknown" : lanes);
   auto connection = std::make_shared<KvStoreConnection>(grpc_address, std::move(stub),
                                                         std::move(info), shared_endpoint);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto [it, inserted] = connections_.emplace(grpc_address, connection);
   return it->second;
 }
 
 void KvStoreConnections::Forget(const std::string& grpc_address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   connections_.erase(grpc_address);
 }
 
 std::vector<std::string> KvStoreConnections::TransportsInUse() const {
   std::set<std::string> names;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [address, connection] : connections_) {
     for (const std::string& name : connection->endpoint()->transports_in_use()) names.insert(name);
   }

@@ -7,12 +7,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/mutex.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
 #include "services/common/grpc_status.h"
@@ -77,8 +77,8 @@ class KvStoreConnections {
 
  private:
   Transport& transport_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<KvStoreConnection>> connections_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<KvStoreConnection>> connections_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve

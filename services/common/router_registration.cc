@@ -27,10 +27,10 @@ RouterRegistration::RouterRegistration(const std::string& router_address,
 
 RouterRegistration::~RouterRegistration() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   thread_.join();
 }
 
@@ -63,9 +63,11 @@ void RouterRegistration::Run() {
   double interval = kRetrySeconds;
   bool registered = false;
   bool reported_outage = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    lock.unlock();
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      if (stop_) return;
+    }
     bool ok;
     if (!registered) {
       ok = registered = Register(&interval);
@@ -80,9 +82,11 @@ void RouterRegistration::Run() {
       log->warn("router {} unreachable; retrying every {:.1f} s", router_address_, interval);
     }
     reported_outage = !ok;
-    lock.lock();
     const double wait = registered ? interval : std::min(interval, kRetrySeconds);
-    wake_.wait_for(lock, std::chrono::duration<double>(wait), [this] { return stop_; });
+    const absl::Time wake = absl::Now() + absl::Seconds(wait);
+    MutexLock lock(&mu_);
+    while (!stop_ && !wake_.WaitWithDeadline(&mu_, wake)) {
+    }
   }
 }
 

@@ -5,12 +5,11 @@
 #ifndef PDSERVE_SERVICES_COMMON_ROUTER_REGISTRATION_H_
 #define PDSERVE_SERVICES_COMMON_ROUTER_REGISTRATION_H_
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "core/base/mutex.h"
 #include "pdserve/v1/router.grpc.pb.h"
 
 namespace pdserve {
@@ -32,9 +31,9 @@ class RouterRegistration {
   std::unique_ptr<v1::Router::Stub> stub_;
   v1::RegisterWorkerRequest registration_;
   std::function<v1::QueueStatus()> queue_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar wake_;  // signalled when stop_ is set
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

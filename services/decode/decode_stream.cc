@@ -6,37 +6,38 @@ namespace pdserve {
 
 void DecodeStream::Push(int32_t token) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     tokens_.push_back(token);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void DecodeStream::PushLast(int32_t token, v1::FinishReason reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     tokens_.push_back(token);
     finished_ = true;
     reason_ = reason;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void DecodeStream::Fail(const absl::Status& status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     finished_ = true;
     status_ = status;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 DecodeStream::Taken DecodeStream::Take(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return !tokens_.empty() || finished_; });
+  MutexLock lock(&mu_);
+  while (tokens_.empty() && !finished_ && !cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
   Taken taken;
   taken.tokens = std::move(tokens_);
   tokens_.clear();
@@ -47,23 +48,25 @@ DecodeStream::Taken DecodeStream::Take(absl::Time deadline) {
 }
 
 void DecodeStream::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cancelled_ = true;
 }
 
 bool DecodeStream::cancelled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return cancelled_;
 }
 
 bool DecodeStream::finished() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return finished_;
 }
 
 bool DecodeStream::WaitFinished(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return finished_; });
+  MutexLock lock(&mu_);
+  while (!finished_ && !cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
+  return finished_;
 }
 
 }  // namespace pdserve

@@ -4,13 +4,12 @@
 #ifndef PDSERVE_SERVICES_DECODE_DECODE_STREAM_H_
 #define PDSERVE_SERVICES_DECODE_DECODE_STREAM_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "pdserve/v1/common.pb.h"
 
 namespace pdserve {
@@ -38,13 +37,13 @@ class DecodeStream {
   bool WaitFinished(absl::Time deadline);
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int32_t> tokens_;
-  bool finished_ = false;
-  bool cancelled_ = false;
-  v1::FinishReason reason_ = v1::FINISH_REASON_UNSPECIFIED;
-  absl::Status status_;
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled when tokens_ grows or finished_ is set
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  v1::FinishReason reason_ ABSL_GUARDED_BY(mu_) = v1::FINISH_REASON_UNSPECIFIED;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve

@@ -85,15 +85,15 @@ DecodeWorker::DecodeWorker(std::unique_ptr<Engine> engine, RemoteValueTier* tier
 
 DecodeWorker::~DecodeWorker() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   scheduler_.join();
 }
 
 v1::QueueStatus DecodeWorker::queue() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::QueueStatus status;
   status.set_queued_requests(static_cast<int32_t>(admissions_.size()));
   status.set_queued_tokens(queued_tokens_);
@@ -213,7 +213,7 @@ absl::Status DecodeWorker::PullPages(Admission& admission, double* lease_seconds
 absl::StatusOr<DecodeStart> DecodeWorker::Start(DecodeJob job) {
   PDSERVE_RETURN_IF_ERROR(CheckJob(job));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (static_cast<int>(admissions_.size()) >= options_.max_queued_requests) {
       return absl::ResourceExhaustedError(
           absl::StrCat("decode queue full (", admissions_.size(), " requests); retry later"));
@@ -230,12 +230,12 @@ absl::StatusOr<DecodeStart> DecodeWorker::Start(DecodeJob job) {
     start.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - begin);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queued_tokens_ +=
         admission->job.max_tokens + static_cast<int64_t>(admission->job.prompt.size());
     admissions_.push_back(std::move(admission));
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return start;
 }
 
@@ -311,7 +311,7 @@ bool DecodeWorker::Emit(Live& live, int32_t token) {
   ++live.produced;
   stats_->generated_tokens.Increment();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --queued_tokens_;
   }
   if (std::find(live.stop_ids.begin(), live.stop_ids.end(), token) != live.stop_ids.end()) {
@@ -330,7 +330,7 @@ bool DecodeWorker::Emit(Live& live, int32_t token) {
 void DecodeWorker::Retire(Live& live) {
   if (live.sequence >= 0) (void)engine_->RemoveSequence(live.sequence);
   live.sequence = -1;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   queued_tokens_ -= live.max_tokens - live.produced;
   --live_count_;
 }
@@ -339,7 +339,7 @@ void DecodeWorker::Admit() {
   while (static_cast<int>(live_.size()) < engine_->options().max_sequences) {
     std::unique_ptr<Admission> admission;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (admissions_.empty()) return;
       admission = std::move(admissions_.front());
       admissions_.pop_front();
@@ -413,8 +413,8 @@ void DecodeWorker::Step() {
 void DecodeWorker::SchedulerLoop() {
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !admissions_.empty() || !live_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && admissions_.empty() && live_.empty()) cv_.Wait(&mu_);
       if (stop_) break;
     }
     Admit();
@@ -425,7 +425,7 @@ void DecodeWorker::SchedulerLoop() {
     live->stream->Fail(absl::UnavailableError("decode worker shutting down"));
   }
   live_.clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& admission : admissions_) {
     admission->stream->Fail(absl::UnavailableError("decode worker shutting down"));
   }

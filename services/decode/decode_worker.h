@@ -16,17 +16,16 @@
 #ifndef PDSERVE_SERVICES_DECODE_DECODE_WORKER_H_
 #define PDSERVE_SERVICES_DECODE_DECODE_WORKER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/base/mutex.h"
 #include "core/engine/engine.h"
 #include "core/engine/sampler.h"
 #include "core/metrics/metrics_registry.h"
@@ -115,12 +114,12 @@ class DecodeWorker {
   DecodeWorkerOptions options_;  // metrics set
   std::unique_ptr<DecodeMetrics> stats_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Admission>> admissions_;
-  int64_t queued_tokens_ = 0;  // tokens still to produce, queued and live
-  int live_count_ = 0;
-  bool stop_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled when admissions_ grows or stop_ is set
+  std::deque<std::unique_ptr<Admission>> admissions_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;  // tokens still to produce, queued and live
+  int live_count_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   std::vector<std::unique_ptr<Live>> live_;  // scheduler thread only
   std::thread scheduler_;

@@ -10,12 +10,12 @@
 namespace pdserve {
 
 absl::Status RemotePageSource::failure() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return failure_;
 }
 
 void RemotePageSource::RecordFailure(const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (failure_.ok()) failure_ = status;
   failed_.store(true, std::memory_order_release);
 }

@@ -20,12 +20,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/base/mutex.h"
 #include "core/kv/value_tier.h"
 #include "core/transport/transport.h"
 
@@ -47,8 +47,8 @@ class RemotePageSource {
   std::shared_ptr<Endpoint> endpoint_;
   std::string rkey_;
   std::atomic<bool> failed_{false};
-  mutable std::mutex mu_;
-  absl::Status failure_;
+  mutable Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
 
 class RemoteValueTier final : public ValueTier {

@@ -272,7 +272,7 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
 KvStoreServer::~KvStoreServer() { Shutdown(absl::ZeroDuration()); }
 
 void KvStoreServer::ReaperLoop(absl::Duration interval) {
-  absl::MutexLock lock(&stop_mu_);
+  MutexLock lock(&stop_mu_);
   while (!stop_) {
     stop_cv_.WaitWithTimeout(&stop_mu_, interval);
     if (stop_) break;
@@ -287,7 +287,7 @@ void KvStoreServer::Shutdown(absl::Duration grace) {
     server_->Shutdown(grace);
   }
   {
-    absl::MutexLock lock(&stop_mu_);
+    MutexLock lock(&stop_mu_);
     stop_ = true;
     stop_cv_.SignalAll();
   }

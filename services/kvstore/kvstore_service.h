@@ -28,8 +28,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
@@ -130,8 +130,8 @@ class KvStoreServer {
   std::unique_ptr<KvStoreService> service_;
   std::unique_ptr<ServiceServer> server_;
 
-  absl::Mutex stop_mu_;
-  absl::CondVar stop_cv_;
+  Mutex stop_mu_;
+  CondVar stop_cv_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread reaper_;
 };

@@ -149,7 +149,7 @@ absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
   const int layers = prefix.hashes.empty() ? 1 : prefix.cache_layers;
   const int pages = static_cast<int>(page_bytes.size()) / layers;
 
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<PrefixPageHash> reused = PinPrefixLocked(prefix, page_bytes, pages);
   const int r = static_cast<int>(reused.size());
   const int64_t needed = static_cast<int64_t>(page_bytes.size()) - int64_t{r} * layers;
@@ -347,7 +347,7 @@ absl::Status PagePool::CheckPagesLocked(const Allocation& allocation,
 
 absl::Status PagePool::Seal(uint64_t allocation_id, uint64_t lease_token,
                             std::span<const SealedPageRef> pages) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
   PDSERVE_RETURN_IF_ERROR(NotCancelled(*allocation));
   if (allocation->sealed) {
@@ -370,7 +370,7 @@ absl::Status PagePool::Seal(uint64_t allocation_id, uint64_t lease_token,
 absl::StatusOr<absl::Duration> PagePool::Renew(uint64_t allocation_id, uint64_t lease_token,
                                                absl::Duration lease) {
   PDSERVE_ASSIGN_OR_RETURN(const absl::Duration granted, GrantedLease(lease));
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
   PDSERVE_RETURN_IF_ERROR(NotCancelled(*allocation));
   allocation->expiry = options_.clock() + granted;
@@ -378,7 +378,7 @@ absl::StatusOr<absl::Duration> PagePool::Renew(uint64_t allocation_id, uint64_t 
 }
 
 absl::Status PagePool::Release(uint64_t allocation_id, uint64_t lease_token) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
   Log().debug("released allocation {} (request {})", allocation_id, allocation->request_id);
   FreeLocked(allocation_id);
@@ -387,7 +387,7 @@ absl::Status PagePool::Release(uint64_t allocation_id, uint64_t lease_token) {
 }
 
 int PagePool::CancelRequest(uint64_t request_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_request_.find(request_id);
   if (it == by_request_.end()) return 0;
   const std::vector<uint64_t> ids = it->second;  // FreeLocked edits by_request_
@@ -410,7 +410,7 @@ int PagePool::CancelRequest(uint64_t request_id) {
 }
 
 int PagePool::ExpireLeases(absl::Time now) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<uint64_t> expired;
   for (const auto& [id, allocation] : allocations_) {
     if (allocation.expiry <= now) expired.push_back(id);
@@ -447,7 +447,7 @@ void PagePool::FreeSlotLocked(int64_t slot) {
 }
 
 PagePoolUsage PagePool::Usage() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   PagePoolUsage usage;
   usage.total_slots = options_.num_slots;
   usage.free_slots = static_cast<int64_t>(free_slots_.size());

@@ -52,9 +52,9 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "core/kv/prefix_hash.h"
 
 namespace pdserve {
@@ -240,7 +240,7 @@ class PagePool {
   uint8_t* const base_;
   const bool owns_memory_;  // base_ is our mmap
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<int64_t> free_slots_ ABSL_GUARDED_BY(mu_);  // a stack
   absl::flat_hash_map<uint64_t, Allocation> allocations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> by_request_ ABSL_GUARDED_BY(mu_);

@@ -49,19 +49,18 @@ struct PrefillWorker::Pending {
     return static_cast<int>(job.prompt.size()) - CachedTokens(page_size);
   }
 
+  Mutex mu;
+  CondVar cv;  // signalled when finished is set
   // Set by the batcher, then `finished` under mu.
   double queue_seconds = 0;
   double compute_seconds = 0;
   absl::Time compute_end;
   int32_t first_token = -1;
   absl::Status status;
-  bool finished = false;
+  bool finished ABSL_GUARDED_BY(mu) = false;
   // Set by the sender.
   absl::Status write_status;
   absl::Time writes_done;
-
-  std::mutex mu;
-  std::condition_variable cv;
 };
 
 struct PrefillWorker::PageWrite {
@@ -172,21 +171,21 @@ PrefillWorker::PrefillWorker(std::unique_ptr<Engine> engine, const PrefillWorker
 
 PrefillWorker::~PrefillWorker() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  queue_cv_.notify_all();
+  queue_cv_.SignalAll();
   batcher_.join();
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(&send_mu_);
     send_stop_ = true;
   }
-  send_cv_.notify_all();
+  send_cv_.SignalAll();
   sender_.join();
 }
 
 v1::QueueStatus PrefillWorker::queue() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::QueueStatus status;
   status.set_queued_requests(static_cast<int32_t>(queue_.size()));
   status.set_queued_tokens(queued_tokens_);
@@ -413,7 +412,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   pending->job = std::move(job);
   pending->arrival = absl::Now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (static_cast<int>(queue_.size()) >= options_.max_queued_requests) {
       return absl::ResourceExhaustedError(
           absl::StrCat("prefill queue full (", queue_.size(), " requests); retry later"));
@@ -424,22 +423,16 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   PDSERVE_RETURN_IF_ERROR(FetchCachedPages(*pending));
   const int page_size = engine_->options().kv_page_size;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(pending);
     queued_tokens_ += pending->ComputedTokens(page_size);
   }
-  queue_cv_.notify_one();
+  queue_cv_.Signal();
   {
     // The pages' lease runs while the request waits for the batcher and computes: renewed at a
     // third of its length, a long queue of long prompts keeps its pages until Seal.
-    const auto renew_every =
-        std::chrono::duration<double>(std::max(0.05, pending->lease_seconds / 3));
-    std::unique_lock<std::mutex> lock(pending->mu);
-    while (!pending->cv.wait_for(lock, renew_every, [&] { return pending->finished; })) {
-      lock.unlock();
-      Renew(*pending);
-      lock.lock();
-    }
+    const absl::Duration renew_every = absl::Seconds(std::max(0.05, pending->lease_seconds / 3));
+    while (!WaitFinished(*pending, absl::Now() + renew_every)) Renew(*pending);
   }
   PDSERVE_RETURN_IF_ERROR(pending->status);
   PDSERVE_RETURN_IF_ERROR(pending->write_status);
@@ -482,8 +475,8 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
 }
 
 std::vector<std::shared_ptr<PrefillWorker::Pending>> PrefillWorker::TakeBatch() {
-  std::unique_lock<std::mutex> lock(mu_);
-  queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+  MutexLock lock(&mu_);
+  while (!stop_ && queue_.empty()) queue_cv_.Wait(&mu_);
   std::vector<std::shared_ptr<Pending>> batch;
   int64_t tokens = 0;
   const int budget = engine_->options().max_batch_tokens;
@@ -506,7 +499,7 @@ void PrefillWorker::BatcherLoop() {
     std::vector<std::shared_ptr<Pending>> batch = TakeBatch();
     if (batch.empty()) return;  // stopping
     RunBatch(batch);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     running_ = 0;
   }
 }
@@ -568,35 +561,42 @@ void PrefillWorker::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch)
                                std::string(status.message()));
   }
   for (const auto& pending : batch) {
-    std::lock_guard<std::mutex> lock(pending->mu);
+    MutexLock lock(&pending->mu);
     if (pending->status.ok()) pending->status = status;
     pending->compute_seconds = compute;
     pending->finished = true;
-    pending->cv.notify_all();
+    pending->cv.SignalAll();
   }
+}
+
+bool PrefillWorker::WaitFinished(Pending& pending, absl::Time deadline) {
+  MutexLock lock(&pending.mu);
+  while (!pending.finished && !pending.cv.WaitWithDeadline(&pending.mu, deadline)) {
+  }
+  return pending.finished;
 }
 
 void PrefillWorker::EnqueueWrites(std::vector<PageWrite> writes) {
   if (writes.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(&send_mu_);
     sends_in_flight_ += static_cast<int64_t>(writes.size());
     for (PageWrite& write : writes) sends_.push_back(std::move(write));
   }
-  send_cv_.notify_all();
+  send_cv_.SignalAll();
 }
 
 void PrefillWorker::WaitForWrites() {
-  std::unique_lock<std::mutex> lock(send_mu_);
-  send_cv_.wait(lock, [&] { return sends_in_flight_ == 0; });
+  MutexLock lock(&send_mu_);
+  while (sends_in_flight_ != 0) send_cv_.Wait(&send_mu_);
 }
 
 void PrefillWorker::SenderLoop() {
   while (true) {
     std::vector<PageWrite> group;
     {
-      std::unique_lock<std::mutex> lock(send_mu_);
-      send_cv_.wait(lock, [&] { return !sends_.empty() || send_stop_; });
+      MutexLock lock(&send_mu_);
+      while (sends_.empty() && !send_stop_) send_cv_.Wait(&send_mu_);
       if (sends_.empty()) return;
       // One transfer batch: consecutive writes of the same request.
       const Pending* owner = sends_.front().pending.get();
@@ -634,7 +634,7 @@ void PrefillWorker::SenderLoop() {
     }
     const absl::Time done = absl::Now();
     {
-      std::lock_guard<std::mutex> lock(send_mu_);
+      MutexLock lock(&send_mu_);
       if (!status.ok() && pending.write_status.ok()) {
         pending.write_status = absl::Status(
             status.code(), absl::StrCat("writing pages to KV store ", pending.job.store->address(),
@@ -643,7 +643,7 @@ void PrefillWorker::SenderLoop() {
       pending.writes_done = std::max(pending.writes_done, done);
       sends_in_flight_ -= static_cast<int64_t>(group.size());
     }
-    send_cv_.notify_all();
+    send_cv_.SignalAll();
   }
 }
 

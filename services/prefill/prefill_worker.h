@@ -18,17 +18,16 @@
 #ifndef PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_
 #define PDSERVE_SERVICES_PREFILL_PREFILL_WORKER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/base/mutex.h"
 #include "core/engine/engine.h"
 #include "core/engine/sampler.h"
 #include "core/kv/prefix_hash.h"
@@ -106,6 +105,8 @@ class PrefillWorker {
   absl::Status Seal(Pending& pending);
   // Extends the allocation's lease by its granted length; failures are logged (Seal reports them).
   void Renew(Pending& pending);
+  // Waits until the batcher has finished `pending` or `deadline` passes; whether it finished.
+  static bool WaitFinished(Pending& pending, absl::Time deadline);
   void Release(Pending& pending);
   void BatcherLoop();
   std::vector<std::shared_ptr<Pending>> TakeBatch();
@@ -128,18 +129,18 @@ class PrefillWorker {
                                                     .max_queued = 1 << 20,
                                                     .max_queued_bytes = int64_t{1} << 62}};
 
-  mutable std::mutex mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::shared_ptr<Pending>> queue_;
-  int64_t queued_tokens_ = 0;
-  int running_ = 0;
-  bool stop_ = false;
+  mutable Mutex mu_;
+  CondVar queue_cv_;
+  std::deque<std::shared_ptr<Pending>> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::mutex send_mu_;
-  std::condition_variable send_cv_;
-  std::deque<PageWrite> sends_;
-  int64_t sends_in_flight_ = 0;
-  bool send_stop_ = false;
+  Mutex send_mu_;
+  CondVar send_cv_;
+  std::deque<PageWrite> sends_ ABSL_GUARDED_BY(send_mu_);
+  int64_t sends_in_flight_ ABSL_GUARDED_BY(send_mu_) = 0;
+  bool send_stop_ ABSL_GUARDED_BY(send_mu_) = false;
 
   std::thread batcher_;
   std::thread sender_;

@@ -56,7 +56,7 @@ absl::StatusOr<ApiKeyGate::Ticket> ApiKeyGate::Admit(std::string_view authorizat
   if (open()) return Ticket();
   const std::optional<int> key = keys_.Match(authorization);
   if (!key.has_value()) return Authenticate(authorization);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   KeyState& state = state_[*key];
   if (limits_.max_streams > 0 && state.in_flight >= limits_.max_streams) {
     absl::Status refusal = absl::ResourceExhaustedError(absl::StrCat(
@@ -98,14 +98,14 @@ ApiKeyGate::Ticket::~Ticket() { Release(); }
 
 void ApiKeyGate::Ticket::Release() {
   if (gate_ == nullptr) return;
-  absl::MutexLock lock(&gate_->mu_);
+  MutexLock lock(&gate_->mu_);
   --gate_->state_[key_].in_flight;
   gate_ = nullptr;
 }
 
 void ApiKeyGate::Ticket::Charge(int64_t tokens, absl::Time now) {
   if (gate_ == nullptr || gate_->limits_.tokens_per_minute == 0) return;
-  absl::MutexLock lock(&gate_->mu_);
+  MutexLock lock(&gate_->mu_);
   KeyState& state = gate_->state_[key_];
   gate_->Refill(state, now);
   state.bucket -= tokens * kMilli;

@@ -15,8 +15,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "services/common/bearer_keys.h"
 
 namespace pdserve {
@@ -73,7 +73,7 @@ class ApiKeyGate {
 
   const BearerKeys keys_;
   const ApiKeyLimits limits_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<KeyState> state_ ABSL_GUARDED_BY(mu_);
 };
 

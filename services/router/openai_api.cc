@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/base/mutex.h"
 #include "core/metrics/buckets.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "proto/retry_hint.h"
@@ -272,26 +272,27 @@ class DisconnectWatch {
       : context_(context), thread_([this] { Loop(); }) {}
   ~DisconnectWatch() {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
+      wake_.SignalAll();
     }
     thread_.join();
   }
   // Between Begin and End (on the provider's thread) the watch may probe `sink`.
   void Begin(httplib::DataSink* sink) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     sink_ = sink;
   }
   void End() {
-    absl::MutexLock lock(&mu_);  // waits for a probe in progress
+    MutexLock lock(&mu_);  // waits for a probe in progress
     sink_ = nullptr;
   }
 
  private:
   void Loop() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     while (!stopping_) {
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+      wake_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
       if (!stopping_ && sink_ != nullptr && !sink_->is_writable()) {
         context_->TryCancel();
         sink_ = nullptr;
@@ -300,7 +301,8 @@ class DisconnectWatch {
   }
 
   grpc::ClientContext* const context_;
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar wake_;  // signalled when stopping_ is set
   httplib::DataSink* sink_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

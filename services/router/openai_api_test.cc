@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "client/pdserve_client.h"
+#include "core/base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -38,7 +38,7 @@ class FakeWorker final : public v1::Decode::Service {
   grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                       grpc::ServerWriter<v1::DecodeResponse>* writer) override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       requests_.push_back(*request);
     }
     const int n = std::min<int>(script_.size(), request->max_tokens());
@@ -77,12 +77,15 @@ class FakeWorker final : public v1::Decode::Service {
   }
 
   std::vector<v1::DecodeRequest> requests() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return requests_;
   }
   bool WaitCancelled() {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&cancelled_), kWait);
+    const absl::Time deadline = absl::Now() + kWait;
+    MutexLock lock(&mu_);
+    while (!cancelled_ && !changed_.WaitWithDeadline(&mu_, deadline)) {
+    }
+    return cancelled_;
   }
 
   std::vector<int> script_ = ByteTokenizer::Ids("Hello world");
@@ -93,11 +96,13 @@ class FakeWorker final : public v1::Decode::Service {
 
  private:
   void MarkCancelled() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
+    changed_.SignalAll();
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar changed_;
   std::vector<v1::DecodeRequest> requests_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -129,14 +129,15 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Sched
 
 RouterService::~RouterService() {
   {
-    absl::MutexLock lock(&poll_mu_);
+    MutexLock lock(&poll_mu_);
     stopping_ = true;
+    poll_wake_.SignalAll();
   }
   poller_.join();
 }
 
 std::shared_ptr<grpc::Channel> RouterService::Channel(const std::string& address) {
-  absl::MutexLock lock(&channels_mu_);
+  MutexLock lock(&channels_mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
   if (channel == nullptr) channel = MakeInternalChannel(address);
   return channel;
@@ -537,17 +538,19 @@ void RouterService::PollOnce() {
   };
   const std::vector<WorkerSnapshot> workers = registry_.List();
   std::vector<std::unique_ptr<Poll>> polls;
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar answer;
   size_t answered = 0;
   for (const WorkerSnapshot& worker : workers) {
     auto poll = std::make_unique<Poll>();
     poll->address = worker.address;
     poll->sent_at = registry_.Now();  // a failure seen after this one wins
     poll->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    auto done = [&mu, &answered, p = poll.get()](grpc::Status status) {
-      absl::MutexLock lock(&mu);
+    auto done = [&mu, &answer, &answered, p = poll.get()](grpc::Status status) {
+      MutexLock lock(&mu);
       p->status = std::move(status);
       ++answered;
+      answer.Signal();  // under mu: the waiter (and `answer`) cannot go before this returns
     };
     const std::shared_ptr<grpc::Channel> channel = Channel(worker.address);
     if (worker.role == WorkerRole::kPrefill) {
@@ -560,9 +563,8 @@ void RouterService::PollOnce() {
     polls.push_back(std::move(poll));
   }
   {
-    absl::MutexLock lock(&mu);
-    auto all = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return answered == polls.size(); };
-    mu.Await(absl::Condition(&all));
+    MutexLock lock(&mu);
+    while (answered != polls.size()) answer.Wait(&mu);
   }
   for (const std::unique_ptr<Poll>& p : polls) {
     if (p->status.ok()) {
@@ -581,10 +583,10 @@ void RouterService::PollOnce() {
 void RouterService::PollLoop() {
   while (true) {
     PollOnce();
-    absl::MutexLock lock(&poll_mu_);
+    MutexLock lock(&poll_mu_);
     const absl::Time wake = absl::Now() + options_.heartbeat_interval;
-    auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(poll_mu_) { return stopping_; };
-    poll_mu_.AwaitWithDeadline(absl::Condition(&stopping), wake);
+    while (!stopping_ && !poll_wake_.WaitWithDeadline(&poll_mu_, wake)) {
+    }
     if (stopping_) return;
   }
 }

@@ -24,8 +24,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "core/metrics/metrics_registry.h"
 #include "core/tokenizer/tokenizer.h"
 #include "pdserve/v1/decode.grpc.pb.h"
@@ -130,12 +130,13 @@ class RouterService final : public v1::Router::Service {
   std::shared_ptr<MetricsRegistry> metrics_;
   RouterMetrics stats_;  // reads registry_ and admission_
 
-  absl::Mutex channels_mu_;
+  Mutex channels_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
       ABSL_GUARDED_BY(channels_mu_);
 
-  absl::Mutex poll_mu_;
+  Mutex poll_mu_;
   bool stopping_ ABSL_GUARDED_BY(poll_mu_) = false;
+  CondVar poll_wake_;  // signalled when stopping_ is set
   std::thread poller_;
 };
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "client/pdserve_client.h"
+#include "core/base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
@@ -40,7 +40,7 @@ class FakePrefill final : public v1::Prefill::Service {
  public:
   grpc::Status Prefill(grpc::ServerContext*, const v1::PrefillRequest* request,
                        v1::PrefillReply* reply) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     requests_.push_back(*request);
     reply->set_first_token(first_token_);
     reply->mutable_manifest()->set_request_id(request->request_id());
@@ -56,14 +56,14 @@ class FakePrefill final : public v1::Prefill::Service {
     return grpc::Status::OK;
   }
   std::vector<v1::PrefillRequest> requests() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return requests_;
   }
 
   int first_token_ = ByteTokenizer::Id('H');
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -71,21 +71,24 @@ class FakeKvStore final : public v1::KvStore::Service {
  public:
   grpc::Status CancelRequest(grpc::ServerContext*, const v1::CancelRequestRequest* request,
                              v1::CancelRequestReply*) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     cancelled_.push_back(request->request_id());
+    changed_.SignalAll();
     return grpc::Status::OK;
   }
   // Waits until CancelRequest(request_id) arrives.
   bool WaitCancelled(uint64_t request_id) {
-    absl::MutexLock lock(&mu_);
-    auto seen = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return std::find(cancelled_.begin(), cancelled_.end(), request_id) != cancelled_.end();
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&seen), kWait);
+    const absl::Time deadline = absl::Now() + kWait;
+    MutexLock lock(&mu_);
+    while (std::find(cancelled_.begin(), cancelled_.end(), request_id) == cancelled_.end()) {
+      if (changed_.WaitWithDeadline(&mu_, deadline)) return false;
+    }
+    return true;
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar changed_;  // signalled when cancelled_ grows
   std::vector<uint64_t> cancelled_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -100,25 +103,28 @@ class FakeDecode final : public v1::Decode::Service {
     if (request->has_manifest()) stream.push_back(request->first_token());
     stream.insert(stream.end(), script_.begin(), script_.end());
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       requests_.push_back(*request);
     }
     for (size_t i = 0; i < stream.size(); ++i) {
       if (hang_after_ >= 0 && static_cast<int>(i) == hang_after_) {
         {
-          absl::MutexLock lock(&mu_);
+          MutexLock lock(&mu_);
           hanging_ = true;
+          changed_.SignalAll();
         }
         const absl::Time give_up = absl::Now() + absl::Seconds(30);
         while (!context->IsCancelled() && absl::Now() < give_up)
           absl::SleepFor(absl::Milliseconds(2));
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         saw_cancel_ = context->IsCancelled();
+        changed_.SignalAll();
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       }
       if (context->IsCancelled()) {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         saw_cancel_ = true;
+        changed_.SignalAll();
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       }
       v1::DecodeResponse response;
@@ -132,8 +138,9 @@ class FakeDecode final : public v1::Decode::Service {
         response.set_finish_reason(reason_);
       }
       if (!writer->Write(response)) {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         saw_cancel_ = true;
+        changed_.SignalAll();
         return grpc::Status(grpc::StatusCode::CANCELLED, "write failed");
       }
       absl::SleepFor(delay_);
@@ -145,16 +152,23 @@ class FakeDecode final : public v1::Decode::Service {
     return grpc::Status::OK;
   }
 
+  // Each waits up to kWait for its flag.
   bool WaitHanging() {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&hanging_), kWait);
+    const absl::Time deadline = absl::Now() + kWait;
+    MutexLock lock(&mu_);
+    while (!hanging_ && !changed_.WaitWithDeadline(&mu_, deadline)) {
+    }
+    return hanging_;
   }
   bool WaitSawCancel() {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&saw_cancel_), kWait);
+    const absl::Time deadline = absl::Now() + kWait;
+    MutexLock lock(&mu_);
+    while (!saw_cancel_ && !changed_.WaitWithDeadline(&mu_, deadline)) {
+    }
+    return saw_cancel_;
   }
   std::vector<v1::DecodeRequest> requests() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return requests_;
   }
 
@@ -164,7 +178,8 @@ class FakeDecode final : public v1::Decode::Service {
   v1::FinishReason reason_ = v1::FINISH_REASON_LENGTH;
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar changed_;  // signalled when hanging_ or saw_cancel_ is set
   std::vector<v1::DecodeRequest> requests_ ABSL_GUARDED_BY(mu_);
   bool hanging_ ABSL_GUARDED_BY(mu_) = false;
   bool saw_cancel_ ABSL_GUARDED_BY(mu_) = false;

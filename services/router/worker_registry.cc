@@ -49,7 +49,7 @@ WorkerRegistry::Worker& WorkerRegistry::UpsertLocked(WorkerRole role, const std:
 
 void WorkerRegistry::AddStatic(WorkerRole role, const std::string& address,
                                const std::string& kvstore_grpc_address) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Worker& w = UpsertLocked(role, address, kvstore_grpc_address);
   w.is_static = true;
   w.last_heard = Now();
@@ -58,7 +58,7 @@ void WorkerRegistry::AddStatic(WorkerRole role, const std::string& address,
 
 void WorkerRegistry::Register(WorkerRole role, const std::string& address, const WorkerLoad& load,
                               uint64_t calibration_hash, const std::string& kvstore_grpc_address) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Worker& w = UpsertLocked(role, address, kvstore_grpc_address);
   w.calibration_hash = calibration_hash;
   w.reported = load;
@@ -71,7 +71,7 @@ void WorkerRegistry::Register(WorkerRole role, const std::string& address, const
 
 bool WorkerRegistry::Heartbeat(const std::string& address, const WorkerLoad& load,
                                absl::Time sent_at) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it == workers_.end()) return false;
   Worker& w = it->second;
@@ -85,7 +85,7 @@ bool WorkerRegistry::Heartbeat(const std::string& address, const WorkerLoad& loa
 }
 
 void WorkerRegistry::MarkFailed(const std::string& address, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it == workers_.end()) return;
   it->second.failed = true;
@@ -94,7 +94,7 @@ void WorkerRegistry::MarkFailed(const std::string& address, const std::string& r
 }
 
 void WorkerRegistry::NoteProgress(const std::string& address) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it == workers_.end()) return;
   it->second.last_heard = Now();
@@ -139,7 +139,7 @@ WorkerHealth WorkerRegistry::HealthLocked(const Worker& worker, absl::Time now,
 }
 
 std::vector<HealthChange> WorkerRegistry::Sweep() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const absl::Time now = Now();
   std::vector<HealthChange> changes;
   for (const std::string& address : order_) {
@@ -174,7 +174,7 @@ WorkerSnapshot WorkerRegistry::SnapshotLocked(const std::string& address, const 
 
 absl::StatusOr<WorkerAssignment> WorkerRegistry::Acquire(WorkerRole role, SchedulingPolicy& policy,
                                                          int64_t tokens) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const absl::Time now = Now();
   std::vector<const std::string*> addresses;
   std::vector<WorkerCandidate> candidates;
@@ -209,7 +209,7 @@ absl::StatusOr<WorkerAssignment> WorkerRegistry::Acquire(WorkerRole role, Schedu
 }
 
 void WorkerRegistry::Release(const WorkerAssignment& assignment) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = workers_.find(assignment.address);
   if (it == workers_.end()) return;
   Worker& w = it->second;
@@ -223,14 +223,14 @@ void WorkerRegistry::Release(const WorkerAssignment& assignment) {
 }
 
 int WorkerRegistry::Count(WorkerRole role) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   int n = 0;
   for (const auto& [address, w] : workers_) n += w.role == role ? 1 : 0;
   return n;
 }
 
 std::vector<WorkerSnapshot> WorkerRegistry::List() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const absl::Time now = Now();
   std::vector<WorkerSnapshot> out;
   out.reserve(order_.size());

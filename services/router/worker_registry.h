@@ -28,8 +28,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "services/router/scheduling_policy.h"
 
 namespace pdserve {
@@ -151,7 +151,7 @@ class WorkerRegistry {
   WorkerSnapshot SnapshotLocked(const std::string& address, const Worker& worker,
                                 absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const Options options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // insertion order, for stable listing
 };

@@ -13,8 +13,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "client/retry_policy.h"
+#include "core/base/mutex.h"
 
 namespace pdserve::loadgen {
 
@@ -25,33 +25,33 @@ class Cancellation {
   void Cancel() {
     std::function<void()> hook;
     {
-      absl::MutexLock lock(&mutex_);
+      MutexLock lock(&mutex_);
       cancelled_ = true;
       hook = hook_;
     }
     if (hook) hook();
   }
   bool cancelled() const {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     return cancelled_;
   }
   // The hook must stay callable until ClearHook returns.
   void SetHook(std::function<void()> hook) {
     bool run = false;
     {
-      absl::MutexLock lock(&mutex_);
+      MutexLock lock(&mutex_);
       hook_ = hook;
       run = cancelled_;
     }
     if (run) hook();
   }
   void ClearHook() {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     hook_ = nullptr;
   }
 
  private:
-  mutable absl::Mutex mutex_;
+  mutable Mutex mutex_;
   bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;
   std::function<void()> hook_ ABSL_GUARDED_BY(mutex_);
 };

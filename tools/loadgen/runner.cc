@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/mutex.h"
 #include "tools/loadgen/report.h"
 
 namespace pdserve::loadgen {
@@ -33,11 +33,11 @@ class RunState {
   Cancellation& cancellation(size_t i) { return *cancellations_[i]; }
 
   void Sent() {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     ++sent_;
   }
   void Done(const RequestRecord& r) {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     ++done_;
     if (!r.ok() && !r.abandoned) ++errors_;
     if (!r.token_s.empty()) ttft_.push_back(r.ttft());
@@ -45,23 +45,29 @@ class RunState {
   }
   // One unit of work (an open-loop request thread, or a closed-loop client) has ended.
   void Finish() {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     ++finished_;
+    finished_cv_.SignalAll();
   }
   // Blocks until `target` units have finished, cancelling every request still running once the
   // duration limit passes.
   void WaitAll(size_t target) {
-    absl::MutexLock lock(&mutex_);
-    auto all_done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mutex_) { return finished_ >= target; };
     if (options_.duration_s > 0) {
-      const absl::Duration left = absl::Seconds(options_.duration_s - Now());
-      if (!mutex_.AwaitWithTimeout(absl::Condition(&all_done), left)) {
-        mutex_.Unlock();
+      const absl::Time limit = absl::Now() + absl::Seconds(options_.duration_s - Now());
+      bool timed_out = false;
+      {
+        MutexLock lock(&mutex_);
+        while (finished_ < target && !timed_out) {
+          timed_out = finished_cv_.WaitWithDeadline(&mutex_, limit);
+        }
+        timed_out = finished_ < target;
+      }
+      if (timed_out) {
         for (auto& c : cancellations_) c->Cancel();
-        mutex_.Lock();
       }
     }
-    mutex_.Await(absl::Condition(&all_done));
+    MutexLock lock(&mutex_);
+    while (finished_ < target) finished_cv_.Wait(&mutex_);
   }
   // The progress line, redrawn until `stop`.
   void Progress(std::atomic<bool>& stop) {
@@ -69,7 +75,7 @@ class RunState {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       std::string line;
       {
-        absl::MutexLock lock(&mutex_);
+        MutexLock lock(&mutex_);
         const double now = Now();
         while (!recent_.empty() && recent_.front() < now - 5) recent_.pop_front();
         const double window = std::min(now, 5.0);
@@ -91,11 +97,12 @@ class RunState {
   const RunOptions options_;
   const Clock::time_point start_;
   std::vector<std::unique_ptr<Cancellation>> cancellations_;
-  absl::Mutex mutex_;
+  Mutex mutex_;
   size_t sent_ ABSL_GUARDED_BY(mutex_) = 0;
   size_t done_ ABSL_GUARDED_BY(mutex_) = 0;
   size_t errors_ ABSL_GUARDED_BY(mutex_) = 0;
   size_t finished_ ABSL_GUARDED_BY(mutex_) = 0;
+  CondVar finished_cv_;  // signalled when finished_ grows
   std::vector<double> ttft_ ABSL_GUARDED_BY(mutex_);
   std::deque<double> recent_ ABSL_GUARDED_BY(mutex_);  // completion times, last 5 s
 };
