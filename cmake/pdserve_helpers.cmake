@@ -6,13 +6,22 @@
 
 set(PDSERVE_BASE_ARCH_FLAGS -march=x86-64-v3 -mtune=generic)
 # gcc 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_*), hence the -Wno-s.
-set(PDSERVE_AVX512_FLAGS -march=x86-64-v4 -mtune=generic -Wno-uninitialized -Wno-maybe-uninitialized)
+set(PDSERVE_AVX512_FLAGS -march=x86-64-v4 -mtune=generic -Wno-uninitialized
+    $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
 set(PDSERVE_AVX512_VNNI_FLAGS ${PDSERVE_AVX512_FLAGS} -mavx512vnni -mavx512vbmi)
 set(PDSERVE_WARNING_FLAGS -Wall -Wextra -Werror)
+# Clang checks every ABSL_GUARDED_BY field and lock requirement (core/base/mutex.h).
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND PDSERVE_WARNING_FLAGS -Wthread-safety)
+endif()
 
 if(PDSERVE_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
+endif()
+if(PDSERVE_TSAN)
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
 endif()
 
 function(_pdserve_common target)
@@ -44,12 +53,21 @@ function(pdserve_cc_library)
   add_library(pdserve::${ARG_NAME} ALIAS ${ARG_NAME})
 endfunction()
 
+# What the tsan preset builds and runs (label "tsan"): the concurrent code — the services, the
+# transports, the thread pool and locks — and clusters of real processes built with TSan.
+set(PDSERVE_TSAN_TESTS base_test admission_queue_test http_server_test kvstore_test prefill_test
+    remote_value_tier_test worker_registry_test api_key_gate_test router_service_test
+    openai_api_test fake_transport_test ucx_transport_test cluster_test fail_closed_test drain_test)
+
 # pdserve_cc_test(NAME name SRCS ... [DEPS ...] [LABELS ...])
 function(pdserve_cc_test)
   if(NOT PDSERVE_BUILD_TESTS)
     return()
   endif()
   cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  if(PDSERVE_TSAN AND NOT ARG_NAME IN_LIST PDSERVE_TSAN_TESTS)
+    return()
+  endif()
   add_executable(${ARG_NAME} ${ARG_SRCS})
   _pdserve_common(${ARG_NAME})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
@@ -60,7 +78,9 @@ function(pdserve_cc_test)
   # One label per test (a list would be split into separate properties by gtest_discover_tests):
   # "unit" unless the caller names another (e.g. integration).
   set(_label unit)
-  if(ARG_LABELS)
+  if(PDSERVE_TSAN)
+    set(_label tsan)
+  elseif(ARG_LABELS)
     list(GET ARG_LABELS 0 _label)
   endif()
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${_label})

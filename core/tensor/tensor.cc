@@ -142,12 +142,8 @@ void ReleaseResidentPages(const Tensor& tensor) {
 }
 
 Tensor ConcatRows(const std::vector<Tensor>& parts) {
-  size_t bytes = 0;
   int64_t rows = 0;
-  for (const Tensor& part : parts) {
-    bytes += part.NumBytes();
-    rows += part.rows();
-  }
+  for (const Tensor& part : parts) rows += part.rows();
   auto [out, data] = NewTensor(parts.front().dtype, {rows, parts.front().cols()});
   size_t offset = 0;
   for (const Tensor& part : parts) {

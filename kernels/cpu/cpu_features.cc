@@ -1,5 +1,7 @@
 #include "kernels/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -11,7 +13,8 @@ const CpuFeatures& GetCpuFeatures() {
     CpuFeatures f;
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
-    f.f16c = __builtin_cpu_supports("f16c");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // Clang's __builtin_cpu_supports lacks "f16c"
+    f.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
     f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_vnni =
