@@ -43,9 +43,10 @@ bool AddExtension(X509* cert, X509* issuer, int nid, const char* value) {
   return added;
 }
 
-// A certificate for `key` named `common_name`, signed by `issuer_key` (`issuer` null: self-signed).
+// A certificate for `key` named `common_name`, signed by `issuer_key` (`issuer` null: self-signed);
+// a component's (not is_ca) also carries `alt_names` (subjectAltName syntax).
 absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const std::string& common_name, X509* issuer,
-                              EVP_PKEY* issuer_key, bool is_ca) {
+                              EVP_PKEY* issuer_key, bool is_ca, const std::string& alt_names = "") {
   Cert cert(X509_new());
   unsigned char serial[16];
   if (cert == nullptr || RAND_bytes(serial, sizeof(serial)) != 1) {
@@ -75,8 +76,7 @@ absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const std::string& common_name, X50
                   AddExtension(cert.get(), signer, NID_key_usage,
                                "critical,digitalSignature,keyAgreement") &&
                   AddExtension(cert.get(), signer, NID_ext_key_usage, "serverAuth,clientAuth") &&
-                  AddExtension(cert.get(), signer, NID_subject_alt_name,
-                               "IP:127.0.0.1,IP:::1,DNS:localhost");
+                  AddExtension(cert.get(), signer, NID_subject_alt_name, alt_names.c_str());
   if (!extensions) return OpenSslError("certificate extensions");
   if (X509_sign(cert.get(), issuer_key, EVP_sha256()) == 0) return OpenSslError("signing");
   return cert;
@@ -145,8 +145,9 @@ absl::Status WriteLocalCa(const std::string& dir) {
   for (ComponentRole role : kComponentRoles) {
     Key key = NewKey();
     if (key == nullptr) return OpenSslError("key");
-    absl::StatusOr<Cert> cert = MakeCert(key.get(), std::string(ComponentRoleName(role)), ca->get(),
-                                         ca_key.get(), /*is_ca=*/false);
+    absl::StatusOr<Cert> cert = MakeCert(
+        key.get(), std::string(ComponentRoleName(role)), ca->get(), ca_key.get(), /*is_ca=*/false,
+        absl::StrCat("IP:127.0.0.1,IP:::1,DNS:localhost,DNS:", ComponentServerName(role)));
     if (!cert.ok()) return cert.status();
     const TlsFiles files = LocalCaFiles(dir, role);
     if (absl::Status s = WriteCert(files.cert, cert->get()); !s.ok()) return s;

@@ -1,7 +1,8 @@
 // A throwaway certificate authority for a cluster on one machine: `pdserve up` makes one for its
 // processes unless given certificates of its own, and tests make them. Keys are EC P-256;
 // certificates are valid from a minute ago for 30 days, for both server and client use, with the
-// role as subject common name and subjectAltName IP:127.0.0.1, IP:::1 and DNS:localhost.
+// role as subject common name and subjectAltName IP:127.0.0.1, IP:::1, DNS:localhost and
+// DNS:<role>.pdserve.internal (ComponentServerName).
 #ifndef PDSERVE_CORE_RPC_LOCAL_CA_H_
 #define PDSERVE_CORE_RPC_LOCAL_CA_H_
 

@@ -4,6 +4,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 
 #include <fstream>
 #include <sstream>
@@ -101,6 +102,10 @@ std::optional<ComponentRole> ParseComponentRole(std::string_view name) {
   return std::nullopt;
 }
 
+std::string ComponentServerName(ComponentRole role) {
+  return absl::StrCat(ComponentRoleName(role), ".pdserve.internal");
+}
+
 std::shared_ptr<const Tls> Tls::Insecure() { return std::shared_ptr<const Tls>(new Tls()); }
 
 absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
@@ -167,6 +172,18 @@ absl::StatusOr<std::shared_ptr<const Tls>> Tls::Load(const TlsFiles& files,
     return absl::InvalidArgumentError(absl::StrCat(
         "--tls-cert '", files.cert, "' is a certificate of '", name, "', not of a ",
         ComponentRoleName(*expected_role), " (its subject common name must be the role)"));
+  }
+  if (expected_role.has_value() && *expected_role != ComponentRole::kOperator) {
+    const std::string server_name = ComponentServerName(*expected_role);
+    const bool named =
+        X509_check_host(cert, server_name.data(), server_name.size(), 0, nullptr) == 1;
+    ERR_clear_error();
+    if (!named) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls-cert '", files.cert, "' does not name ", server_name, ": every ", name,
+          " certificate needs that DNS subject alternative name (peers verify it "
+          "instead of the address they dial)"));
+    }
   }
   return std::shared_ptr<const Tls>(std::move(tls));
 }

@@ -31,6 +31,11 @@ inline constexpr ComponentRole kComponentRoles[] = {ComponentRole::kRouter, Comp
 
 // "router", "prefill", "decode", "kvstore", "operator".
 const char* ComponentRoleName(ComponentRole role);
+// "<role>.pdserve.internal": the DNS name (a subject alternative name) every certificate of a
+// serving role carries besides its hosts. Internal channels verify it instead of the address they
+// dial — components reach each other by pod or node IP, which a role's certificate cannot list —
+// so a peer proves its role under the CA, not its host (MakeInternalChannel).
+std::string ComponentServerName(ComponentRole role);
 std::optional<ComponentRole> ParseComponentRole(std::string_view name);
 
 // PEM file paths. `ca` verifies peers; `cert` and `key` are this side's identity (both or neither:
@@ -47,7 +52,8 @@ class Tls {
   static std::shared_ptr<const Tls> Insecure();
   // Reads and checks `files`: InvalidArgument naming the flag (--tls-cert, --tls-key, --tls-ca)
   // when a file cannot be read or parsed, the key does not match the certificate, the certificate
-  // is not valid now under the CA, or its common name is not `expected_role` (when given).
+  // is not valid now under the CA, or its common name is not `expected_role` (when given), or a
+  // serving role's certificate lacks ComponentServerName(role).
   static absl::StatusOr<std::shared_ptr<const Tls>> Load(
       const TlsFiles& files, std::optional<ComponentRole> expected_role = std::nullopt);
 

@@ -1,7 +1,9 @@
 #include "core/rpc/tls.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -96,21 +98,22 @@ class OperatorOnly final : public v1::Router::Service {
 
 class Server {
  public:
-  explicit Server(const Tls& tls) {
+  // Listens on `host` (a loopback address).
+  explicit Server(const Tls& tls, const std::string& host = "127.0.0.1") : host_(host) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", tls.ServerCredentials(), &port_);
+    builder.AddListeningPort(absl::StrCat(host, ":0"), tls.ServerCredentials(), &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
   }
   ~Server() { server_->Shutdown(); }
   // Calls over loopback; `server_name` (when set) is the name the server's certificate must hold
-  // instead of 127.0.0.1 (no DNS lookup).
+  // instead of its address (no DNS lookup).
   grpc::Status Call(const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                     const std::string& server_name = "") {
     grpc::ChannelArguments args;
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
     auto stub = v1::Router::NewStub(
-        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_), credentials, args));
+        grpc::CreateCustomChannel(absl::StrCat(host_, ":", port_), credentials, args));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ListWorkersReply reply;
@@ -119,6 +122,7 @@ class Server {
 
  private:
   OperatorOnly service_;
+  std::string host_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -147,6 +151,45 @@ TEST_F(TlsTest, InternalRpcsTakeOnlyTheirRoles) {
   ASSERT_TRUE(foreign.ok());
   EXPECT_EQ(server.Call((*foreign)->ChannelCredentials()).error_code(),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+// Components reach each other by pod or node IP, which no certificate of a role can list: internal
+// channels verify the peer's role name (ComponentServerName) instead of the address they dial.
+TEST_F(TlsTest, PeersAreVerifiedByRoleNotByTheAddressTheyDial) {
+  Server server(*Load(ComponentRole::kDecode), "127.0.0.2");  // an address no certificate names
+  const auto credentials = Load(ComponentRole::kOperator)->ChannelCredentials();
+  EXPECT_EQ(server.Call(credentials).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(server.Call(credentials, ComponentServerName(ComponentRole::kDecode)).ok());
+  EXPECT_EQ(server.Call(credentials, ComponentServerName(ComponentRole::kKvStore)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);  // a decode worker is not a KV store
+}
+
+// Certificates from another CA (cert-manager, an operator's own) must carry the role's name.
+TEST_F(TlsTest, AServingRolesCertificateMustNameItsRole) {
+  if (std::system("command -v openssl >/dev/null") != 0) GTEST_SKIP() << "no openssl command";
+  const std::string dir = FreshDir("own");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  std::ofstream(dir + "/make.sh") << R"(set -e
+k="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+openssl req -x509 $k -keyout ca-key.pem -out ca.pem -subj /CN=own-ca -days 1
+echo "subjectAltName=DNS:localhost" > bare.ext
+echo "subjectAltName=DNS:localhost,DNS:decode.pdserve.internal" > named.ext
+for n in bare named; do
+  openssl req $k -keyout $n-key.pem -out $n.csr -subj /CN=decode
+  openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 1 \
+    -extfile $n.ext -out $n.pem
+done
+)";
+  ASSERT_EQ(std::system(absl::StrCat("cd ", dir, " && bash make.sh >/dev/null 2>&1").c_str()), 0);
+  const auto files = [&](const std::string& n) {
+    return TlsFiles{absl::StrCat(dir, "/", n, ".pem"), absl::StrCat(dir, "/", n, "-key.pem"),
+                    absl::StrCat(dir, "/ca.pem")};
+  };
+  EXPECT_TRUE(Tls::Load(files("named"), ComponentRole::kDecode).ok());
+  auto bare = Tls::Load(files("bare"), ComponentRole::kDecode);
+  ASSERT_FALSE(bare.ok());
+  EXPECT_THAT(bare.status().message(), HasSubstr("does not name decode.pdserve.internal"));
+  EXPECT_TRUE(Tls::Load(files("bare")).ok());  // as a client it proves only its role
 }
 
 TEST_F(TlsTest, APlaintextServerChecksNoRole) {

@@ -37,7 +37,7 @@ absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
     auto it = connections_.find(grpc_address);
     if (it != connections_.end()) return it->second;
   }
-  auto stub = v1::KvStore::NewStub(MakeInternalChannel(grpc_address));
+  auto stub = v1::KvStore::NewStub(MakeInternalChannel(grpc_address, ComponentRole::kKvStore));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   v1::KvStoreInfo info;

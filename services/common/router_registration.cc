@@ -19,7 +19,7 @@ RouterRegistration::RouterRegistration(const std::string& router_address,
                                        v1::RegisterWorkerRequest registration,
                                        std::function<v1::QueueStatus()> queue)
     : router_address_(router_address),
-      stub_(v1::Router::NewStub(MakeInternalChannel(router_address))),
+      stub_(v1::Router::NewStub(MakeInternalChannel(router_address, ComponentRole::kRouter))),
       registration_(std::move(registration)),
       queue_(std::move(queue)) {
   thread_ = std::thread([this] { Run(); });

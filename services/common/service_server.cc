@@ -95,9 +95,11 @@ grpc::ChannelArguments InternalChannelArguments() {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> MakeInternalChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, ProcessTls().ChannelCredentials(),
-                                   InternalChannelArguments());
+std::shared_ptr<grpc::Channel> MakeInternalChannel(const std::string& address, ComponentRole peer) {
+  grpc::ChannelArguments args = InternalChannelArguments();
+  const Tls& tls = ProcessTls();
+  if (tls.enabled()) args.SetSslTargetNameOverride(ComponentServerName(peer));
+  return grpc::CreateCustomChannel(address, tls.ChannelCredentials(), args);
 }
 
 }  // namespace pdserve

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
+#include "core/rpc/tls.h"
 #include "services/common/http_server.h"
 
 namespace pdserve {
@@ -70,8 +71,10 @@ class ServiceServer {
 
 // Options every internal channel uses (keepalive so that a dead peer is noticed in seconds).
 grpc::ChannelArguments InternalChannelArguments();
-// A channel to another component, with the process's TLS identity (core/rpc/tls.h).
-std::shared_ptr<grpc::Channel> MakeInternalChannel(const std::string& address);
+// A channel to the component of role `peer` at `address`, with the process's TLS identity
+// (core/rpc/tls.h). With TLS the server must hold a certificate of `peer`'s role under the CA
+// (ComponentServerName), whatever host or IP `address` names.
+std::shared_ptr<grpc::Channel> MakeInternalChannel(const std::string& address, ComponentRole peer);
 
 }  // namespace pdserve
 

@@ -62,7 +62,7 @@ class KvStoreServiceTest : public ::testing::Test {
         KvStoreServer::Create(options, server_transport_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = v1::KvStore::NewStub(MakeInternalChannel(server_->address()));
+    stub_ = v1::KvStore::NewStub(MakeInternalChannel(server_->address(), ComponentRole::kKvStore));
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->GetInfo(&context, v1::GetInfoRequest(), &info_).ok());
   }
@@ -346,7 +346,8 @@ TEST_P(KvStoreUcxTest, RoundTrip) {
   absl::StatusOr<std::unique_ptr<KvStoreServer>> server =
       KvStoreServer::Create(options, **server_transport);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = v1::KvStore::NewStub(MakeInternalChannel((*server)->address()));
+  auto stub =
+      v1::KvStore::NewStub(MakeInternalChannel((*server)->address(), ComponentRole::kKvStore));
   v1::KvStoreInfo info;
   {
     grpc::ClientContext context;

@@ -136,10 +136,11 @@ RouterService::~RouterService() {
   poller_.join();
 }
 
-std::shared_ptr<grpc::Channel> RouterService::Channel(const std::string& address) {
+std::shared_ptr<grpc::Channel> RouterService::Channel(const std::string& address,
+                                                      ComponentRole peer) {
   MutexLock lock(&channels_mu_);
-  std::shared_ptr<grpc::Channel>& channel = channels_[address];
-  if (channel == nullptr) channel = MakeInternalChannel(address);
+  std::shared_ptr<grpc::Channel>& channel = channels_[{address, peer}];
+  if (channel == nullptr) channel = MakeInternalChannel(address, peer);
   return channel;
 }
 
@@ -245,7 +246,7 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
   grpc::Status prefill_status;
   {
     std::unique_ptr<grpc::ClientContext> context = DownstreamContext(call);
-    prefill_status = v1::Prefill::NewStub(Channel(prefill.address))
+    prefill_status = v1::Prefill::NewStub(Channel(prefill.address, ComponentRole::kPrefill))
                          ->Prefill(context.get(), prefill_request, &prefill_reply);
   }
   registry_.Release(prefill);
@@ -303,7 +304,7 @@ absl::Status RouterService::RelayDecode(Call& call, const std::string& address,
                                         const std::string& kvstore_address) {
   std::unique_ptr<grpc::ClientContext> context = DownstreamContext(call);
   std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader =
-      v1::Decode::NewStub(Channel(address))->Decode(context.get(), request);
+      v1::Decode::NewStub(Channel(address, ComponentRole::kDecode))->Decode(context.get(), request);
   OutputText text(*options_.tokenizer, call.request.prompt.back(), call.request.stop_strings);
   v1::DecodeResponse response;
   v1::GenerateResponse out;
@@ -453,8 +454,8 @@ void RouterService::CancelKv(const std::string& kvstore_address, uint64_t reques
   v1::CancelRequestRequest request;
   request.set_request_id(request_id);
   v1::CancelRequestReply reply;
-  grpc::Status status =
-      v1::KvStore::NewStub(Channel(kvstore_address))->CancelRequest(&context, request, &reply);
+  grpc::Status status = v1::KvStore::NewStub(Channel(kvstore_address, ComponentRole::kKvStore))
+                            ->CancelRequest(&context, request, &reply);
   if (!status.ok()) {
     Log()->warn("kvstore {}: CancelRequest({:016x}) failed: {}", kvstore_address, request_id,
                 status.error_message());
@@ -552,7 +553,10 @@ void RouterService::PollOnce() {
       ++answered;
       answer.Signal();  // under mu: the waiter (and `answer`) cannot go before this returns
     };
-    const std::shared_ptr<grpc::Channel> channel = Channel(worker.address);
+    // Monolithic workers are decode workers (their certificates name decode).
+    const std::shared_ptr<grpc::Channel> channel =
+        Channel(worker.address, worker.role == WorkerRole::kPrefill ? ComponentRole::kPrefill
+                                                                    : ComponentRole::kDecode);
     if (worker.role == WorkerRole::kPrefill) {
       v1::Prefill::NewStub(channel)->async()->GetQueue(&poll->context, &kEmptyQueueRequest,
                                                        &poll->queue, done);

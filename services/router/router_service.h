@@ -118,7 +118,8 @@ class RouterService final : public v1::Router::Service {
                                const grpc::Status& status);
   void CancelKv(const std::string& kvstore_address, uint64_t request_id);
   std::unique_ptr<grpc::ClientContext> DownstreamContext(const Call& call) const;
-  std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+  // The cached channel to the component of role `peer` at `address`.
+  std::shared_ptr<grpc::Channel> Channel(const std::string& address, ComponentRole peer);
   void PollLoop();
   void PollOnce();
 
@@ -131,8 +132,8 @@ class RouterService final : public v1::Router::Service {
   RouterMetrics stats_;  // reads registry_ and admission_
 
   Mutex channels_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
-      ABSL_GUARDED_BY(channels_mu_);
+  absl::flat_hash_map<std::pair<std::string, ComponentRole>, std::shared_ptr<grpc::Channel>>
+      channels_ ABSL_GUARDED_BY(channels_mu_);
 
   Mutex poll_mu_;
   bool stopping_ ABSL_GUARDED_BY(poll_mu_) = false;

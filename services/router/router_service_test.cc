@@ -566,7 +566,7 @@ TEST_F(RouterServiceTest, RegisteredMonolithicWorker) {
   options.decode_workers.clear();
   options.heartbeat_interval = absl::Seconds(1);  // nothing here sends periodic heartbeats
   StartRouter(options);
-  auto stub = v1::Router::NewStub(MakeInternalChannel(router_->address()));
+  auto stub = v1::Router::NewStub(MakeInternalChannel(router_->address(), ComponentRole::kRouter));
   {
     grpc::ClientContext context;
     v1::RegisterWorkerRequest request;

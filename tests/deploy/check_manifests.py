@@ -765,6 +765,10 @@ class Checker:
             if plaintext(values):
                 continue
             key = (ns(workload), TLS_SECRET.format(subcommand))
+            # Every role's peers verify its role name (core/rpc/tls.h ComponentServerName), and
+            # pdserve refuses to start with a certificate that lacks it.
+            names.setdefault(key, set()).add(
+                ("every internal caller", "{}.pdserve.internal".format(subcommand)))
             issued = by_secret.get(key, [])
             if len(issued) != 1:
                 self.add(workload, "spec.template.spec.volumes",
