@@ -31,12 +31,26 @@ absl::Status KvStoreConnection::Release(uint64_t allocation_id, uint64_t lease_t
 }
 
 absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Get(
-    const std::string& grpc_address) {
+    const std::string& grpc_address, uint64_t instance) {
   {
     MutexLock lock(&mu_);
     auto it = connections_.find(grpc_address);
-    if (it != connections_.end()) return it->second;
+    if (it != connections_.end()) {
+      if (instance == 0 || it->second->info().instance_id() == instance) return it->second;
+      connections_.erase(it);  // connected to an earlier instance at that address
+    }
   }
+  PDSERVE_ASSIGN_OR_RETURN(std::shared_ptr<KvStoreConnection> connection, Open(grpc_address));
+  if (instance != 0 && connection->info().instance_id() != instance) {
+    return absl::UnavailableError(absl::StrCat(
+        "KV store ", grpc_address, " restarted (instance ", connection->info().instance_id(),
+        ", the pages were in instance ", instance, "): the request's pages are gone"));
+  }
+  return connection;
+}
+
+absl::StatusOr<std::shared_ptr<KvStoreConnection>> KvStoreConnections::Open(
+    const std::string& grpc_address) {
   auto stub = v1::KvStore::NewStub(MakeInternalChannel(grpc_address, ComponentRole::kKvStore));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));

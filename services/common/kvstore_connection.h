@@ -1,7 +1,9 @@
 // KvStoreConnection: what a worker needs to move pages to or from one KV store — its gRPC stub,
 // its GetInfo (pool key, slot size), and a transport endpoint to its UCX worker. KvStoreConnections
 // caches one per KV store address and opens it on first use; a connection whose transfers failed
-// is dropped (Forget) so that the next request reconnects.
+// is dropped (Forget) so that the next request reconnects. The gRPC stub reaches whatever process
+// serves the address, but the pool key and the endpoint belong to one store instance
+// (info().instance_id()): callers compare it with the instance a reply or manifest names.
 #ifndef PDSERVE_SERVICES_COMMON_KVSTORE_CONNECTION_H_
 #define PDSERVE_SERVICES_COMMON_KVSTORE_CONNECTION_H_
 
@@ -68,14 +70,20 @@ class KvStoreConnections {
   explicit KvStoreConnections(Transport& transport) : transport_(transport) {}
 
   // The connection to the KV store at `grpc_address`, opened when needed: Unavailable naming the
-  // address when its GetInfo or the transport connect fails.
-  absl::StatusOr<std::shared_ptr<KvStoreConnection>> Get(const std::string& grpc_address);
+  // address when its GetInfo or the transport connect fails. With `instance` (nonzero, e.g. a
+  // manifest's kvstore_instance) a cached connection to another instance — the store restarted
+  // at that address since — is replaced, and Unavailable when the store there is not `instance`
+  // (the pages it held are gone).
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> Get(const std::string& grpc_address,
+                                                         uint64_t instance = 0);
   // Drops the cached connection (after a failed transfer).
   void Forget(const std::string& grpc_address);
   // The UCX transports (e.g. "sysv", "tcp") the open connections use, sorted, without repeats.
   std::vector<std::string> TransportsInUse() const;
 
  private:
+  // Connects to the store at `grpc_address` (GetInfo, transport Connect) and caches it.
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> Open(const std::string& grpc_address);
   Transport& transport_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<KvStoreConnection>> connections_ ABSL_GUARDED_BY(mu_);

@@ -41,7 +41,7 @@ absl::StatusOr<DecodeJob> DecodeService::MakeJob(const v1::DecodeRequest& reques
   job.manifest = request.manifest();
   job.first_token = request.first_token();
   absl::StatusOr<std::shared_ptr<KvStoreConnection>> store =
-      stores_->Get(job.manifest.kvstore_grpc_address());
+      stores_->Get(job.manifest.kvstore_grpc_address(), job.manifest.kvstore_instance());
   if (!store.ok()) return store.status();
   job.store = *store;
   return job;

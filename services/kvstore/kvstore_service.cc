@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -79,7 +80,8 @@ KvStoreService::KvStoreService(PagePool& pool, const MemoryRegion& region,
       region_(region),
       transport_(transport),
       allocations_(allocations),
-      tamper_(tamper) {}
+      tamper_(tamper),
+      instance_id_(absl::Uniform<uint64_t>(absl::BitGen(), 1, UINT64_MAX)) {}
 
 grpc::Status KvStoreService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                      v1::KvStoreInfo* reply) {
@@ -91,6 +93,7 @@ grpc::Status KvStoreService::GetInfo(grpc::ServerContext* context, const v1::Get
   reply->set_total_slots(static_cast<int32_t>(pool_.num_slots()));
   reply->set_transports(transport_.available_transports());
   reply->set_default_lease_seconds(absl::ToDoubleSeconds(pool_.options().default_lease));
+  reply->set_instance_id(instance_id_);
   return grpc::Status::OK;
 }
 
@@ -132,6 +135,7 @@ absl::Status KvStoreService::AllocateSlots(const v1::AllocateRequest& request,
   reply.set_reused_pages(allocation.reused_pages);
   for (uint64_t writer : allocation.written_by) reply.add_written_by(writer);
   for (uint64_t epoch : allocation.written_epoch) reply.add_written_epoch(epoch);
+  reply.set_store_instance(instance_id_);
   return absl::OkStatus();
 }
 

@@ -95,6 +95,7 @@ class KvStoreService final : public pdserve::v1::KvStore::Service {
   const Transport& transport_;
   prometheus::Family<prometheus::Counter>* allocations_;
   const std::optional<PageTamper> tamper_;
+  const uint64_t instance_id_;  // KvStoreInfo.instance_id: random, nonzero, this process's
   std::atomic<bool> draining_{false};
 };
 

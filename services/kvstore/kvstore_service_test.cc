@@ -20,6 +20,7 @@
 #include "core/transport/ucx_transport.h"
 #include "gtest/gtest.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
+#include "services/common/kvstore_connection.h"
 
 namespace pdserve {
 namespace {
@@ -402,6 +403,64 @@ INSTANTIATE_TEST_SUITE_P(Transports, KvStoreUcxTest, ::testing::Values("tcp", "s
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param[0] == 't' ? "tcp" : "shm");
                          });
+
+// A KV store restarted at the same address is another instance: a cached connection's pool key and
+// endpoint belong to the first, while its gRPC stub reaches the second. Allocate replies (and so
+// manifests) name the instance, and KvStoreConnections replaces a connection to an earlier one.
+TEST(KvStoreRestartTest, ConnectionsFollowTheInstanceAtTheAddress) {
+  auto network = std::make_shared<FakeNetwork>();
+  FakeTransport client_transport(network);
+  KvStoreConnections stores(client_transport);
+  KvStoreOptions options;
+  options.pool_bytes = 4 * kSlotBytes;
+  options.slot_bytes = kSlotBytes;
+  std::string address;
+  uint64_t first = 0;
+  {
+    FakeTransport transport(network);
+    absl::StatusOr<std::unique_ptr<KvStoreServer>> server =
+        KvStoreServer::Create(options, transport);
+    ASSERT_TRUE(server.ok()) << server.status();
+    address = (*server)->address();
+    absl::StatusOr<std::shared_ptr<KvStoreConnection>> connection = stores.Get(address);
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    first = (*connection)->info().instance_id();
+    EXPECT_NE(first, 0u);
+  }
+  FakeTransport transport(network);
+  options.listen_address = address;
+  absl::StatusOr<std::unique_ptr<KvStoreServer>> restarted =
+      KvStoreServer::Create(options, transport);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> stale = stores.Get(address);
+  ASSERT_TRUE(stale.ok());
+  EXPECT_EQ((*stale)->info().instance_id(), first);  // cached: nothing told it yet
+  v1::AllocateRequest request;
+  request.set_request_id(1);
+  request.add_page_bytes(100);
+  v1::AllocateReply reply;
+  absl::Status allocated;
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10); absl::Now() < give_up;) {
+    allocated = (*stale)->Call("Allocate", &v1::KvStore::Stub::Allocate, request, &reply);
+    if (allocated.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));  // the channel reconnecting to the new process
+  }
+  ASSERT_TRUE(allocated.ok()) << allocated;
+  EXPECT_NE(reply.store_instance(), first);
+
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> fresh =
+      stores.Get(address, reply.store_instance());
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ((*fresh)->info().instance_id(), reply.store_instance());
+  EXPECT_NE(fresh->get(), stale->get());
+  EXPECT_EQ(stores.Get(address)->get(), fresh->get());  // and it is the cached one now
+
+  absl::StatusOr<std::shared_ptr<KvStoreConnection>> gone = stores.Get(address, first);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_TRUE(absl::IsUnavailable(gone.status())) << gone.status();
+  EXPECT_NE(gone.status().message().find("restarted"), std::string::npos) << gone.status();
+}
 
 TEST(KvStoreServerTest, ShutdownIsIdempotent) {
   FakeTransport transport(std::make_shared<FakeNetwork>());

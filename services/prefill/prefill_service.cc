@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/base/status_macros.h"
 #include "core/rpc/tls.h"
 #include "services/common/grpc_status.h"
 #include "services/common/kv_transfer_metrics.h"
@@ -24,20 +25,29 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
 
 grpc::Status PrefillService::Serve(grpc::ServerContext* context, const v1::PrefillRequest* request,
                                    v1::PrefillReply* reply) {
-  absl::StatusOr<std::shared_ptr<KvStoreConnection>> store =
-      stores_.Get(request->kvstore_grpc_address());
-  if (!store.ok()) return ToGrpcStatus(store.status());
-  PrefillJob job;
-  job.request_id = request->request_id();
-  job.prompt.assign(request->prompt().begin(), request->prompt().end());
-  job.sampling = SamplingFromProto(request->sampling());
-  job.store = *store;
-  job.lease_seconds = request->lease_seconds();
-  job.deadline = absl::FromChrono(context->deadline());
-  job.cancelled = [context] { return context->IsCancelled(); };
-  absl::StatusOr<PrefillOutcome> outcome = worker_.Run(std::move(job));
+  auto run = [&]() -> absl::StatusOr<PrefillOutcome> {
+    PDSERVE_ASSIGN_OR_RETURN(std::shared_ptr<KvStoreConnection> store,
+                             stores_.Get(request->kvstore_grpc_address()));
+    PrefillJob job;
+    job.request_id = request->request_id();
+    job.prompt.assign(request->prompt().begin(), request->prompt().end());
+    job.sampling = SamplingFromProto(request->sampling());
+    job.store = std::move(store);
+    job.lease_seconds = request->lease_seconds();
+    job.deadline = absl::FromChrono(context->deadline());
+    job.cancelled = [context] { return context->IsCancelled(); };
+    return worker_.Run(std::move(job));
+  };
+  absl::StatusOr<PrefillOutcome> outcome = run();
+  if (absl::IsAborted(outcome.status())) {
+    // The KV store restarted at its address (found at Allocate, before any work): reconnect once.
+    stores_.Forget(request->kvstore_grpc_address());
+    outcome = run();
+  }
   if (!outcome.ok()) {
-    if (absl::IsUnavailable(outcome.status())) stores_.Forget(request->kvstore_grpc_address());
+    if (absl::IsUnavailable(outcome.status()) || absl::IsAborted(outcome.status())) {
+      stores_.Forget(request->kvstore_grpc_address());
+    }
     return ToGrpcStatus(outcome.status());
   }
   reply->set_first_token(outcome->first_token);

@@ -243,6 +243,16 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   pending.reused_pages = reply.reused_pages();
   pending.written_by.assign(reply.written_by().begin(), reply.written_by().end());
   pending.written_epoch.assign(reply.written_epoch().begin(), reply.written_epoch().end());
+  if (reply.store_instance() != pending.job.store->info().instance_id()) {
+    // The gRPC channel reached a store that restarted at the address: this connection's pool key
+    // and endpoint are the earlier instance's. Its pages are of no use to us; ABORTED tells the
+    // caller to reconnect and run again.
+    Release(pending);
+    return absl::AbortedError(absl::StrCat("KV store ", pending.job.store->address(),
+                                           " restarted since this worker connected (instance ",
+                                           pending.job.store->info().instance_id(), ", now ",
+                                           reply.store_instance(), ")"));
+  }
   if (pending.slots.size() != static_cast<size_t>(request.page_bytes_size()) ||
       pending.reused_pages < 0 || pending.reused_pages > request.prefix_hashes_size() ||
       pending.written_by.size() != static_cast<size_t>(pending.reused_pages) ||
@@ -450,6 +460,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   manifest.set_num_tokens(pending->stored_tokens);
   manifest.set_next_position(n);
   manifest.set_kvstore_grpc_address(pending->job.store->address());
+  manifest.set_kvstore_instance(pending->job.store->info().instance_id());
   manifest.set_kvstore_worker_address(pending->job.store->info().worker_address());
   manifest.set_pool_rkey(pending->job.store->info().pool_rkey());
   manifest.set_allocation_id(pending->allocation_id);
