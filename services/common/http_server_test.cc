@@ -46,14 +46,19 @@ TEST(HttpServerTest, ServesMetricsAndExtraRoutes) {
   EXPECT_EQ(client.Get("/nothing-here")->status, 404);
 }
 
+// Default options with /metrics behind `token`.
+HttpServerOptions OptionsWithMetricsToken(const std::string& token) {
+  HttpServerOptions options;
+  absl::StatusOr<BearerKeys> keys = BearerKeys::Create({token});
+  EXPECT_TRUE(keys.ok()) << keys.status();
+  if (keys.ok()) options.metrics_keys = std::make_shared<const BearerKeys>(*std::move(keys));
+  return options;
+}
+
 TEST(HttpServerTest, MetricsWithATokenAnswerOnlyThoseWhoBearIt) {
   MetricsRegistry registry;
   registry.AddCounter("t_requests_total", "t").Add({}).Increment(2);
-  HttpServerOptions options;
-  absl::StatusOr<BearerKeys> keys = BearerKeys::Create({"metrics-token-1"});
-  ASSERT_TRUE(keys.ok());
-  options.metrics_keys = std::make_shared<const BearerKeys>(*std::move(keys));
-  auto server = HttpServer::Start(options, registry);
+  auto server = HttpServer::Start(OptionsWithMetricsToken("metrics-token-1"), registry);
   ASSERT_TRUE(server.ok()) << server.status();
   httplib::Client client = ClientFor((*server)->address());
   httplib::Result anonymous = client.Get("/metrics");
@@ -74,11 +79,7 @@ TEST(HttpServerTest, MetricsWithATokenAnswerOnlyThoseWhoBearIt) {
 TEST(HttpServerTest, HealthRoutesNeedNoMetricsToken) {
   MetricsRegistry registry;
   registry.AddCounter("t_requests_total", "t").Add({}).Increment(2);
-  HttpServerOptions options;
-  absl::StatusOr<BearerKeys> keys = BearerKeys::Create({"metrics-token-1"});
-  ASSERT_TRUE(keys.ok());
-  options.metrics_keys = std::make_shared<const BearerKeys>(*std::move(keys));
-  auto server = HttpServer::Start(options, registry);
+  auto server = HttpServer::Start(OptionsWithMetricsToken("metrics-token-1"), registry);
   ASSERT_TRUE(server.ok()) << server.status();
   (*server)->SetReady(true);
   httplib::Client client = ClientFor((*server)->address());
