@@ -38,13 +38,14 @@ absl::StatusOr<absl::Duration> DrainFrom(const ProcessFlags& flags) {
   return absl::Seconds(seconds);
 }
 
-// Where a service listens (gRPC and HTTP) and what its /metrics wants, from `flags`.
-template <typename Options>
-absl::Status SetEndpoints(const ProcessFlags& flags, Options& options) {
-  options.listen_address = flags.listen;
-  options.http_listen_address = flags.http_listen;
-  PDSERVE_ASSIGN_OR_RETURN(options.metrics_keys, MetricsKeysFrom(flags));
-  return absl::OkStatus();
+// Where a service listens (gRPC and HTTP), what its /metrics wants and how long it drains.
+absl::StatusOr<EndpointOptions> EndpointsFrom(const ProcessFlags& flags) {
+  EndpointOptions endpoints;
+  endpoints.listen_address = flags.listen;
+  endpoints.http_listen_address = flags.http_listen;
+  PDSERVE_ASSIGN_OR_RETURN(endpoints.metrics_keys, MetricsKeysFrom(flags));
+  PDSERVE_ASSIGN_OR_RETURN(endpoints.drain, DrainFrom(flags));
+  return endpoints;
 }
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> TransportFrom(const UcxFlags& flags) {
@@ -104,8 +105,7 @@ absl::Status RunKvStoreCommand() {
   options.slot_bytes = config.slot_kib << 10;
   options.default_lease_seconds = config.lease_seconds;
   options.max_lease_seconds = std::max(options.max_lease_seconds, options.default_lease_seconds);
-  PDSERVE_RETURN_IF_ERROR(SetEndpoints(config.process, options));
-  PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(config.process));
+  PDSERVE_ASSIGN_OR_RETURN(options.endpoints, EndpointsFrom(config.process));
   if (!config.fault_tamper_sealed_pages.empty()) {
     options.tamper_sealed_pages = ParsePageTamper(config.fault_tamper_sealed_pages);
     if (!options.tamper_sealed_pages.has_value()) {
@@ -138,8 +138,7 @@ absl::Status RunPrefillCommand() {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PrefillWorker> prefill,
                            PrefillWorker::Create(std::move(engine), worker_options));
   PrefillServerOptions options;
-  PDSERVE_RETURN_IF_ERROR(SetEndpoints(flags.process, options));
-  PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(flags.process));
+  PDSERVE_ASSIGN_OR_RETURN(options.endpoints, EndpointsFrom(flags.process));
   options.router_address = flags.router;
   options.calibration_hash = worker.calibration_hash;
   return RunPrefillServer(options, *prefill, *transport);
@@ -182,8 +181,7 @@ absl::Status RunDecodeCommand() {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<DecodeWorker> decode,
                            DecodeWorker::Create(std::move(engine), tier, worker_options));
   DecodeServerOptions options;
-  PDSERVE_RETURN_IF_ERROR(SetEndpoints(flags.process, options));
-  PDSERVE_ASSIGN_OR_RETURN(options.drain, DrainFrom(flags.process));
+  PDSERVE_ASSIGN_OR_RETURN(options.endpoints, EndpointsFrom(flags.process));
   options.router_address = flags.router;
   options.kvstore_address = config.kvstore;
   options.calibration_hash = worker.calibration_hash;
@@ -195,8 +193,7 @@ absl::Status RunRouterCommand() {
   const auto config = FlagsTo<RouterConfig>();
   PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(config.process, ComponentRole::kRouter));
   RouterOptions options;
-  PDSERVE_RETURN_IF_ERROR(SetEndpoints(config.process, options));
-  PDSERVE_ASSIGN_OR_RETURN(options.shutdown_grace, DrainFrom(config.process));
+  PDSERVE_ASSIGN_OR_RETURN(options.endpoints, EndpointsFrom(config.process));
   options.model_id = config.served_model_name;
   if (options.model_id.empty()) {
     const std::filesystem::path path(config.model.model);

@@ -13,10 +13,10 @@ absl::Status ServeWorker(const WorkerProcess& process,
   HttpEndpoint http;
   http.role = process.role;
   http.metrics = process.metrics;
-  http.options.listen_address = process.http_listen_address;
-  http.options.metrics_keys = process.metrics_keys;
+  http.options.listen_address = process.endpoints.http_listen_address;
+  http.options.metrics_keys = process.endpoints.metrics_keys;
   absl::StatusOr<std::unique_ptr<ServiceServer>> server =
-      ServiceServer::Start(process.listen_address, services, http);
+      ServiceServer::Start(process.endpoints.listen_address, services, http);
   if (!server.ok()) return server.status();
   std::unique_ptr<RouterRegistration> registration;
   if (!process.router_address.empty()) {
@@ -30,10 +30,11 @@ absl::Status ServeWorker(const WorkerProcess& process,
             (*server)->address(), (*server)->http_address());
   (*server)->AnnounceReady(process.role);
   const int signal_number = WaitForShutdownSignal();
-  log->info("signal {}: draining (up to {})", signal_number, absl::FormatDuration(process.grace));
+  log->info("signal {}: draining (up to {})", signal_number,
+            absl::FormatDuration(process.endpoints.drain));
   (*server)->SetServing(false);
   registration.reset();
-  (*server)->Shutdown(process.grace);
+  (*server)->Shutdown(process.endpoints.drain);
   return absl::OkStatus();
 }
 

@@ -14,22 +14,19 @@
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
 #include "pdserve/v1/router.pb.h"
-#include "services/common/bearer_keys.h"
+#include "services/common/endpoint_options.h"
 #include "services/common/service_server.h"
 
 namespace pdserve {
 
 struct WorkerProcess {
   std::string role;  // the ready line's role, e.g. "prefill"
-  std::string listen_address;
-  std::string http_listen_address = "127.0.0.1:0";  // /metrics
-  std::shared_ptr<const BearerKeys> metrics_keys;   // null: /metrics open
-  MetricsRegistry* metrics = nullptr;               // served at /metrics; required
-  std::string router_address;                       // empty: do not register
+  EndpointOptions endpoints;
+  MetricsRegistry* metrics = nullptr;  // served at /metrics; required
+  std::string router_address;          // empty: do not register
   // Role, calibration hash and KV store; the address is filled in once bound.
   v1::RegisterWorkerRequest registration;
   std::function<v1::QueueStatus()> queue;
-  absl::Duration grace = absl::Seconds(10);
 };
 
 absl::Status ServeWorker(const WorkerProcess& process, const std::vector<grpc::Service*>& services);

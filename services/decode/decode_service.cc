@@ -145,12 +145,9 @@ absl::Status RunDecodeServer(const DecodeServerOptions& options, DecodeWorker& w
   DecodeService service(worker, stores.get());
   WorkerProcess process;
   process.role = worker.monolithic() ? "monolithic" : "decode";
-  process.listen_address = options.listen_address;
+  process.endpoints = options.endpoints;
   process.router_address = options.router_address;
-  process.http_listen_address = options.http_listen_address;
-  process.metrics_keys = options.metrics_keys;
   process.metrics = &worker.metrics();
-  process.grace = options.drain;
   process.registration.set_role(worker.monolithic() ? v1::WORKER_ROLE_MONOLITHIC
                                                     : v1::WORKER_ROLE_DECODE);
   process.registration.set_calibration_hash(options.calibration_hash);

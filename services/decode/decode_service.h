@@ -12,7 +12,7 @@
 #include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/decode.grpc.pb.h"
-#include "services/common/bearer_keys.h"
+#include "services/common/endpoint_options.h"
 #include "services/common/kvstore_connection.h"
 #include "services/decode/decode_worker.h"
 
@@ -40,13 +40,10 @@ class DecodeService final : public v1::Decode::Service {
 };
 
 struct DecodeServerOptions {
-  std::string listen_address = "127.0.0.1:0";
+  EndpointOptions endpoints;
   std::string router_address;   // empty: do not register
   std::string kvstore_address;  // the node-local KV store (disaggregated workers)
   uint64_t calibration_hash = 0;
-  std::string http_listen_address = "127.0.0.1:0";  // /metrics
-  std::shared_ptr<const BearerKeys> metrics_keys;   // null: /metrics open
-  absl::Duration drain = absl::Seconds(30);         // in-flight calls' budget after SIGTERM
 };
 
 // Serves until SIGINT/SIGTERM (blocked by the caller), then drains and returns. `transport` is

@@ -41,7 +41,7 @@ absl::StatusOr<absl::Duration> LeaseFromWire(double seconds) {
 }  // namespace
 
 absl::Status KvStoreOptions::Validate() const {
-  if (listen_address.empty()) return absl::InvalidArgumentError("kvstore listen address is empty");
+  if (endpoints.listen_address.empty()) return absl::InvalidArgumentError("kvstore listen address is empty");
   if (slot_bytes < 4096 || slot_bytes % 64 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("kvstore slot_bytes must be >= 4096 and a multiple of 64, got ", slot_bytes));
@@ -260,9 +260,9 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   HttpEndpoint http;
   http.role = "kvstore";
   http.metrics = server->metrics_.get();
-  http.options.listen_address = options.http_listen_address;
-  http.options.metrics_keys = options.metrics_keys;
-  PDSERVE_ASSIGN_OR_RETURN(server->server_, ServiceServer::Start(options.listen_address,
+  http.options.listen_address = options.endpoints.http_listen_address;
+  http.options.metrics_keys = options.endpoints.metrics_keys;
+  PDSERVE_ASSIGN_OR_RETURN(server->server_, ServiceServer::Start(options.endpoints.listen_address,
                                                                  {server->service_.get()}, http));
   Log().info(
       "kvstore on {}: {} slots x {} bytes = {:.1f} MiB at 0x{:x}, lease {} s (max {} s), "
@@ -306,12 +306,12 @@ absl::Status RunKvStore(const KvStoreOptions& options, Transport& transport) {
   const PagePoolUsage usage = server->pool().Usage();
   Log().info("kvstore: signal {}, draining ({} allocations, {} slots in use; up to {})",
              signal_number, usage.allocations, usage.total_slots - usage.free_slots,
-             absl::FormatDuration(options.drain));
+             absl::FormatDuration(options.endpoints.drain));
   server->server().SetServing(false);
   server->service().StartDraining();
   // Readers (decode workers) keep pulling pages until their requests end; the pool cannot be
   // freed under them. Pages are released by RPCs, so poll the pool until it is empty.
-  const absl::Time deadline = absl::Now() + options.drain;
+  const absl::Time deadline = absl::Now() + options.endpoints.drain;
   while (server->pool().Usage().allocations > 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }

@@ -33,6 +33,7 @@
 #include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/kvstore.grpc.pb.h"
+#include "services/common/endpoint_options.h"
 #include "services/common/service_server.h"
 #include "services/kvstore/page_pool.h"
 #include "services/kvstore/page_tamper.h"
@@ -40,15 +41,11 @@
 namespace pdserve {
 
 struct KvStoreOptions {
-  std::string listen_address = "127.0.0.1:0";  // gRPC "host:port"; port 0 = any free port
-  int64_t pool_bytes = int64_t{256} << 20;     // ≥ one slot; rounded down to whole slots
-  int64_t slot_bytes = int64_t{128} << 10;     // ≥ 4 KiB, a multiple of 64
-  double default_lease_seconds = 10;           // > 0: the lease of a request that asks for 0
-  double max_lease_seconds = 60;               // ≥ default: longer requested leases are capped
-  std::string http_listen_address = "127.0.0.1:0";  // /metrics
-  std::shared_ptr<const BearerKeys> metrics_keys;   // null: /metrics open
-  // On SIGTERM: how long to wait for the pages still leased to be released before exiting.
-  absl::Duration drain = absl::Seconds(30);
+  EndpointOptions endpoints;  // drain: how long to wait for leased pages to be released
+  int64_t pool_bytes = int64_t{256} << 20;  // ≥ one slot; rounded down to whole slots
+  int64_t slot_bytes = int64_t{128} << 10;  // ≥ 4 KiB, a multiple of 64
+  double default_lease_seconds = 10;        // > 0: the lease of a request that asks for 0
+  double max_lease_seconds = 60;            // ≥ default: longer requested leases are capped
   // Fault injection for tests (page_tamper.h): every page is damaged once sealed. Never set in
   // production.
   std::optional<PageTamper> tamper_sealed_pages;
@@ -103,8 +100,9 @@ class KvStoreServer {
  public:
   // Validates `options`, allocates the pool's memory with `transport` (Allocate, kReadWrite),
   // starts the lease reaper (every min(default lease / 4, 100 ms)) and serves KvStore + health on
-  // options.listen_address. `transport` must outlive the server. InvalidArgument for bad options;
-  // the transport's error when the allocation fails; Unavailable when the address cannot be bound.
+  // options.endpoints.listen_address. `transport` must outlive the server. InvalidArgument for bad
+  // options; the transport's error when the allocation fails; Unavailable when the address cannot
+  // be bound.
   static absl::StatusOr<std::unique_ptr<KvStoreServer>> Create(const KvStoreOptions& options,
                                                                Transport& transport);
   ~KvStoreServer();  // Shutdown(zero grace)
@@ -139,8 +137,8 @@ class KvStoreServer {
 
 // Runs a KV store until SIGINT or SIGTERM: Create, AnnounceReady("kvstore"), wait for the
 // signal (the caller has called BlockShutdownSignals before starting any thread), then drain:
-// NOT_SERVING, wait up to `options.drain` for the leased pages to be released (readers finish),
-// Shutdown, free the pool. OK after a drain; Create's error otherwise.
+// NOT_SERVING, wait up to `options.endpoints.drain` for the leased pages to be released (readers
+// finish), Shutdown, free the pool. OK after a drain; Create's error otherwise.
 absl::Status RunKvStore(const KvStoreOptions& options, Transport& transport);
 
 }  // namespace pdserve

@@ -428,7 +428,7 @@ TEST(KvStoreRestartTest, ConnectionsFollowTheInstanceAtTheAddress) {
     EXPECT_NE(first, 0u);
   }
   FakeTransport transport(network);
-  options.listen_address = address;
+  options.endpoints.listen_address = address;
   absl::StatusOr<std::unique_ptr<KvStoreServer>> restarted =
       KvStoreServer::Create(options, transport);
   ASSERT_TRUE(restarted.ok()) << restarted.status();

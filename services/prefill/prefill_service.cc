@@ -73,12 +73,9 @@ absl::Status RunPrefillServer(const PrefillServerOptions& options, PrefillWorker
   PrefillService service(worker, stores);
   WorkerProcess process;
   process.role = "prefill";
-  process.listen_address = options.listen_address;
+  process.endpoints = options.endpoints;
   process.router_address = options.router_address;
-  process.http_listen_address = options.http_listen_address;
-  process.metrics_keys = options.metrics_keys;
   process.metrics = &worker.metrics();
-  process.grace = options.drain;
   process.registration.set_role(v1::WORKER_ROLE_PREFILL);
   process.registration.set_calibration_hash(options.calibration_hash);
   process.queue = [&worker] { return worker.queue(); };

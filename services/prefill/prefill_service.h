@@ -11,7 +11,7 @@
 #include "core/metrics/metrics_registry.h"
 #include "core/transport/transport.h"
 #include "pdserve/v1/prefill.grpc.pb.h"
-#include "services/common/bearer_keys.h"
+#include "services/common/endpoint_options.h"
 #include "services/common/kvstore_connection.h"
 #include "services/prefill/prefill_worker.h"
 
@@ -36,12 +36,9 @@ class PrefillService final : public v1::Prefill::Service {
 };
 
 struct PrefillServerOptions {
-  std::string listen_address = "127.0.0.1:0";
+  EndpointOptions endpoints;
   std::string router_address;  // empty: do not register
   uint64_t calibration_hash = 0;
-  std::string http_listen_address = "127.0.0.1:0";  // /metrics
-  std::shared_ptr<const BearerKeys> metrics_keys;   // null: /metrics open
-  absl::Duration drain = absl::Seconds(30);         // in-flight calls' budget after SIGTERM
 };
 
 // Serves until SIGINT/SIGTERM (the caller has blocked them with BlockShutdownSignals), then

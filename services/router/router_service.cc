@@ -605,8 +605,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
   // Each streaming or queued response holds a thread; connections beyond them wait in the HTTP
   // server's own queue.
   http.options.threads = options.max_inflight + std::min(options.max_queued, 256) + 16;
-  http.options.listen_address = options.http_listen_address;
-  http.options.metrics_keys = options.metrics_keys;
+  http.options.listen_address = options.endpoints.http_listen_address;
+  http.options.metrics_keys = options.endpoints.metrics_keys;
   http.install_routes = [&options, metrics](httplib::Server& routes, const ServiceServer& server) {
     OpenAiApiOptions api;
     api.router = server.InProcessChannel();
@@ -625,7 +625,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterOp
     }
     InstallOpenAiRoutes(routes, api);
   };
-  PDSERVE_ASSIGN_OR_RETURN(result->server_, ServiceServer::Start(options.listen_address,
+  PDSERVE_ASSIGN_OR_RETURN(result->server_, ServiceServer::Start(options.endpoints.listen_address,
                                                                  {result->service_.get()}, http));
   return result;
 }
@@ -647,9 +647,9 @@ absl::Status RunRouter(const RouterOptions& options) {
   router->server().AnnounceReady("router");
   const int signal = WaitForShutdownSignal();
   Log()->info("signal {}: draining ({} requests running or queued, up to {})", signal,
-              router->service().inflight(), absl::FormatDuration(options.shutdown_grace));
+              router->service().inflight(), absl::FormatDuration(options.endpoints.drain));
   router->server().SetServing(false);
-  router->Shutdown(options.shutdown_grace);
+  router->Shutdown(options.endpoints.drain);
   return absl::OkStatus();
 }
 

@@ -32,6 +32,7 @@
 #include "pdserve/v1/prefill.grpc.pb.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "services/common/admission_queue.h"
+#include "services/common/endpoint_options.h"
 #include "services/common/service_server.h"
 #include "services/router/api_key_gate.h"
 #include "services/router/request_validation.h"
@@ -47,7 +48,7 @@ struct StaticDecodeWorker {
 };
 
 struct RouterOptions {
-  std::string listen_address = "127.0.0.1:0";
+  EndpointOptions endpoints;  // drain: the in-flight streams' budget on SIGTERM
   // The model's tokenizer and limits, for validation and detokenization (no weights needed).
   std::shared_ptr<const Tokenizer> tokenizer;
   int max_context = 0;
@@ -66,11 +67,7 @@ struct RouterOptions {
   absl::Duration queue_timeout = absl::Seconds(300);
   std::string policy = "least-tokens";                   // or "round-robin"
   absl::Duration default_deadline = absl::Seconds(600);  // when the client sets none
-  absl::Duration shutdown_grace = absl::Seconds(30);     // in-flight streams' budget on SIGTERM
-  // HTTP: /metrics and the OpenAI-compatible API (`model_id` is the model name it serves).
-  std::string http_listen_address = "127.0.0.1:0";
-  std::shared_ptr<const BearerKeys> metrics_keys;  // GET /metrics wants one; null: open
-  std::string model_id = "pdserve";
+  std::string model_id = "pdserve";  // the model name the OpenAI-compatible API serves
   // The process's metrics; RouterService::Create makes a registry when this is null.
   std::shared_ptr<MetricsRegistry> metrics;
   // Who may call Generate (gRPC "authorization" metadata, the OpenAI API's Authorization header)

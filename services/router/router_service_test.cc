@@ -208,7 +208,7 @@ class RouterServiceTest : public ::testing::Test {
 
   RouterOptions Options() {
     RouterOptions o;
-    o.listen_address = "127.0.0.1:0";
+    o.endpoints.listen_address = "127.0.0.1:0";
     o.tokenizer = std::make_shared<ByteTokenizer>();
     o.max_context = 256;
     o.vocab_size = ByteTokenizer::kVocab;
