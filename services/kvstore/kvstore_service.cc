@@ -41,7 +41,8 @@ absl::StatusOr<absl::Duration> LeaseFromWire(double seconds) {
 }  // namespace
 
 absl::Status KvStoreOptions::Validate() const {
-  if (endpoints.listen_address.empty()) return absl::InvalidArgumentError("kvstore listen address is empty");
+  if (endpoints.listen_address.empty())
+    return absl::InvalidArgumentError("kvstore listen address is empty");
   if (slot_bytes < 4096 || slot_bytes % 64 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("kvstore slot_bytes must be >= 4096 and a multiple of 64, got ", slot_bytes));
