@@ -188,9 +188,34 @@ absl::Status RunDecodeCommand() {
   return RunDecodeServer(options, *decode, transport.get());
 }
 
+namespace {
+
+// On SIGHUP: the router's keys become --api-key plus --api-key-file as it reads now; on any error
+// (an unreadable file, a malformed key, no keys at all) the keys it had stay, and the log says why.
+void ReloadApiKeys(const RouterConfig& config, const std::shared_ptr<ApiKeyGate>& gate) {
+  auto log = GetLogger("router");
+  absl::StatusOr<BearerKeys> keys = BearerKeys::FromFlags(config.api_key, config.api_key_file);
+  const size_t count = keys.ok() ? keys->size() : 0;
+  absl::Status status =
+      !keys.ok()        ? keys.status()
+      : gate == nullptr ? absl::FailedPreconditionError("the router was started without API keys")
+                        : gate->Reload(*std::move(keys));
+  if (status.ok()) {
+    log->info("SIGHUP: {} API keys accepted from now on (--api-key-file {})", count,
+              config.api_key_file);
+  } else {
+    log->error("SIGHUP: API keys not reloaded, the previous ones stay: {}",
+               std::string(status.message()));
+  }
+}
+
+}  // namespace
+
 absl::Status RunRouterCommand() {
-  BlockShutdownSignals();
   const auto config = FlagsTo<RouterConfig>();
+  // With a key file, SIGHUP rereads it (ReloadApiKeys) instead of ending the process.
+  const bool reload_keys = !config.api_key_file.empty();
+  BlockShutdownSignals(/*hangup=*/reload_keys);
   PDSERVE_RETURN_IF_ERROR(SetUpProcessTls(config.process, ComponentRole::kRouter));
   RouterOptions options;
   PDSERVE_ASSIGN_OR_RETURN(options.endpoints, EndpointsFrom(config.process));
@@ -254,7 +279,8 @@ absl::Status RunRouterCommand() {
     options.api_keys = std::make_shared<ApiKeyGate>(std::move(keys), limits);
   }
   PDSERVE_RETURN_IF_ERROR(options.Validate());
-  return RunRouter(options);
+  if (!reload_keys) return RunRouter(options);
+  return RunRouter(options, [&config, gate = options.api_keys] { ReloadApiKeys(config, gate); });
 }
 
 }  // namespace pdserve::cli

@@ -28,15 +28,18 @@ class BearerKeys {
   static absl::StatusOr<BearerKeys> FromFlags(const std::vector<std::string>& keys,
                                               const std::string& path);
 
+  using Digest = std::array<uint8_t, 32>;
+
   bool open() const { return digests_.empty(); }
   size_t size() const { return digests_.size(); }
+  // The SHA-256 of key `i` (0 ≤ i < size()): what identifies a key across reloads.
+  const Digest& digest(int i) const { return digests_[static_cast<size_t>(i)]; }
 
   // The index of the key that `authorization` (an Authorization header's value, or gRPC's
   // "authorization" metadata) bears as "Bearer <key>"; nullopt when it bears none of them.
   std::optional<int> Match(std::string_view authorization) const;
 
  private:
-  using Digest = std::array<uint8_t, 32>;
   static Digest Sha256(std::string_view text);
 
   std::vector<Digest> digests_;

@@ -80,6 +80,37 @@ TEST(ApiKeyGateTest, TheBucketHoldsAtMostAMinutesTokens) {
   EXPECT_EQ(RetryHint(refused), absl::Seconds(1));
 }
 
+// The router rereads its key file on SIGHUP: kept keys keep their requests in flight and buckets,
+// dropped keys are refused at once (their requests in flight run to their end), new keys start
+// fresh; no keys at all, or a gate started open, refuse the reload and keep what they had.
+TEST(ApiKeyGateTest, ReloadKeepsTheStateOfKeptKeysAndDropsTheRest) {
+  ApiKeyGate gate = MakeGate({.max_streams = 1});
+  const absl::Time now = absl::Now();
+  absl::StatusOr<ApiKeyGate::Ticket> a = gate.Admit(kKeyA, now);
+  absl::StatusOr<ApiKeyGate::Ticket> b = gate.Admit(kKeyB, now);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(gate.Reload(*BearerKeys::Create({"sk-key-cccc", "sk-key-aaaa"})).ok());
+  EXPECT_EQ(gate.Admit(kKeyA, now).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(gate.Admit(kKeyB, now).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(gate.Authenticate(kKeyB).code(), absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<ApiKeyGate::Ticket> c = gate.Admit("Bearer sk-key-cccc", now);
+  EXPECT_TRUE(c.ok()) << c.status();
+  *b = ApiKeyGate::Ticket();  // a dropped key's request ends
+  *a = ApiKeyGate::Ticket();
+  EXPECT_TRUE(gate.Admit(kKeyA, now).ok());
+
+  const absl::Status empty = gate.Reload(BearerKeys());
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument) << empty;
+  EXPECT_TRUE(gate.Authenticate(kKeyA).ok());  // the keys it had stay
+  EXPECT_EQ(gate.Authenticate("").code(), absl::StatusCode::kUnauthenticated);
+
+  ApiKeyGate open(BearerKeys(), {});
+  EXPECT_EQ(open.Reload(*BearerKeys::Create({"sk-key-aaaa"})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(open.Admit("", now).ok());
+}
+
 TEST(ApiKeyGateTest, LimitsMustNotBeNegative) {
   EXPECT_FALSE((ApiKeyLimits{-1, 0}).Validate().ok());
   EXPECT_FALSE((ApiKeyLimits{0, -5}).Validate().ok());

