@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev libcpp-httplib-dev
   libsentencepiece-dev
-  nlohmann-json3-dev prometheus-cpp-dev libssl-dev
+  nlohmann-json3-dev prometheus-cpp-dev libssl-dev openssl
   libopenblas-pthread-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   python3
