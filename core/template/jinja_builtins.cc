@@ -1,7 +1,6 @@
 #include "core/template/jinja_builtins.h"
 
 #include <algorithm>
-#include <bitset>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -10,154 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
+#include "core/template/jinja_builtin_args.h"
+#include "core/template/jinja_strings.h"
 #include "core/tokenizer/unicode.h"
 
 namespace pdserve::jinja {
 namespace {
-
-constexpr std::string_view kPythonWhitespace = " \t\n\r\f\v";
-
-absl::Status Error(std::string what) { return absl::InvalidArgumentError(std::move(what)); }
-
-// Keyword argument `name`, else `fallback`.
-Value KeywordArg(const Arguments& args, const std::string& name, Value fallback = Value()) {
-  for (const auto& [key, value] : args.keyword) {
-    if (key == name) return value;
-  }
-  return fallback;
-}
-
-// Positional argument `i`, else keyword `name`, else `fallback`.
-Value Arg(const Arguments& args, size_t i, const std::string& name, Value fallback = Value()) {
-  if (i < args.positional.size()) return args.positional[i];
-  return KeywordArg(args, name, std::move(fallback));
-}
-
-absl::StatusOr<std::string> StringArg(const Arguments& args, size_t i, const std::string& name,
-                                      const std::string& where) {
-  const Value v = Arg(args, i, name);
-  if (!v.is_string()) return Error(absl::StrCat(where, ": argument '", name, "' must be a string"));
-  return v.AsString();
-}
-
-// Finds a needle in texts in time linear in their lengths, whatever they hold (std::string::find
-// takes time proportional to both lengths multiplied): Knuth-Morris-Pratt, skipping with memchr
-// to the needle's first byte when no prefix of it is matched.
-class Searcher {
- public:
-  explicit Searcher(std::string_view needle) : needle_(needle), border_(needle.size() + 1, 0) {
-    for (size_t i = 1, k = 0; i < needle.size(); ++i) {
-      while (k > 0 && needle[i] != needle[k]) k = border_[k];
-      if (needle[i] == needle[k]) ++k;
-      border_[i + 1] = k;
-    }
-  }
-
-  // The first occurrence at or after `from`, else npos. An empty needle is found at `from`.
-  size_t Find(std::string_view text, size_t from = 0) const {
-    const size_t m = needle_.size();
-    if (m == 0) return from <= text.size() ? from : std::string_view::npos;
-    for (size_t i = from, k = 0; i < text.size(); ++i) {
-      if (k == 0) {
-        const void* next = std::memchr(text.data() + i, needle_[0], text.size() - i);
-        if (next == nullptr) return std::string_view::npos;
-        i = static_cast<const char*>(next) - text.data();
-      }
-      while (k > 0 && text[i] != needle_[k]) k = border_[k];
-      if (text[i] == needle_[k]) ++k;
-      if (k == m) return i + 1 - m;
-    }
-    return std::string_view::npos;
-  }
-
- private:
-  std::string_view needle_;
-  std::vector<size_t> border_;  // border_[j]: the longest proper border of needle_[0, j)
-};
-
-std::string Strip(const std::string& s, std::string_view chars, bool left, bool right) {
-  std::bitset<256> strip;
-  for (char c : chars) strip.set(static_cast<unsigned char>(c));
-  const auto stripped = [&](char c) { return strip.test(static_cast<unsigned char>(c)); };
-  size_t begin = 0, end = s.size();
-  if (left) {
-    while (begin < end && stripped(s[begin])) ++begin;
-  }
-  if (right) {
-    while (end > begin && stripped(s[end - 1])) --end;
-  }
-  return s.substr(begin, end - begin);
-}
-
-std::string MapAscii(const std::string& s, int (*f)(int)) {
-  std::string out = s;
-  for (char& c : out) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string Title(const std::string& s) {
-  std::string out = s;
-  bool start = true;
-  for (char& c : out) {
-    const bool alpha = std::isalpha(static_cast<unsigned char>(c));
-    c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c))
-                                : std::tolower(static_cast<unsigned char>(c)));
-    start = !alpha;
-  }
-  return out;
-}
-
-std::string Capitalize(const std::string& s) {
-  std::string out = MapAscii(s, [](int c) { return std::tolower(c); });
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-  return out;
-}
-
-// s.split(sep) as a list; at most max_items parts.
-absl::StatusOr<Value> Split(const std::string& s, const Value& sep, Budget& budget) {
-  Array parts;
-  const auto add = [&](size_t begin, size_t end) {
-    PDSERVE_RETURN_IF_ERROR(budget.CheckItems(static_cast<int64_t>(parts.size()) + 1));
-    PDSERVE_RETURN_IF_ERROR(budget.Work(kWorkBytesPerItem + static_cast<int64_t>(end - begin)));
-    parts.push_back(Value(s.substr(begin, end - begin)));
-    return absl::OkStatus();
-  };
-  if (!sep.is_string()) {  // runs of whitespace, no empty parts
-    size_t i = 0;
-    while (true) {
-      i = s.find_first_not_of(kPythonWhitespace, i);
-      if (i == std::string::npos) break;
-      const size_t end = std::min(s.find_first_of(kPythonWhitespace, i), s.size());
-      PDSERVE_RETURN_IF_ERROR(add(i, end));
-      i = end;
-    }
-    return Value(std::move(parts));
-  }
-  const std::string& d = sep.AsString();
-  if (d.empty()) return Error("split: empty separator");
-  const Searcher searcher(d);
-  size_t start = 0;
-  for (size_t found; (found = searcher.Find(s, start)) != std::string::npos;
-       start = found + d.size()) {
-    PDSERVE_RETURN_IF_ERROR(add(start, found));
-  }
-  PDSERVE_RETURN_IF_ERROR(add(start, s.size()));
-  return Value(std::move(parts));
-}
-
-// Charges reading `v` (its WorkBytes).
-absl::Status Read(const Value& v, Budget& budget) { return budget.Work(v.WorkBytes()); }
-
-// `v`, just built: checked against max_string_bytes and max_items, and charged.
-absl::StatusOr<Value> New(Value v, Budget& budget) {
-  if (v.is_string()) {
-    PDSERVE_RETURN_IF_ERROR(budget.CheckString(static_cast<int64_t>(v.AsString().size())));
-  } else if (v.is_array() || v.is_object()) {
-    PDSERVE_RETURN_IF_ERROR(budget.CheckItems(v.WorkBytes() / kWorkBytesPerItem));
-  }
-  PDSERVE_RETURN_IF_ERROR(budget.Work(v.WorkBytes()));
-  return v;
-}
 
 // The code points in `s` (as DecodeUtf8 splits it).
 int64_t CodePoints(const std::string& s) {
@@ -172,13 +29,6 @@ absl::StatusOr<const Value*> Find(const Object& o, const std::string& key, Budge
   return o.Find(key);
 }
 
-// Appends `piece` to `*out` unless that makes it longer than max_string_bytes.
-absl::Status Append(std::string_view piece, Budget& budget, std::string* out) {
-  PDSERVE_RETURN_IF_ERROR(budget.CheckString(static_cast<int64_t>(out->size() + piece.size())));
-  out->append(piece);
-  return absl::OkStatus();
-}
-
 int64_t Length(const Value& v) {
   if (v.is_string()) {
     return std::count_if(v.AsString().begin(), v.AsString().end(),
@@ -187,76 +37,6 @@ int64_t Length(const Value& v) {
   if (v.is_array()) return static_cast<int64_t>(v.AsArray().size());
   if (v.is_object()) return static_cast<int64_t>(v.AsObject().entries.size());
   return -1;
-}
-
-bool AffixMatches(const std::string& s, const Value& affix, bool prefix) {
-  const auto one = [&](const std::string& a) { return prefix ? s.starts_with(a) : s.ends_with(a); };
-  if (affix.is_string()) return one(affix.AsString());
-  if (affix.is_array()) {
-    for (const Value& a : affix.AsArray()) {
-      if (a.is_string() && one(a.AsString())) return true;
-    }
-  }
-  return false;
-}
-
-absl::StatusOr<Value> StringMethodResult(const std::string& s, const std::string& name,
-                                         const Arguments& args, Budget& budget) {
-  const auto chars = [&]() {
-    const Value c = Arg(args, 0, "chars");
-    return c.is_string() ? std::string(c.AsString()) : std::string(kPythonWhitespace);
-  };
-  if (name == "strip") return Value(Strip(s, chars(), true, true));
-  if (name == "lstrip") return Value(Strip(s, chars(), true, false));
-  if (name == "rstrip") return Value(Strip(s, chars(), false, true));
-  if (name == "split") return Split(s, Arg(args, 0, "sep"), budget);
-  if (name == "startswith") return Value(AffixMatches(s, Arg(args, 0, "prefix"), true));
-  if (name == "endswith") return Value(AffixMatches(s, Arg(args, 0, "suffix"), false));
-  if (name == "upper") return Value(MapAscii(s, [](int c) { return std::toupper(c); }));
-  if (name == "lower") return Value(MapAscii(s, [](int c) { return std::tolower(c); }));
-  if (name == "title") return Value(Title(s));
-  if (name == "capitalize") return Value(Capitalize(s));
-  if (name == "replace") {
-    PDSERVE_ASSIGN_OR_RETURN(std::string from, StringArg(args, 0, "old", "replace"));
-    PDSERVE_ASSIGN_OR_RETURN(std::string to, StringArg(args, 1, "new", "replace"));
-    if (from.empty()) return Value(s);
-    const Searcher searcher(from);
-    std::string out;
-    size_t start = 0;
-    for (size_t f; (f = searcher.Find(s, start)) != std::string::npos; start = f + from.size()) {
-      PDSERVE_RETURN_IF_ERROR(Append(std::string_view(s).substr(start, f - start), budget, &out));
-      PDSERVE_RETURN_IF_ERROR(Append(to, budget, &out));
-    }
-    PDSERVE_RETURN_IF_ERROR(Append(std::string_view(s).substr(start), budget, &out));
-    return Value(std::move(out));
-  }
-  if (name == "count" || name == "find") {
-    PDSERVE_ASSIGN_OR_RETURN(std::string needle, StringArg(args, 0, "sub", name));
-    const Searcher searcher(needle);
-    if (name == "find") {
-      const size_t f = searcher.Find(s);
-      return Value(f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(f));
-    }
-    int64_t n = 0;
-    for (size_t f = 0; !needle.empty() && (f = searcher.Find(s, f)) != std::string::npos;
-         f += needle.size()) {
-      ++n;
-    }
-    return Value(n);
-  }
-  return Value();
-}
-
-// s.name(args): charged reading s and its arguments (needles, affixes, characters to strip) and
-// building the result.
-absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name,
-                                   const Arguments& args, Budget& budget) {
-  PDSERVE_RETURN_IF_ERROR(budget.Work(static_cast<int64_t>(s.size())));
-  for (const Value& arg : args.positional) PDSERVE_RETURN_IF_ERROR(Read(arg, budget));
-  for (const auto& [key, arg] : args.keyword) PDSERVE_RETURN_IF_ERROR(Read(arg, budget));
-  PDSERVE_ASSIGN_OR_RETURN(Value result, StringMethodResult(s, name, args, budget));
-  if (name == "split") return result;  // charged as it is built
-  return New(std::move(result), budget);
 }
 
 absl::StatusOr<Value> ObjectMethod(const Object& o, const std::string& name, const Arguments& args,
@@ -283,13 +63,6 @@ absl::StatusOr<Value> ObjectMethod(const Object& o, const std::string& name, con
     return found != nullptr ? *found : Arg(args, 1, "default", Value::None());
   }
   return Value();
-}
-
-bool HasStringMethod(const std::string& name) {
-  static constexpr const char* kNames[] = {"strip",    "lstrip", "rstrip", "split", "startswith",
-                                           "endswith", "upper",  "lower",  "title", "capitalize",
-                                           "replace",  "count",  "find"};
-  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
 absl::StatusOr<Value> Abs(const Value& v) {

@@ -43,7 +43,8 @@ tokenizer=(core/tokenizer/unicode.cc core/tokenizer/byte_level.cc core/tokenizer
            core/tokenizer/vocabulary.cc core/tokenizer/merge_tokenizer.cc
            core/tokenizer/bpe_tokenizer.cc core/tokenizer/create_tokenizer.cc
            core/tokenizer/text_stream.cc)
-jinja=(core/template/jinja_value.cc core/template/jinja_parser.cc core/template/jinja_builtins.cc
+jinja=(core/template/jinja_value.cc core/template/jinja_parser.cc
+       core/template/jinja_builtin_args.cc core/template/jinja_strings.cc core/template/jinja_builtins.cc
        core/template/jinja_template.cc core/chat/chat_template.cc)
 absl_modules=(absl_status absl_statusor absl_strings absl_flat_hash_map absl_hash absl_time)
 gen="${PDSERVE_PROTO_GEN_DIR:-$src/build/release/proto/gen}"
