@@ -30,12 +30,14 @@ absl::StatusOr<std::string> StringArg(const Arguments& args, size_t i, const std
 
 absl::Status Read(const Value& v, Budget& budget) { return budget.Work(v.WorkBytes()); }
 
+absl::Status CheckSize(const Value& v, Budget& budget) {
+  if (v.is_string()) return budget.CheckString(static_cast<int64_t>(v.AsString().size()));
+  if (v.is_array() || v.is_object()) return budget.CheckItems(v.WorkBytes() / kWorkBytesPerItem);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Value> New(Value v, Budget& budget) {
-  if (v.is_string()) {
-    PDSERVE_RETURN_IF_ERROR(budget.CheckString(static_cast<int64_t>(v.AsString().size())));
-  } else if (v.is_array() || v.is_object()) {
-    PDSERVE_RETURN_IF_ERROR(budget.CheckItems(v.WorkBytes() / kWorkBytesPerItem));
-  }
+  PDSERVE_RETURN_IF_ERROR(CheckSize(v, budget));
   PDSERVE_RETURN_IF_ERROR(budget.Work(v.WorkBytes()));
   return v;
 }

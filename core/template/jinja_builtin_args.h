@@ -1,5 +1,6 @@
 // What the built-ins share (jinja_builtins.cc, jinja_strings.cc): their arguments, their errors
-// and their charges to the render's Budget (jinja_limits.h).
+// and their charges to the render's Budget (jinja_limits.h) — the size checks and charges also
+// serve the renderer (jinja_template.cc) for the values it builds itself.
 #ifndef PDSERVE_CORE_TEMPLATE_JINJA_BUILTIN_ARGS_H_
 #define PDSERVE_CORE_TEMPLATE_JINJA_BUILTIN_ARGS_H_
 
@@ -28,7 +29,10 @@ absl::StatusOr<std::string> StringArg(const Arguments& args, size_t i, const std
 // Charges reading `v` (its WorkBytes).
 absl::Status Read(const Value& v, Budget& budget);
 
-// `v`, just built: checked against max_string_bytes and max_items, and charged.
+// `v`'s size against max_string_bytes (a string) or max_items (a list or mapping).
+absl::Status CheckSize(const Value& v, Budget& budget);
+
+// `v`, just built: CheckSize, and charged.
 absl::StatusOr<Value> New(Value v, Budget& budget);
 
 // Appends `piece` to `*out` unless that makes it longer than max_string_bytes.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/template/jinja_builtin_args.h"
 #include "core/template/jinja_builtins.h"
 #include "core/template/jinja_parser.h"
 
@@ -75,20 +76,12 @@ class Renderer {
   // what they build before building it and charge it; this also covers what they pass through).
   absl::StatusOr<Value> Checked(int line, absl::StatusOr<Value> result) {
     if (!result.ok()) return AtLine(line, std::move(result));
-    if (result->is_string()) {
-      PDSERVE_RETURN_IF_ERROR(
-          AtLine(line, budget_.CheckString(static_cast<int64_t>(result->AsString().size()))));
-    } else if (result->is_array() || result->is_object()) {
-      PDSERVE_RETURN_IF_ERROR(
-          AtLine(line, budget_.CheckItems(result->WorkBytes() / kWorkBytesPerItem)));
-    }
+    PDSERVE_RETURN_IF_ERROR(AtLine(line, CheckSize(*result, budget_)));
     return result;
   }
   // A value the renderer built (a list or dict literal, a concatenation): checked and charged.
   absl::StatusOr<Value> Built(int line, Value v) {
-    PDSERVE_ASSIGN_OR_RETURN(v, Checked(line, std::move(v)));
-    PDSERVE_RETURN_IF_ERROR(AtLine(line, budget_.Work(v.WorkBytes())));
-    return v;
+    return AtLine(line, New(std::move(v), budget_));
   }
 
   Value Lookup(const std::string& name) const {
