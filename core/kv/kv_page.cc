@@ -201,7 +201,7 @@ void AppendHeader(std::string& out, const KvPageHeader& header) {
                 : header.positions.empty() ? static_cast<int32_t>(fallback)
                                            : header.positions[s]);
   }
-  // The V head checksums: placeholders, filled once the V section is appended (FillVChecksums).
+  // The V head checksums: placeholders, filled once the V section is appended (AppendPage).
   out.append(sizeof(uint64_t) * static_cast<size_t>(header.layout.v.n_heads()), '\0');
   out.append(PaddingAfter(out.size()), '\0');
 }

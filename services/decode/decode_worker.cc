@@ -239,21 +239,21 @@ absl::StatusOr<DecodeStart> DecodeWorker::Start(DecodeJob job) {
   return start;
 }
 
+absl::Status DecodeWorker::Refuse(const std::string& what, const char* reason,
+                                  absl::string_view why) {
+  stats_->pages_refused.Add({{"reason", reason}}).Increment();
+  return absl::DataLossError(absl::StrCat(what, " failed verification (", reason, "): ", why,
+                                          "; the request fails instead of decoding it"));
+}
+
 absl::Status DecodeWorker::RefusePage(const v1::PageRef& ref, const char* reason,
                                       const std::string& why) {
-  stats_->pages_refused.Add({{"reason", reason}}).Increment();
-  return absl::DataLossError(absl::StrCat(
-      "KV page ", ref.page_index(), " of cache layer ", ref.cache_layer(), " failed verification (",
-      reason, "): ", why, "; the request fails instead of decoding it"));
+  return Refuse(absl::StrCat("KV page ", ref.page_index(), " of cache layer ", ref.cache_layer()),
+                reason, why);
 }
 
 absl::Status DecodeWorker::FetchFailure(const absl::Status& failure) {
-  if (absl::IsDataLoss(failure)) {
-    stats_->pages_refused.Add({{"reason", "checksum"}}).Increment();
-    return absl::DataLossError(
-        absl::StrCat("a KV page's V rows failed verification (checksum): ", failure.message(),
-                     "; the request fails instead of decoding them"));
-  }
+  if (absl::IsDataLoss(failure)) return Refuse("a KV page's V rows", "checksum", failure.message());
   return absl::UnavailableError(
       absl::StrCat("fetching V pages from the KV store failed: ", failure.message()));
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/base/mutex.h"
 #include "core/engine/engine.h"
 #include "core/engine/sampler.h"
@@ -97,8 +98,10 @@ class DecodeWorker {
   // Verifies each pulled page (checksums, content, and that it is the manifest's page of its
   // writer in its epoch) before the engine takes it; a page that fails fails the request.
   absl::Status Import(Admission& admission, Live& live);
-  // Counts a refused page by `reason` and returns the request's DATA_LOSS naming it and `why`
-  // (the router answers the client UNAVAILABLE: retryable, and the worker is not at fault).
+  // Counts a refusal by `reason` and returns the request's DATA_LOSS naming `what` and `why` (the
+  // router answers the client UNAVAILABLE: retryable, and the worker is not at fault).
+  absl::Status Refuse(const std::string& what, const char* reason, absl::string_view why);
+  // Refuse for the pulled page `ref`.
   absl::Status RefusePage(const v1::PageRef& ref, const char* reason, const std::string& why);
   // The request's error after its value tier's source failed with `failure`: a refused V head
   // (DataLoss) is counted like a refused page and stays DATA_LOSS; a transport failure is

@@ -8,6 +8,19 @@
 #include "core/kv/kv_page.h"
 
 namespace pdserve {
+namespace {
+
+// Zero rows and unit scales for `head` of the mirror page `mirror`: what a failed fetch reads.
+void Blank(const KvSectionLayout& l, int head, uint8_t* mirror) {
+  std::memset(mirror + l.head_offset(head), 0,
+              static_cast<size_t>(l.page_size()) * l.dim(head) * l.element_bytes());
+  for (int i = 0; i < l.scales_per_head(); ++i) {
+    const float one = 1.0f;
+    std::memcpy(mirror + l.scale_offset(head) + 4 * i, &one, 4);
+  }
+}
+
+}  // namespace
 
 absl::Status RemotePageSource::failure() const {
   MutexLock lock(&mu_);
@@ -42,15 +55,6 @@ uint8_t* RemoteValueTier::WritablePage(int section, int32_t page) {
 void RemoteValueTier::MapRemote(int section, int32_t page, std::shared_ptr<RemotePageSource> source,
                                 uint64_t v_address, std::vector<uint64_t> head_checksums) {
   remote(section, page) = Remote{std::move(source), v_address, std::move(head_checksums)};
-}
-
-void RemoteValueTier::Blank(const KvSectionLayout& l, int head, uint8_t* mirror) const {
-  std::memset(mirror + l.head_offset(head), 0,
-              static_cast<size_t>(l.page_size()) * l.dim(head) * l.element_bytes());
-  for (int i = 0; i < l.scales_per_head(); ++i) {
-    const float one = 1.0f;
-    std::memcpy(mirror + l.scale_offset(head) + 4 * i, &one, 4);
-  }
 }
 
 const uint8_t* RemoteValueTier::FetchHead(int section, int32_t page, int head) {

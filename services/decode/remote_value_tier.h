@@ -79,8 +79,6 @@ class RemoteValueTier final : public ValueTier {
   };
   RemoteValueTier(std::unique_ptr<InProcessValueTier> local, int num_sections, int num_pages);
   Remote& remote(int section, int32_t page) { return remote_[section][page]; }
-  // Zero rows and unit scales for `head` of the mirror page `mirror`: what a failed fetch reads.
-  void Blank(const KvSectionLayout& layout, int head, uint8_t* mirror) const;
 
   std::unique_ptr<InProcessValueTier> local_;
   std::vector<std::vector<Remote>> remote_;  // [section][page]
