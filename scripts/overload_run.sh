@@ -72,19 +72,16 @@ for RUN in $RUNS; do
     --json "$DIR/$RUN.json" --csv "$DIR/$RUN.csv" \
     > "$DIR/$RUN.loadgen.txt" 2> "$DIR/$RUN.loadgen.err" &
   loadgen=$!
-  if [[ $RUN == kill ]]; then
+  target=
+  [[ $RUN == kill ]] && target=decode-1 gauge=pdserve_decode_active_sequences what="sequences active"
+  [[ $RUN == killprefill ]] &&
+    target=prefill-1 gauge=pdserve_prefill_queue_requests what="requests queued"
+  if [[ -n $target ]]; then
     sleep "$KILL_AFTER"
-    victim=$(awk '$1 == "decode-1" {print $5}' "$DIR/$RUN.up.log")
-    in_flight=$(metric "$(process_http decode-1)" pdserve_decode_active_sequences)
+    victim=$(awk -v n="$target" '$1 == n {print $5}' "$DIR/$RUN.up.log")
+    in_flight=$(metric "$(process_http "$target")" "$gauge")
     kill -9 "$victim"
-    echo "# killed decode-1 (pid $victim) with $in_flight sequences active on it" >&2
-  fi
-  if [[ $RUN == killprefill ]]; then
-    sleep "$KILL_AFTER"
-    victim=$(awk '$1 == "prefill-1" {print $5}' "$DIR/$RUN.up.log")
-    in_flight=$(metric "$(process_http prefill-1)" pdserve_prefill_queue_requests)
-    kill -9 "$victim"
-    echo "# killed prefill-1 (pid $victim) with $in_flight requests queued on it" >&2
+    echo "# killed $target (pid $victim) with $in_flight $what on it" >&2
   fi
   wait "$loadgen" || true
   if [[ $RUN == cancel ]]; then

@@ -54,11 +54,10 @@ class RunState {
   void WaitAll(size_t target) {
     if (options_.duration_s > 0) {
       const absl::Time limit = absl::Now() + absl::Seconds(options_.duration_s - Now());
-      bool timed_out = false;
+      bool timed_out;
       {
         MutexLock lock(&mutex_);
-        while (finished_ < target && !timed_out) {
-          timed_out = finished_cv_.WaitWithDeadline(&mutex_, limit);
+        while (finished_ < target && !finished_cv_.WaitWithDeadline(&mutex_, limit)) {
         }
         timed_out = finished_ < target;
       }
