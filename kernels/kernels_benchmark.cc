@@ -110,6 +110,8 @@ void GemvBenchArgs(benchmark::internal::Benchmark* b) {
     b->Args({2048, 768, 4, static_cast<int64_t>(dtype), 2});
   }
   // Decode batches of many sequences: blocks of weight rows serve every batch of 4 in turn.
+  b->Args({2048, 768, 16, static_cast<int64_t>(DType::kF16), 1});
+  b->Args({32000, 768, 16, static_cast<int64_t>(DType::kF16), 1});
   for (int64_t n : {16, 32, 63}) {
     b->Args({2048, 768, n, static_cast<int64_t>(DType::kF16), 2});
     b->Args({32000, 768, n, static_cast<int64_t>(DType::kF16), 2});

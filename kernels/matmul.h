@@ -4,8 +4,10 @@
 //
 // The fast path splits W's rows across the pool's threads. Few activation rows (decode) run
 // vectorized GEMV kernels that stream each weight row once for up to kGemvMaxBatch rows of x
-// (AVX-512 when present, else AVX2); for quantized W each x row is first quantized to int8 blocks
-// and the rows are integer dot products, as ggml computes them (kernels/cpu/quant_dot.h). Many rows
+// (AVX-512 when present, else AVX2); more (a decode step of many sequences) widen each block of 16
+// weight rows to fp32 once and sweep every x row over it in register tiles; for quantized W each
+// x row is first quantized to int8 blocks and the rows are integer dot products, as ggml computes
+// them (kernels/cpu/quant_dot.h). Many rows
 // (prefill) run our own GEMM: each thread packs a chunk of 128 weight rows (widened or dequantized
 // to fp32) into k-major panels, then register-blocked micro-kernels (kernels/cpu/gemm_kernels.h;
 // AVX-512 12 × 32 or AVX2 6 × 16, chosen by cpuid) sweep the activation rows over each K block.

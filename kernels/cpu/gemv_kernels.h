@@ -21,14 +21,36 @@ struct GemvArgs {
   int64_t ldy;
 };
 
+// Batches of x rows too many for GemvArgs (decode steps of many sequences): y[b, j] =
+// Σ_c x[b, c]·w[j, c] for b < n and j < rows, over fp32 weight rows (16-bit ones widened by the
+// caller, once per call, into a block that stays in cache) `ldw` floats apart. Any n, rows, cols.
+struct BatchGemvArgs {
+  const float* x;
+  int64_t ldx;
+  int64_t n;
+  const float* w;
+  int64_t ldw;
+  int64_t rows;
+  int64_t cols;
+  float* y;
+  int64_t ldy;
+  bool accumulate;  // add to y's values instead of overwriting them
+  // Bytes for the kernel to prefetch into L2 while it computes (the caller's next weights), spread
+  // over its tiles; none when prefetch_bytes is 0.
+  const void* prefetch;
+  int64_t prefetch_bytes;
+};
+
 namespace avx2 {
 void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end);
+void BatchGemvRows(const BatchGemvArgs& args);
 // dst[i] = float(src[i]) for a 16-bit row; used to widen weight blocks for SGEMM.
 void WidenRow(const void* src, DType dtype, int64_t n, float* dst);
 }  // namespace avx2
 
 namespace avx512 {
 void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end);
+void BatchGemvRows(const BatchGemvArgs& args);
 }  // namespace avx512
 
 }  // namespace pdserve::kernels

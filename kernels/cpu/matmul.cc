@@ -15,10 +15,10 @@ namespace {
 
 static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
 
-// Activation rows from which the GEMM beats repeated GEMV passes over the weights, for 16-bit and
-// f32 weights: GemvRange passes over a cache-resident block of weight rows once per 4 x rows,
-// widening in registers, which beats packing every weight for the GEMM up to about 64 rows. For
-// quantized weights each GEMV kernel says (QuantGemvKernel::gemm_from_rows).
+// Activation rows from which the GEMM beats BatchGemvRange, for 16-bit and f32 weights: the batched
+// GEMV widens each block of weight rows once and sweeps every x row over it in register tiles,
+// without the GEMM's packing. For quantized weights each GEMV kernel says
+// (QuantGemvKernel::gemm_from_rows).
 constexpr int64_t kGemmMinRowsFloat = 64;
 // The int8 GEMM quantizes x in slabs of at least this many rows.
 constexpr int64_t kInt8GemmMinSlab = 8;
@@ -33,26 +33,69 @@ static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kG
 constexpr int64_t kGemmMaxNr = std::max(avx2::kGemmNr, avx512::kGemmNr);
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
-// Weight rows per GEMV block: every batch of x rows passes over a block before the next starts, so
-// W is read from memory once per call (16 rows are ≤ 128 KiB even for f32 at 2048 columns).
+// Weight rows per block of the batched and the quantized GEMV: every x row passes over a block
+// before the next starts, so W is read from memory once per call (16 rows are ≤ 128 KiB even for
+// f32 at 2048 columns).
 constexpr int64_t kGemvRowBlock = 16;
+// Columns per slice of the batched GEMV: a block's slice (24 KiB as fp32) and a tile's x rows fit
+// L1 together.
+constexpr int64_t kBatchGemvKc = 384;
 
 // In every function below, y's rows are `ldy` floats apart (≥ w.rows(): W may be one part of a
 // row-stacked matrix).
+
+// Rows [begin, end) for n ≤ kGemvMaxBatch x rows, streaming each weight row once.
 void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy, int64_t begin,
                int64_t end) {
+  const GemvArgs args{x, static_cast<int>(n), w.cols(), w.data, w.dtype, w.cols(), y, ldy};
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    avx512::GemvRows(args, begin, end);
+  } else {
+    avx2::GemvRows(args, begin, end);
+  }
+}
+
+// Rows [begin, end) for n > kGemvMaxBatch x rows, by blocks of kGemvRowBlock weight rows: a block
+// widened to fp32 into `block` in one sequential pass (f32 rows are used in place), then, column
+// slice by column slice of at most kBatchGemvKc, the batched GEMV kernel sweeps every x row's slice
+// over the block's slice while both are in L1, slices after the first adding to y.
+void BatchGemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
+                    int64_t begin, int64_t end, float* block) {
+  const int64_t cols = w.cols();
+  const int64_t kc = (cols / ((cols + kBatchGemvKc - 1) / kBatchGemvKc) + 15) / 16 * 16;
+  const int64_t slices = (cols + kc - 1) / kc;
+  const size_t row_bytes = cols * DTypeSize(w.dtype);
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
   for (int64_t r = begin; r < end; r += kGemvRowBlock) {
-    const int64_t r_end = std::min(end, r + kGemvRowBlock);
-    for (int64_t b = 0; b < n; b += kGemvMaxBatch) {
-      GemvArgs args{x + b * w.cols(), static_cast<int>(std::min<int64_t>(kGemvMaxBatch, n - b)),
-                    w.cols(),         w.data,
-                    w.dtype,          w.cols(),
-                    y + b * ldy,      ldy};
+    const int64_t rows = std::min(end, r + kGemvRowBlock) - r;
+    const float* rows_f32 = block;
+    if (w.dtype == DType::kF32) {
+      rows_f32 = w.as<float>() + r * cols;
+    } else {
+      avx2::WidenRow(bytes + r * row_bytes, w.dtype, rows * cols, block);
+    }
+    // The next block's weights come into L2 while this one computes, a share per slice.
+    const int64_t next_rows = std::clamp<int64_t>(end - r - rows, 0, kGemvRowBlock);
+    const int64_t share = (next_rows * row_bytes + slices - 1) / slices;
+    for (int64_t k0 = 0, s = 0; k0 < cols; k0 += kc, ++s) {
+      const int64_t width = std::min(kc, cols - k0);
+      const BatchGemvArgs args{.x = x + k0,
+                               .ldx = cols,
+                               .n = n,
+                               .w = rows_f32 + k0,
+                               .ldw = cols,
+                               .rows = rows,
+                               .cols = width,
+                               .y = y + r,
+                               .ldy = ldy,
+                               .accumulate = k0 > 0,
+                               .prefetch = bytes + (r + rows) * row_bytes + s * share,
+                               .prefetch_bytes = next_rows > 0 ? share : 0};
       if (avx512) {
-        avx512::GemvRows(args, r, r_end);
+        avx512::BatchGemvRows(args);
       } else {
-        avx2::GemvRows(args, r, r_end);
+        avx2::BatchGemvRows(args);
       }
     }
   }
@@ -263,16 +306,20 @@ void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, fl
     QuantizedGemv(pool, x, n, std::span<const Tensor>(&w, 1), y, ldy, workspace);
     return;
   }
+  const size_t per_thread = (kGemmChunkRows + kGemmMaxNr) * w.cols();
   if (n < kGemmMinRowsFloat && !IsQuantized(w.dtype)) {
     const int64_t chunk =
         std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
-    pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int) {
-      GemvRange(x, n, w, y, ldy, begin, end);
+    pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int thread) {
+      if (n <= kGemvMaxBatch) {
+        GemvRange(x, n, w, y, ldy, begin, end);
+      } else {
+        BatchGemvRange(x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);
+      }
     });
     return;
   }
   if (IsQuantized(w.dtype) && Int8Gemm(pool, x, n, w, y, ldy, workspace)) return;
-  const size_t per_thread = (kGemmChunkRows + kGemmMaxNr) * w.cols();
   const GemmKernel kernel = ActiveGemmKernel();
   pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
     GemmChunk(kernel, x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "core/tensor/float16.h"
 #include "kernels/cpu/gemv_kernels.h"
@@ -93,11 +94,33 @@ constexpr int kWideBatchRows = 1;
 
 #include "kernels/cpu/gemv_dispatch.inc"
 
+struct BatchSimd {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kBatch = 3;  // 12 accumulators, 3 x vectors and a weight vector of 16
+
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V LoadF32(const float* p, int n) {
+    if (n == kLanes) return _mm256_loadu_ps(p);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+  }
+  static __m128 Sums4(V a0, V a1, V a2, V a3) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  }
+};
+
+#include "kernels/cpu/batch_gemv.inc"
+
 }  // namespace
 
 void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end) {
   DispatchRows(args, row_begin, row_end);
 }
+
+void BatchGemvRows(const BatchGemvArgs& args) { BatchRows(args); }
 
 void WidenRow(const void* src, DType dtype, int64_t n, float* dst) {
   int64_t i = 0;

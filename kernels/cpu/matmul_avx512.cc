@@ -4,6 +4,8 @@
 // header compiled with these flags could be picked by the linker for the whole program.
 #include <immintrin.h>
 
+#include <utility>
+
 #include "kernels/cpu/gemv_kernels.h"
 
 namespace pdserve::kernels::avx512 {
@@ -76,10 +78,36 @@ constexpr int kWideBatchRows = 2;
 
 #include "kernels/cpu/gemv_dispatch.inc"
 
+struct BatchSimd {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kBatch = 6;  // 24 accumulators, 6 x vectors and a weight vector of 32
+
+  static V Zero() { return _mm512_setzero_ps(); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V LoadF32(const float* p, int n) {
+    return n == kLanes ? _mm512_loadu_ps(p)
+                       : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+  }
+  // Each accumulator's halves added, then the four 8-lane sums by horizontal adds.
+  static __m256 Halves(V v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  }
+  static __m128 Sums4(V a0, V a1, V a2, V a3) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(Halves(a0), Halves(a1)),
+                                    _mm256_hadd_ps(Halves(a2), Halves(a3)));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  }
+};
+
+#include "kernels/cpu/batch_gemv.inc"
+
 }  // namespace
 
 void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end) {
   DispatchRows(args, row_begin, row_end);
 }
+
+void BatchGemvRows(const BatchGemvArgs& args) { BatchRows(args); }
 
 }  // namespace pdserve::kernels::avx512
