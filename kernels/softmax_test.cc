@@ -35,6 +35,22 @@ TEST(SoftmaxTest, MatchesDoublePrecisionAcrossRangesAndLengths) {
   }
 }
 
+// The maximum is found wherever it sits (any vector lane, the scalar tail): e^(x − max) overflows
+// to infinity when a larger element is missed.
+TEST(SoftmaxTest, FindsTheMaximumAtEveryPosition) {
+  for (int n : {1, 7, 31, 32, 33, 64, 100}) {
+    for (int at = 0; at < n; ++at) {
+      std::vector<float> x(n, -50.0f);
+      x[at] = 500.0f;
+      SoftmaxInPlace(x.data(), n);
+      for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(x[i], i == at ? 1.0f : 0.0f)
+            << "n " << n << " max at " << at << ", x[" << i << "]";
+      }
+    }
+  }
+}
+
 TEST(SoftmaxTest, VeryNegativeArgumentsGiveZeroNotGarbage) {
   std::vector<float> x = {0.0f, -80.0f, -87.0f, -88.0f, -100.0f, -1e30f, 0.0f, -3.0f, -1e4f};
   SoftmaxInPlace(x.data(), static_cast<int>(x.size()));
