@@ -5,27 +5,92 @@
 #include <vector>
 
 #include "kernels/cpu/attention_rows.h"
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/softmax.h"
 
 namespace pdserve::kernels {
 namespace {
 
-// Sequences with at least this many queries (prefill) run attention as two SGEMMs per block of
-// kQueryBlock queries and head: S = Q·Kᵀ over the keys the block sees, causal softmax, O = P·V.
+// Sequences with at least this many queries (prefill) run attention as two GEMMs per block of
+// kQueryBlock queries and head on the fp32 micro-kernels (gemm_kernels.h): S = Q·Kᵀ over the keys
+// the block sees, causal softmax, O = P·V.
 constexpr int kGemmMinQueries = 16;
 constexpr int kQueryBlock = 64;
 
-// Copies (dequantizing) KV head g's rows of tokens [0, n_tokens) out of the pages of `section`:
-// dst [n_tokens, section.dim(g)].
-void GatherHead(const KvSectionView& section, const PagedKvView& kv, int g, int n_tokens,
-                float* dst) {
-  const int dim = section.dim(g);
+int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// The GEMM path's per-thread floats for contexts up to max_context: key panels, value panels, the
+// block's scores and a page of dequantized rows.
+int64_t BlockGemmFloats(const AttentionShape& s, int max_context, int page_size) {
+  return int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr) +
+         int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr) +
+         int64_t{kQueryBlock} * max_context + int64_t{page_size} * s.head_dim;
+}
+
+// Calls fn(first, count, rows) for tokens [0, n_tokens) of KV head g in `section`, a page at a
+// time: rows holds `count` rows of section.dim(g) floats (dequantized into `scratch`, page_size ·
+// dim floats, unless stored as f32).
+template <typename Fn>
+void ForEachPageRows(const KvSectionView& section, const PagedKvView& kv, int g, int n_tokens,
+                     float* scratch, Fn fn) {
   for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
     const int count = std::min(kv.page_size, n_tokens - t);
-    float* to = dst + int64_t{t} * dim;
-    const float* rows = HeadRows(section, kv.page_size, kv.pages[p], g, 0, count, to);
-    if (rows != to) std::copy_n(rows, int64_t{count} * dim, to);
+    fn(t, count, HeadRows(section, kv.page_size, kv.pages[p], g, 0, count, scratch));
+  }
+}
+
+// Keys of tokens [0, n) as the panels of S = alpha · Q·Kᵀ: panel p holds keys [p·nr, p·nr + nr)
+// as dk × nr floats, [c, j] = alpha · K[p·nr + j, c]; keys past n are zeros.
+void GatherKeyPanels(const KvSectionView& section, const PagedKvView& kv, int g, int n, int nr,
+                     float alpha, float* panels, float* scratch) {
+  const int dk = section.dim(g);
+  ForEachPageRows(section, kv, g, n, scratch, [&](int first, int count, const float* rows) {
+    for (int r = 0; r < count; ++r) {
+      const int key = first + r;
+      float* column = panels + int64_t{key / nr} * dk * nr + key % nr;
+      for (int c = 0; c < dk; ++c) column[int64_t{c} * nr] = alpha * rows[int64_t{r} * dk + c];
+    }
+  });
+  float* last = panels + int64_t{n / nr} * dk * nr;
+  for (int c = 0; n % nr != 0 && c < dk; ++c) {
+    std::fill(last + int64_t{c} * nr + n % nr, last + int64_t{c + 1} * nr, 0.0f);
+  }
+}
+
+// Values of tokens [0, n) as the panels of O = P·V: panel p holds dims [p·nr, p·nr + nr) as
+// n × nr floats, [t, j] = V[t, p·nr + j]; dims past dv are zeros.
+void GatherValuePanels(const KvSectionView& section, const PagedKvView& kv, int g, int n, int nr,
+                       float* panels, float* scratch) {
+  const int dv = section.dim(g);
+  ForEachPageRows(section, kv, g, n, scratch, [&](int first, int count, const float* rows) {
+    for (int r = 0; r < count; ++r) {
+      const float* row = rows + int64_t{r} * dv;
+      for (int d0 = 0; d0 < dv; d0 += nr) {
+        const int live = std::min(nr, dv - d0);
+        float* to = panels + (int64_t{d0} * n + int64_t{first + r} * nr);
+        std::copy_n(row + d0, live, to);
+        std::fill(to + live, to + nr, 0.0f);
+      }
+    }
+  });
+}
+
+// y[i, j] = Σ_k x[i, k] · B[k, j] for i < m and j < n over panels of nr columns of B, each kc × nr
+// floats back to back.
+void GemmOverPanels(const GemmKernel& kernel, const float* x, int64_t ldx, int m,
+                    const float* panels, int kc, int n, float* y, int64_t ldy) {
+  for (int i0 = 0; i0 < m; i0 += kernel.mr) {
+    for (int j0 = 0, p = 0; j0 < n; j0 += kernel.nr, ++p) {
+      kernel.tile({.x = x + int64_t{i0} * ldx,
+                   .ldx = ldx,
+                   .mr = std::min(kernel.mr, m - i0),
+                   .panel = panels + int64_t{p} * kc * kernel.nr,
+                   .kc = kc,
+                   .y = y + int64_t{i0} * ldy + j0,
+                   .ldy = ldy,
+                   .nr = std::min(kernel.nr, n - j0),
+                   .accumulate = false});
+    }
   }
 }
 
@@ -64,38 +129,30 @@ void AttendHeads(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
   }
 }
 
-// Queries [q_begin, q_end) of one head. `ws` holds 2·max_context·head_dim + kQueryBlock·max_context
-// floats.
-void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int head, int q_begin,
-                     int q_end, int max_context, float* ws) {
+// Queries [q_begin, q_end) of one head. `ws` holds BlockGemmFloats(s, max_context, page_size).
+void AttendBlockGemm(const GemmKernel& kernel, const AttentionShape& s,
+                     const AttentionSequence& seq, int head, int q_begin, int q_end,
+                     int max_context, float* ws) {
   const int g = head / s.group();
   const int dk = seq.kv.k.dim(g), dv = seq.kv.v.dim(g);
   const int n_keys = seq.start_pos + q_end;  // what the block's last query sees
   const int64_t q_stride = QStride(s, seq), out_stride = OutStride(s, seq);
   float* keys = ws;
-  float* values = keys + int64_t{max_context} * s.head_dim;
-  float* scores = values + int64_t{max_context} * s.head_dim;  // [q_end − q_begin, n_keys]
-  GatherHead(seq.kv.k, seq.kv, g, n_keys, keys);
-  GatherHead(seq.kv.v, seq.kv, g, n_keys, values);
+  float* values = keys + int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr);
+  float* scores = values + int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr);
+  float* scratch = scores + int64_t{kQueryBlock} * max_context;  // [q_end − q_begin, n_keys]
   const int m = q_end - q_begin;
   float* out = seq.out + q_begin * out_stride + s.out_offset(head);
   if (dv == 0) return;  // the head has no output floats
   if (dk == 0) {
     // No key dims: every score is 0 and the weights uniform, as on the decode path and in
-    // AttentionReference (BLAS rejects k = 0 with ldb = 0).
+    // AttentionReference.
     std::fill(scores, scores + int64_t{m} * n_keys, 0.0f);
   } else {
-    Sgemm({.m = m,
-           .n = n_keys,
-           .k = dk,
-           .alpha = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
-           .a = seq.q + q_begin * q_stride + s.q_offset(head),
-           .lda = q_stride,
-           .b = keys,
-           .ldb = dk,
-           .b_transposed = true,
-           .c = scores,
-           .ldc = n_keys});
+    GatherKeyPanels(seq.kv.k, seq.kv, g, n_keys, kernel.nr,
+                    1.0f / std::sqrt(static_cast<float>(s.head_dim)), keys, scratch);
+    GemmOverPanels(kernel, seq.q + q_begin * q_stride + s.q_offset(head), q_stride, m, keys, dk,
+                   n_keys, scores, n_keys);
   }
   for (int i = 0; i < m; ++i) {
     float* sr = scores + int64_t{i} * n_keys;
@@ -103,16 +160,8 @@ void AttendBlockGemm(const AttentionShape& s, const AttentionSequence& seq, int 
     SoftmaxInPlace(sr, visible);
     std::fill(sr + visible, sr + n_keys, 0.0f);
   }
-  Sgemm({.m = m,
-         .n = dv,
-         .k = n_keys,
-         .a = scores,
-         .lda = n_keys,
-         .b = values,
-         .ldb = dv,
-         .b_transposed = false,
-         .c = out,
-         .ldc = out_stride});
+  GatherValuePanels(seq.kv.v, seq.kv, g, n_keys, kernel.nr, values, scratch);
+  GemmOverPanels(kernel, scores, n_keys, m, values, n_keys, dv, out, out_stride);
 }
 
 // Decode tasks split each query row's KV heads into this many contiguous ranges: one when there
@@ -144,10 +193,11 @@ int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq, int ran
   return int64_t{seq.n_queries} * ranges;
 }
 
-// The GEMM path's blocks, or the decode path's n_heads · max_context scores, whichever is more.
+// The GEMM path's blocks, or the decode path's n_heads · max_context scores and a page of rows,
+// whichever is more.
 int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_size) {
-  return int64_t{max_context} * std::max(2 * shape.head_dim + kQueryBlock, shape.n_heads) +
-         int64_t{page_size} * shape.head_dim;
+  return std::max(BlockGemmFloats(shape, max_context, page_size),
+                  int64_t{max_context} * shape.n_heads + int64_t{page_size} * shape.head_dim);
 }
 
 }  // namespace
@@ -164,13 +214,14 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
   int64_t total = 0;
   for (const AttentionSequence& seq : sequences) total += tasks(seq);
   const size_t per_thread = workspace.size() / pool.size();
-  int page_size = 0;
-  for (const AttentionSequence& seq : sequences) page_size = std::max(page_size, seq.kv.page_size);
-  // The context the workspace was sized for (see PerThreadFloats).
-  const int max_context =
-      static_cast<int>((per_thread - int64_t{page_size} * shape.head_dim) /
-                       std::max(2 * shape.head_dim + kQueryBlock, shape.n_heads));
+  // The longest context of this call (≤ the one the workspace was sized for) lays it out.
+  int page_size = 0, max_context = 0;
+  for (const AttentionSequence& seq : sequences) {
+    page_size = std::max(page_size, seq.kv.page_size);
+    max_context = std::max(max_context, seq.start_pos + seq.n_queries);
+  }
   const DecodeRowKernels& rk = ActiveDecodeRows();
+  const GemmKernel kernel = ActiveGemmKernel();
   pool.ParallelForDynamic(total, 1, [&](int64_t begin, int64_t end, int thread) {
     float* ws = workspace.data() + thread * per_thread;
     size_t s = 0;
@@ -183,7 +234,7 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
         // Head-major: consecutive tasks reuse one head's K/V from cache.
         const int64_t per_head = tasks(seq) / shape.n_heads;
         const int q_begin = static_cast<int>(index % per_head) * kQueryBlock;
-        AttendBlockGemm(shape, seq, static_cast<int>(index / per_head), q_begin,
+        AttendBlockGemm(kernel, shape, seq, static_cast<int>(index / per_head), q_begin,
                         std::min(seq.n_queries, q_begin + kQueryBlock), max_context, ws);
         continue;
       }

@@ -71,6 +71,16 @@ void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const Act
                     int64_t n, float* y, int64_t ldy);
 }  // namespace avx512
 
+// The widest panel of any level.
+inline constexpr int kGemmMaxNr = avx2::kGemmNr > avx512::kGemmNr ? avx2::kGemmNr : avx512::kGemmNr;
+
+// The fp32 micro-kernel for the active instruction set (kernels/cpu_features.h).
+struct GemmKernel {
+  int mr, nr;
+  void (*tile)(const GemmTileArgs&);
+};
+GemmKernel ActiveGemmKernel();
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_

@@ -30,7 +30,6 @@ constexpr int64_t kGemmChunkRows = 128;
 constexpr int64_t kGemmKc = 1024;
 static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kGemmNr == 0,
               "a chunk's panels fill MatmulWorkspaceFloats' kGemmChunkRows rows exactly");
-constexpr int64_t kGemmMaxNr = std::max(avx2::kGemmNr, avx512::kGemmNr);
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
 // Weight rows per block of the batched and the quantized GEMV: every x row passes over a block
@@ -179,19 +178,6 @@ bool TakesQuantizedGemv(std::span<const Tensor> parts, int64_t n, size_t workspa
   return bytes <= workspace_bytes;
 }
 
-// The prefill GEMM's micro-kernel for the active instruction set (gemm_kernels.h).
-struct GemmKernel {
-  int mr, nr;
-  void (*tile)(const GemmTileArgs&);
-};
-
-GemmKernel ActiveGemmKernel() {
-  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
-    return {avx512::kGemmMr, avx512::kGemmNr, &avx512::GemmTile};
-  }
-  return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmTile};
-}
-
 // Weight row r as floats: W's own row when f32, else widened or dequantized into `tmp` (cols).
 const float* RowFloats(const Tensor& w, int64_t r, float* tmp) {
   const int64_t cols = w.cols();
@@ -292,6 +278,13 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
 }
 
 }  // namespace
+
+GemmKernel ActiveGemmKernel() {
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    return {avx512::kGemmMr, avx512::kGemmNr, &avx512::GemmTile};
+  }
+  return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmTile};
+}
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
   // Per thread: a chunk's panels, then one panel's rows widened.
