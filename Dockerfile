@@ -28,11 +28,11 @@ FROM debian:12-slim
 ENV DEBIAN_FRONTEND=noninteractive
 # libsentencepiece0 is loaded by libpdserve_spm_shim.so (kept beside the binary, where pdserve
 # looks for it); the rest are pdserve's own link dependencies (gRPC, protobuf, Abseil, spdlog, fmt,
-# UCX, OpenBLAS, prometheus-cpp core).
+# UCX, prometheus-cpp core).
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 \
-      libucx0 libopenblas0-pthread libprometheus-cpp-core1.0 libsentencepiece0 \
+      libucx0 libprometheus-cpp-core1.0 libsentencepiece0 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/ /
 # The UID the Kubernetes manifests run as (runAsUser: 10001): UCX's SysV shared-memory segments are

@@ -10,15 +10,6 @@ find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
-# OpenBLAS (pthread flavour) for the prefill GEMM; we call it single-threaded from our own pool.
-find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas
-          PATHS /usr/include/x86_64-linux-gnu /usr/include REQUIRED)
-find_library(OPENBLAS_LIBRARY NAMES openblas PATH_SUFFIXES openblas-pthread
-             PATHS /usr/lib/x86_64-linux-gnu REQUIRED)
-add_library(pdserve_openblas INTERFACE)
-target_include_directories(pdserve_openblas INTERFACE ${OPENBLAS_INCLUDE_DIR})
-target_link_libraries(pdserve_openblas INTERFACE ${OPENBLAS_LIBRARY})
-
 if(PDSERVE_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)

@@ -11,7 +11,6 @@ PACKAGES=(
   libucx-dev libcpp-httplib-dev
   libsentencepiece-dev
   nlohmann-json3-dev prometheus-cpp-dev libssl-dev openssl
-  libopenblas-pthread-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   python3
   python3-yaml python3-jinja2
