@@ -139,8 +139,8 @@ void AttendBlockGemm(const GemmKernel& kernel, const AttentionShape& s,
   const int64_t q_stride = QStride(s, seq), out_stride = OutStride(s, seq);
   float* keys = ws;
   float* values = keys + int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr);
-  float* scores = values + int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr);
-  float* scratch = scores + int64_t{kQueryBlock} * max_context;  // [q_end − q_begin, n_keys]
+  float* scores = values + int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr);  // [m, n_keys]
+  float* scratch = scores + int64_t{kQueryBlock} * max_context;
   const int m = q_end - q_begin;
   float* out = seq.out + q_begin * out_stride + s.out_offset(head);
   if (dv == 0) return;  // the head has no output floats

@@ -78,22 +78,28 @@ printf '# the test cluster'"'"'s key\n%s\n' "$API_KEY" > "$WORK/api.keys"
 
 # Starts `pdserve up` with MODEL_ARGS, the key file and "$@"; waits for its ready line and sets
 # router_http. Fails with the cluster's stderr when it exits or is not ready in time.
+# Each cluster writes files of its own: a process of an earlier cluster still exiting must not
+# write into (the truncated) output of the next one.
+clusters=0
 start_cluster() {
+  clusters=$((clusters + 1))
+  up_out="$WORK/up.$clusters.out"
+  up_err="$WORK/up.$clusters.err"
   "$PDSERVE" up "${MODEL_ARGS[@]}" --log-level warn --api-key-file "$WORK/api.keys" "$@" \
-    > "$WORK/up.out" 2> "$WORK/up.err" &
+    > "$up_out" 2> "$up_err" &
   up_pid=$!
   local ready="" deadline=$((SECONDS + READY_SECONDS))
   while [[ -z "$ready" ]]; do
-    ready=$(grep -m1 '^PDSERVE_READY up ' "$WORK/up.out" || true)
+    ready=$(grep -m1 '^PDSERVE_READY up ' "$up_out" || true)
     [[ -n "$ready" ]] && break
     if ! kill -0 "$up_pid" 2>/dev/null; then
       echo "FAIL: pdserve up exited before its ready line; its stderr:" >&2
-      cat "$WORK/up.err" >&2
+      cat "$up_err" >&2
       exit 1
     fi
     if ((SECONDS > deadline)); then
       echo "FAIL: no ready line from pdserve up in ${READY_SECONDS}s; its stderr:" >&2
-      cat "$WORK/up.err" >&2
+      cat "$up_err" >&2
       exit 1
     fi
     sleep 0.2
@@ -110,13 +116,13 @@ start_cluster() {
 # is told to trust); fails with the cluster's stderr.
 run_client() {
   local ca
-  ca=$(awk '/^PDSERVE_TLS_CA / {print $2}' "$WORK/up.out")
+  ca=$(awk '/^PDSERVE_TLS_CA / {print $2}' "$up_out")
   [[ -n $ca ]] || { echo "FAIL: pdserve up printed no PDSERVE_TLS_CA line" >&2; exit 1; }
   if ! NODE_EXTRA_CA_CERTS="$ca" PDSERVE_API_KEY="$API_KEY" \
       RENDER_CHAT_JINJA2="$HERE/../tokenizers/render_chat_jinja2.py" \
       node "$WORK/openai_client_test.mjs" "https://$router_http" "$@"; then
     echo "--- pdserve up stderr (last 50 lines) ---" >&2
-    tail -50 "$WORK/up.err" >&2
+    tail -50 "$up_err" >&2
     exit 1
   fi
 }
@@ -128,13 +134,13 @@ run_client $TOKENIZER_PACKAGE
 if [[ "$MODE" == stories260K ]]; then
   # Key rotation without a restart: the router rereads its key file on SIGHUP.
   status_with() {  # status_with KEY: the HTTP status of GET /v1/models bearing KEY
-    curl -s -o /dev/null -w '%{http_code}' --cacert "$(awk '/^PDSERVE_TLS_CA / {print $2}' "$WORK/up.out")" \
+    curl -s -o /dev/null -w '%{http_code}' --cacert "$(awk '/^PDSERVE_TLS_CA / {print $2}' "$up_out")" \
       -H "Authorization: Bearer $1" "https://$router_http/v1/models"
   }
   old_key=$API_KEY
   API_KEY="sk-pdserve-rotated-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
   printf '%s\n' "$API_KEY" > "$WORK/api.keys"
-  router_pid=$(awk '$1 == "router" {print $5}' "$WORK/up.out")
+  router_pid=$(awk '$1 == "router" {print $5}' "$up_out")
   kill -HUP "$router_pid"
   for ((i = 0; i < 50; i++)); do
     [[ $(status_with "$API_KEY") == 200 ]] && break
@@ -143,7 +149,7 @@ if [[ "$MODE" == stories260K ]]; then
   if [[ $(status_with "$API_KEY") != 200 || $(status_with "$old_key") != 401 ]]; then
     echo "FAIL: after SIGHUP the new key got $(status_with "$API_KEY") and the old one" \
          "$(status_with "$old_key") (want 200 and 401); up's stderr:" >&2
-    tail -20 "$WORK/up.err" >&2
+    tail -20 "$up_err" >&2
     exit 1
   fi
   kill -0 "$router_pid" || { echo "FAIL: SIGHUP ended the router" >&2; exit 1; }
