@@ -1,19 +1,36 @@
-// The vectorized softmax behind attention against a double-precision softmax.
+// The vectorized softmax behind attention against a double-precision softmax, each instruction
+// set's version (the AVX-512 one skipped on CPUs without it).
 #include "kernels/cpu/softmax.h"
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
 namespace {
 
-TEST(SoftmaxTest, MatchesDoublePrecisionAcrossRangesAndLengths) {
+struct Version {
+  std::string name;
+  void (*softmax)(float* x, int n);
+  bool (*supported)();
+};
+
+class SoftmaxTest : public testing::TestWithParam<Version> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().supported()) GTEST_SKIP() << "the CPU lacks " << GetParam().name;
+  }
+  void SoftmaxInPlace(float* x, int n) { GetParam().softmax(x, n); }
+};
+
+TEST_P(SoftmaxTest, MatchesDoublePrecisionAcrossRangesAndLengths) {
   std::mt19937 rng(17);
   for (float spread : {0.1f, 5.0f, 40.0f, 200.0f}) {
-    for (int n : {1, 3, 8, 9, 100, 1000}) {
+    for (int n : {1, 3, 8, 9, 15, 16, 17, 100, 1000}) {
       std::uniform_real_distribution<float> dist(-spread, spread);
       std::vector<float> x(n);
       for (float& v : x) v = dist(rng);
@@ -37,7 +54,7 @@ TEST(SoftmaxTest, MatchesDoublePrecisionAcrossRangesAndLengths) {
 
 // The maximum is found wherever it sits (any vector lane, the scalar tail): e^(x − max) overflows
 // to infinity when a larger element is missed.
-TEST(SoftmaxTest, FindsTheMaximumAtEveryPosition) {
+TEST_P(SoftmaxTest, FindsTheMaximumAtEveryPosition) {
   for (int n : {1, 7, 31, 32, 33, 64, 100}) {
     for (int at = 0; at < n; ++at) {
       std::vector<float> x(n, -50.0f);
@@ -51,7 +68,7 @@ TEST(SoftmaxTest, FindsTheMaximumAtEveryPosition) {
   }
 }
 
-TEST(SoftmaxTest, VeryNegativeArgumentsGiveZeroNotGarbage) {
+TEST_P(SoftmaxTest, VeryNegativeArgumentsGiveZeroNotGarbage) {
   std::vector<float> x = {0.0f, -80.0f, -87.0f, -88.0f, -100.0f, -1e30f, 0.0f, -3.0f, -1e4f};
   SoftmaxInPlace(x.data(), static_cast<int>(x.size()));
   for (float v : x) {
@@ -62,6 +79,13 @@ TEST(SoftmaxTest, VeryNegativeArgumentsGiveZeroNotGarbage) {
   EXPECT_EQ(x[5], 0.0f);
   EXPECT_NEAR(x[0], 1.0 / (2.0 + std::exp(-3.0)), 1e-6);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Isa, SoftmaxTest,
+    testing::Values(Version{"avx2", &avx2::SoftmaxInPlace, [] { return CpuIsSupported(); }},
+                    Version{"avx512", &avx512::SoftmaxInPlace,
+                            [] { return GetCpuFeatures().avx512; }}),
+    [](const testing::TestParamInfo<Version>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace pdserve::kernels

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -18,6 +19,8 @@ inline float Sum(__m256 v) {
 }
 
 }  // namespace
+
+namespace avx2 {
 
 void SoftmaxInPlace(float* x, int n) {
   const float max_value = *std::max_element(x, x + n);
@@ -38,6 +41,16 @@ void SoftmaxInPlace(float* x, int n) {
   for (i = 0; i + 8 <= n; i += 8)
     _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
   for (; i < n; ++i) x[i] *= 1.0f / sum;
+}
+
+}  // namespace avx2
+
+void SoftmaxInPlace(float* x, int n) {
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    avx512::SoftmaxInPlace(x, n);
+  } else {
+    avx2::SoftmaxInPlace(x, n);
+  }
 }
 
 }  // namespace pdserve::kernels
