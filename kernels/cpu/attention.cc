@@ -75,16 +75,17 @@ void GatherValuePanels(const KvSectionView& section, const PagedKvView& kv, int 
   });
 }
 
-// y[i, j] = Σ_k x[i, k] · B[k, j] for i < m and j < n over panels of nr columns of B, each kc × nr
-// floats back to back.
+// y[i, j] = Σ_k x[i, k] · B[k, j] for i < m, j < n and k < kc, B's columns in panels of nr,
+// `panel_stride` floats apart, row k of a panel at k · nr.
 void GemmOverPanels(const GemmKernel& kernel, const float* x, int64_t ldx, int m,
-                    const float* panels, int kc, int n, float* y, int64_t ldy) {
+                    const float* panels, int64_t panel_stride, int kc, int n, float* y,
+                    int64_t ldy) {
   for (int i0 = 0; i0 < m; i0 += kernel.mr) {
     for (int j0 = 0, p = 0; j0 < n; j0 += kernel.nr, ++p) {
       kernel.tile({.x = x + int64_t{i0} * ldx,
                    .ldx = ldx,
                    .mr = std::min(kernel.mr, m - i0),
-                   .panel = panels + int64_t{p} * kc * kernel.nr,
+                   .panel = panels + p * panel_stride,
                    .kc = kc,
                    .y = y + int64_t{i0} * ldy + j0,
                    .ldy = ldy,
@@ -129,45 +130,54 @@ void AttendHeads(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
   }
 }
 
-// Queries [q_begin, q_end) of one head. `ws` holds BlockGemmFloats(s, max_context, page_size).
-void AttendBlockGemm(const GemmKernel& kernel, const AttentionShape& s,
-                     const AttentionSequence& seq, int head, int q_begin, int q_end,
-                     int max_context, float* ws) {
-  const int g = head / s.group();
+// Query blocks [block_begin, block_end) of every query head of KV head g: its keys and values
+// gathered into panels once, up to what the last block sees, then per block and query head S =
+// Q·Kᵀ/√head_dim, causal softmax, O = P·V. `ws` holds BlockGemmFloats(s, max_context, page_size).
+void AttendBlocksGemm(const GemmKernel& kernel, const AttentionShape& s,
+                      const AttentionSequence& seq, int g, int block_begin, int block_end,
+                      int max_context, float* ws) {
   const int dk = seq.kv.k.dim(g), dv = seq.kv.v.dim(g);
-  const int n_keys = seq.start_pos + q_end;  // what the block's last query sees
+  if (dv == 0) return;  // the heads have no output floats
   const int64_t q_stride = QStride(s, seq), out_stride = OutStride(s, seq);
   float* keys = ws;
   float* values = keys + int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr);
-  float* scores = values + int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr);  // [m, n_keys]
+  float* scores = values + int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr);
   float* scratch = scores + int64_t{kQueryBlock} * max_context;
-  const int m = q_end - q_begin;
-  float* out = seq.out + q_begin * out_stride + s.out_offset(head);
-  if (dv == 0) return;  // the head has no output floats
-  if (dk == 0) {
-    // No key dims: every score is 0 and the weights uniform, as on the decode path and in
-    // AttentionReference.
-    std::fill(scores, scores + int64_t{m} * n_keys, 0.0f);
-  } else {
-    GatherKeyPanels(seq.kv.k, seq.kv, g, n_keys, kernel.nr,
+  const int all_keys = seq.start_pos + std::min(seq.n_queries, block_end * kQueryBlock);
+  if (dk > 0) {
+    GatherKeyPanels(seq.kv.k, seq.kv, g, all_keys, kernel.nr,
                     1.0f / std::sqrt(static_cast<float>(s.head_dim)), keys, scratch);
-    GemmOverPanels(kernel, seq.q + q_begin * q_stride + s.q_offset(head), q_stride, m, keys, dk,
-                   n_keys, scores, n_keys);
   }
-  for (int i = 0; i < m; ++i) {
-    float* sr = scores + int64_t{i} * n_keys;
-    const int visible = seq.start_pos + q_begin + i + 1;
-    SoftmaxInPlace(sr, visible);
-    std::fill(sr + visible, sr + n_keys, 0.0f);
+  GatherValuePanels(seq.kv.v, seq.kv, g, all_keys, kernel.nr, values, scratch);
+  for (int block = block_begin; block < block_end; ++block) {
+    const int q_begin = block * kQueryBlock;
+    const int m = std::min(seq.n_queries - q_begin, kQueryBlock);
+    const int n_keys = seq.start_pos + q_begin + m;  // what the block's last query sees
+    for (int head = g * s.group(); head < (g + 1) * s.group(); ++head) {
+      if (dk == 0) {
+        // No key dims: every score is 0 and the weights uniform, as on the decode path and in
+        // AttentionReference.
+        std::fill(scores, scores + int64_t{m} * n_keys, 0.0f);
+      } else {
+        GemmOverPanels(kernel, seq.q + q_begin * q_stride + s.q_offset(head), q_stride, m, keys,
+                       int64_t{dk} * kernel.nr, dk, n_keys, scores, n_keys);
+      }
+      for (int i = 0; i < m; ++i) {
+        float* sr = scores + int64_t{i} * n_keys;
+        const int visible = seq.start_pos + q_begin + i + 1;
+        SoftmaxInPlace(sr, visible);
+        std::fill(sr + visible, sr + n_keys, 0.0f);
+      }
+      GemmOverPanels(kernel, scores, n_keys, m, values, int64_t{all_keys} * kernel.nr, n_keys, dv,
+                     seq.out + q_begin * out_stride + s.out_offset(head), out_stride);
+    }
   }
-  GatherValuePanels(seq.kv.v, seq.kv, g, n_keys, kernel.nr, values, scratch);
-  GemmOverPanels(kernel, scores, n_keys, m, values, n_keys, dv, out, out_stride);
 }
 
 // Decode tasks split each query row's KV heads into this many contiguous ranges: one when there
 // are enough rows to keep every thread busy (a task then sweeps whole pages), more for few rows
-// (a long single sequence), about kDecodeTasksPerThread tasks per thread in all.
-constexpr int kDecodeTasksPerThread = 4;
+// (a long single sequence), about kTasksPerThread tasks per thread in all.
+constexpr int kTasksPerThread = 4;
 int DecodeRanges(const AttentionShape& s, std::span<const AttentionSequence> sequences,
                  int threads) {
   int64_t rows = 0;
@@ -175,7 +185,7 @@ int DecodeRanges(const AttentionShape& s, std::span<const AttentionSequence> seq
     if (seq.n_queries < kGemmMinQueries) rows += seq.n_queries;
   }
   if (rows == 0) return 1;
-  const int64_t wanted = (int64_t{kDecodeTasksPerThread} * threads + rows - 1) / rows;
+  const int64_t wanted = (int64_t{kTasksPerThread} * threads + rows - 1) / rows;
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, s.n_kv_heads));
 }
 
@@ -184,11 +194,24 @@ std::pair<int, int> HeadRange(const AttentionShape& s, int r, int ranges) {
   return {r * s.n_kv_heads / ranges, (r + 1) * s.n_kv_heads / ranges};
 }
 
-// Tasks of one sequence: per (head, query block) on the GEMM path, else per (query, range of KV
-// heads).
-int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq, int ranges) {
+// GEMM-path tasks of a KV head: contiguous ranges of its query blocks (each gathering the head's
+// K/V once), about kTasksPerThread tasks per thread over the KV heads.
+int BlockRanges(const AttentionShape& s, const AttentionSequence& seq, int threads) {
+  const int blocks = (seq.n_queries + kQueryBlock - 1) / kQueryBlock;
+  return std::clamp((kTasksPerThread * threads + s.n_kv_heads - 1) / s.n_kv_heads, 1, blocks);
+}
+
+// Query blocks [first, end) of range r of `ranges` over a sequence's blocks.
+std::pair<int, int> BlockRange(const AttentionSequence& seq, int r, int ranges) {
+  const int blocks = (seq.n_queries + kQueryBlock - 1) / kQueryBlock;
+  return {r * blocks / ranges, (r + 1) * blocks / ranges};
+}
+
+// Tasks of one sequence: per (KV head, range of query blocks) on the GEMM path, else per (query,
+// range of KV heads).
+int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq, int ranges, int threads) {
   if (seq.n_queries >= kGemmMinQueries) {
-    return int64_t{s.n_heads} * ((seq.n_queries + kQueryBlock - 1) / kQueryBlock);
+    return int64_t{s.n_kv_heads} * BlockRanges(s, seq, threads);
   }
   return int64_t{seq.n_queries} * ranges;
 }
@@ -210,7 +233,9 @@ size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, in
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace) {
   const int ranges = DecodeRanges(shape, sequences, pool.size());
-  auto tasks = [&](const AttentionSequence& seq) { return TaskCount(shape, seq, ranges); };
+  auto tasks = [&](const AttentionSequence& seq) {
+    return TaskCount(shape, seq, ranges, pool.size());
+  };
   int64_t total = 0;
   for (const AttentionSequence& seq : sequences) total += tasks(seq);
   const size_t per_thread = workspace.size() / pool.size();
@@ -231,11 +256,10 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
       const AttentionSequence& seq = sequences[s];
       const int64_t index = task - first;
       if (seq.n_queries >= kGemmMinQueries) {
-        // Head-major: consecutive tasks reuse one head's K/V from cache.
-        const int64_t per_head = tasks(seq) / shape.n_heads;
-        const int q_begin = static_cast<int>(index % per_head) * kQueryBlock;
-        AttendBlockGemm(kernel, shape, seq, static_cast<int>(index / per_head), q_begin,
-                        std::min(seq.n_queries, q_begin + kQueryBlock), max_context, ws);
+        const int block_ranges = BlockRanges(shape, seq, pool.size());
+        const auto [b0, b1] = BlockRange(seq, static_cast<int>(index % block_ranges), block_ranges);
+        AttendBlocksGemm(kernel, shape, seq, static_cast<int>(index / block_ranges), b0, b1,
+                         max_context, ws);
         continue;
       }
       const auto [g0, g1] = HeadRange(shape, static_cast<int>(index % ranges), ranges);
