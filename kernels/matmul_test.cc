@@ -216,11 +216,16 @@ TEST(GemvKernelTest, Avx512) {
   CheckGemvKernel(&avx512::GemvRows);
 }
 
-// The batched GEMV kernels called directly: every x-row count up to three tiles and a partial one,
-// row counts that leave 1 to 3 rows of a last tile, columns off the vector width, padded x, w and
-// y rows, overwriting and accumulating, with and without a prefetch range; each y[b, j] against a
-// double-precision dot product, padding untouched.
+// The batched GEMV kernels called directly: empty calls, every x-row count up to three tiles and
+// a partial one, row counts that leave 1 to 3 rows of a last tile, columns off the vector width,
+// padded x, w and y rows, overwriting and accumulating, with and without a prefetch range; each
+// y[b, j] against a double-precision dot product, padding untouched.
 void CheckBatchGemvKernel(void (*kernel)(const BatchGemvArgs&)) {
+  // No x rows or no weight rows: nothing to compute, nothing written.
+  float untouched = kGuard;
+  kernel({nullptr, 1, 0, nullptr, 1, 3, 1, &untouched, 1, false, nullptr, 0});
+  kernel({nullptr, 1, 3, nullptr, 1, 0, 1, &untouched, 1, false, nullptr, 0});
+  ASSERT_EQ(untouched, kGuard);
   uint32_t seed = 200;
   for (int64_t rows : {1, 2, 3, 4, 7, 18}) {
     for (int64_t cols : {1, 7, 16, 33, 172}) {
