@@ -53,6 +53,9 @@ void GemvRows(const GemvArgs& args, int64_t row_begin, int64_t row_end);
 void BatchGemvRows(const BatchGemvArgs& args);
 }  // namespace avx512
 
+// BatchGemvRows of the active instruction set (kernels/cpu_features.h).
+void ActiveBatchGemvRows(const BatchGemvArgs& args);
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_GEMV_KERNELS_H_

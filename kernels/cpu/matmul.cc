@@ -65,7 +65,6 @@ void BatchGemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_
   const int64_t slices = (cols + kc - 1) / kc;
   const size_t row_bytes = cols * DTypeSize(w.dtype);
   const auto* bytes = static_cast<const uint8_t*>(w.data);
-  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
   for (int64_t r = begin; r < end; r += kGemvRowBlock) {
     const int64_t rows = std::min(end, r + kGemvRowBlock) - r;
     const float* rows_f32 = block;
@@ -91,11 +90,7 @@ void BatchGemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_
                                .accumulate = k0 > 0,
                                .prefetch = bytes + (r + rows) * row_bytes + s * share,
                                .prefetch_bytes = next_rows > 0 ? share : 0};
-      if (avx512) {
-        avx512::BatchGemvRows(args);
-      } else {
-        avx2::BatchGemvRows(args);
-      }
+      ActiveBatchGemvRows(args);
     }
   }
 }
@@ -278,6 +273,14 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
 }
 
 }  // namespace
+
+void ActiveBatchGemvRows(const BatchGemvArgs& args) {
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    avx512::BatchGemvRows(args);
+  } else {
+    avx2::BatchGemvRows(args);
+  }
+}
 
 GemmKernel ActiveGemmKernel() {
   if (ActiveSimdLevel() == SimdLevel::kAvx512) {
