@@ -662,5 +662,38 @@ TEST(KCacheAttentionTest, ThreadsAndSelectedSpanDoNotChangeTheResult) {
   EXPECT_EQ(one.calls(), two.calls());
 }
 
+// The shapes of cuda_kv_test's dense-equivalence case, which found on a GPU that the CPU decode
+// kernels skipped V columns past the last whole 4-vector block when the rest needed 4 vectors
+// (widths 49-63 on AVX-512): head dim 64, GQA 4, ZACK widths {64, 50} / {61, 64}, contexts across
+// pages and 256-key chunks, everything selected. KCache and Attention's decode against
+// AttentionReference.
+TEST(KCacheAttentionTest, EverythingSelectedMatchesTheReferenceAtZackWidths) {
+  for (int page_size : {16, 7}) {
+    SCOPED_TRACE(absl::StrCat("page ", page_size));
+    const DecodeKv f(4, 64, page_size,
+                     Layout(page_size, {64, 50}, KvElement::kF32, KvScaleMode::kNone),
+                     Layout(page_size, {61, 64}, KvElement::kF32, KvScaleMode::kNone),
+                     {100, 251, 1, 601}, 1, 3.0f);
+    ThreadPool pool(1);
+    std::vector<std::vector<float>> dense, reference;
+    std::vector<AttentionSequence> seqs = f.Sequences(dense, /*poison_values=*/false);
+    std::vector<float> workspace(
+        AttentionWorkspaceFloats(f.Shape(), pool.size(), f.max_context(), f.page_size()));
+    Attention(pool, f.Shape(), seqs, workspace);
+    std::vector<AttentionSequence> reference_seqs = f.Sequences(reference, false);
+    for (const AttentionSequence& seq : reference_seqs) AttentionReference(f.Shape(), seq);
+    Fetcher fetcher(f);
+    const KCacheRun run = RunKCache(f, 1, {.top_n = 590, .sink = 4, .recent = 8}, fetcher);
+    for (size_t s = 0; s < f.num_sequences(); ++s) {
+      for (int64_t i = 0; i < f.out_width(); ++i) {
+        const float want = reference[s][i];
+        ASSERT_NEAR(dense[s][i], want, 1e-5 + 1e-4 * std::abs(want))
+            << "Attention, sequence " << s << " out[" << i << "]";
+        ASSERT_EQ(run.outs[s][i], dense[s][i]) << "KCache, sequence " << s << " out[" << i << "]";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pdserve::kernels
