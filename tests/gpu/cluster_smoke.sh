@@ -6,6 +6,8 @@
 # KV profile (SwiftKV, FP8, KCache), the same request is answered and reported, not compared
 # (FP8 codes may round differently on the GPU).
 # Usage: tests/gpu/cluster_smoke.sh PDSERVE SHARED_DIR REPORT_DIR [DEVICE (default cuda)]
+# ctest runs it with DEVICE cpu (gpu_cluster_smoke_on_cpu), so the script itself stays working on
+# machines without a GPU.
 # Exits non-zero when the cluster does not come up or the plain answer differs.
 set -uo pipefail
 pdserve=$1
@@ -17,6 +19,8 @@ tokenizer=$shared/models/stories260K/tok512.bin
 prompt="Lily wanted to"
 tokens=64
 up_pid=""
+ca=""
+mkdir -p "$report"
 
 # SIGTERM drains the cluster; `up` acts on it only once ready, so after 60 s it is killed.
 stop_cluster() {
@@ -31,7 +35,8 @@ stop_cluster() {
 }
 trap stop_cluster EXIT
 
-# Starts `up` with the extra flags; sets router to its gRPC address, or returns 1.
+# Starts `up` with the extra flags; sets router to its gRPC address and ca to the CA file clients
+# verify its TLS with (`up` serves TLS by default), or returns 1.
 start_cluster() {  # name, flags...
   local name=$1
   shift
@@ -52,10 +57,11 @@ start_cluster() {  # name, flags...
     sleep 0.2
   done
   read -r _ _ router _ <<<"$ready"
+  ca=$(awk '/^PDSERVE_TLS_CA / {print $2; exit}' "$report/cluster-$name.out")
 }
 
 ask() {  # name
-  "$pdserve" client --router "$router" --prompt "$prompt" --max-tokens $tokens \
+  "$pdserve" client --router "$router" ${ca:+--tls-ca "$ca"} --prompt "$prompt" --max-tokens $tokens \
     --timeout-seconds 120 >"$report/cluster-$1.answer" 2>"$report/cluster-$1.client.err"
 }
 
