@@ -4,7 +4,8 @@
 #   llama    llama-server -t 2 -np 4 (+ LLAMA_FLAGS), its prompt cache in CACHE_MIB of host memory
 #   default  pdserve up: one prefill and one decode worker with the KV profile PROFILE (default:
 #            models/pd10m/default.flags for pd10m, else SwiftKV at half depth + FP8 + KCache
-#            top-32), its prefix cache in a KV store of CACHE_MIB
+#            top-32), its KV store as large as llama-server's KV memory: its slots' context
+#            (-c, f16) plus CACHE_MIB (the store holds requests' pages and the prefix cache alike)
 #   plain    pdserve up --monolithic: two monolithic workers, the plain model
 # Workloads (WORKLOADS; a workload the model's context cannot hold is skipped and said so):
 #   fresh768   768 + 32 tokens, a sweep over RATES_768 req/s
@@ -72,13 +73,15 @@ if [[ -z ${PROFILE:-} ]]; then
 fi
 read -r -a PROFILE_ARGS <<< "$PROFILE"
 HISTORY=$((FIRST + (TURNS - 1) * (ANSWER + TURN)))  # the last turn's prompt
+KV_BYTES=$((2 * LAYERS * KV_HEADS * (DIM / HEADS) * 2))  # f16 K and V per token
 CACHE_MIB=${CACHE_MIB:-$(python3 -c "
-kv = 2 * $LAYERS * $KV_HEADS * ($DIM // $HEADS) * 2   # f16 K and V per token
+kv = $KV_BYTES
 tokens = $CONVERSATIONS * ($HISTORY + $ANSWER)
 print(max(64, round(tokens * kv / 4 / 2**20)))")}
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "CPU: $cpu; model $MODEL (vocab $VOCAB, context $CTX); llama.cpp: $LLAMA_BIN $LLAMA_FLAGS"
-echo "pdserve profile: $PROFILE; cached KV memory on both sides: $CACHE_MIB MiB"
+echo "pdserve profile: $PROFILE; prompt cache memory: $CACHE_MIB MiB (llama-server's --cache-ram;"\
+  "pdserve's store gets it plus llama-server's context KV)"
 
 # shellcheck source=scripts/cluster_lib.sh
 source scripts/cluster_lib.sh
@@ -93,7 +96,8 @@ start_system() {
         --cache-ram "$CACHE_MIB" $LLAMA_FLAGS
       URL=127.0.0.1:8094 ;;
     default)
-      start_cluster "$log" --model "$MODEL" --threads 1 --pool-mib "$CACHE_MIB" "${PROFILE_ARGS[@]}"
+      local pool_mib=$((CACHE_MIB + (4 * ctx * KV_BYTES + (1 << 20) - 1) / (1 << 20)))
+      start_cluster "$log" --model "$MODEL" --threads 1 --pool-mib "$pool_mib" "${PROFILE_ARGS[@]}"
       URL=$ROUTER_HTTP ;;
     plain)
       start_cluster "$log" --model "$MODEL" --threads 1 --monolithic --decode-workers 2
