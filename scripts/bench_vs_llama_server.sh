@@ -86,7 +86,8 @@ echo "pdserve profile: $PROFILE; prompt cache memory: $CACHE_MIB MiB (llama-serv
 # shellcheck source=scripts/cluster_lib.sh
 source scripts/cluster_lib.sh
 
-# Starts `system` for requests of up to `ctx` tokens; sets URL.
+# Starts `system` for requests of up to `ctx` tokens (each llama-server slot and each pdserve
+# sequence holds that context, whatever the model's own); sets URL.
 start_system() {
   local system=$1 ctx=$2 log=$3
   case $system in
@@ -97,10 +98,12 @@ start_system() {
       URL=127.0.0.1:8094 ;;
     default)
       local pool_mib=$((CACHE_MIB + (4 * ctx * KV_BYTES + (1 << 20) - 1) / (1 << 20)))
-      start_cluster "$log" --model "$MODEL" --threads 1 --pool-mib "$pool_mib" "${PROFILE_ARGS[@]}"
+      start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" --pool-mib "$pool_mib" \
+        "${PROFILE_ARGS[@]}"
       URL=$ROUTER_HTTP ;;
     plain)
-      start_cluster "$log" --model "$MODEL" --threads 1 --monolithic --decode-workers 2
+      start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" --monolithic \
+        --decode-workers 2
       URL=$ROUTER_HTTP ;;
   esac
 }
