@@ -17,7 +17,7 @@
 # Exits non-zero when a test, a sanitizer or the cluster check fails; benchmarks only report.
 # Usage: tests/gpu/run.sh [--report DIR] [--prebuilt DIR] [--no-setup] [--quick]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
 
 report=gpu-report
@@ -64,10 +64,9 @@ if [ -n "$prebuilt" ]; then
 else
   step build
   [ "$setup" = 1 ] && scripts/setup.sh >"$report/setup.log" 2>&1
-  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPDSERVE_CUDA=ON \
+  if ! { cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPDSERVE_CUDA=ON \
     -DPDSERVE_BUILD_BENCHMARKS=ON >"$report/configure.log" 2>&1 &&
-    cmake --build build/gpu -j "$(nproc)" >"$report/build.log" 2>&1
-  if [ $? -ne 0 ]; then
+    cmake --build build/gpu -j "$(nproc)" >"$report/build.log" 2>&1; }; then
     note "- build: FAILED (see build.log)"
     exit 1
   fi
@@ -92,7 +91,12 @@ for t in $gpu_tests; do
   passed=$(grep -c '^\[       OK \]' "$report/$t.log")
   skipped=$(grep -c '^\[  SKIPPED \]' "$report/$t.log")
   failed=$(grep -c '^\[  FAILED  \]' "$report/$t.log")
-  [ $rc -eq 0 ] && result=pass || { result=FAIL; failures=$((failures + 1)); }
+  if [ $rc -eq 0 ]; then
+    result=pass
+  else
+    result=FAIL
+    failures=$((failures + 1))
+  fi
   note "| $t | $result | $passed | $skipped | $failed |"
 done
 
