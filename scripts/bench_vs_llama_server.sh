@@ -74,6 +74,7 @@ fi
 read -r -a PROFILE_ARGS <<< "$PROFILE"
 HISTORY=$((FIRST + (TURNS - 1) * (ANSWER + TURN)))  # the last turn's prompt
 KV_BYTES=$((2 * LAYERS * KV_HEADS * (DIM / HEADS) * 2))  # f16 K and V per token
+SLOTS=4  # llama-server's parallel slots (-np), each holding one request's context
 CACHE_MIB=${CACHE_MIB:-$(python3 -c "
 kv = $KV_BYTES
 tokens = $CONVERSATIONS * ($HISTORY + $ANSWER)
@@ -93,13 +94,13 @@ start_system() {
   case $system in
     llama)
       # shellcheck disable=SC2086  # LLAMA_FLAGS is a list of flags
-      start_llama_server "$log" 8094 -m "$MODEL" -t 2 -np 4 -c $((4 * ctx)) \
+      start_llama_server "$log" 8094 -m "$MODEL" -t 2 -np "$SLOTS" -c $((SLOTS * ctx)) \
         --cache-ram "$CACHE_MIB" $LLAMA_FLAGS
       URL=127.0.0.1:8094 ;;
     default)
-      local pool_mib=$((CACHE_MIB + (4 * ctx * KV_BYTES + (1 << 20) - 1) / (1 << 20)))
-      start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" --pool-mib "$pool_mib" \
-        "${PROFILE_ARGS[@]}"
+      local pool_mib=$((CACHE_MIB + (SLOTS * ctx * KV_BYTES + (1 << 20) - 1) / (1 << 20)))
+      start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" \
+        --pool-mib "$pool_mib" "${PROFILE_ARGS[@]}"
       URL=$ROUTER_HTTP ;;
     plain)
       start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" --monolithic \

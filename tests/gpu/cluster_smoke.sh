@@ -61,8 +61,8 @@ start_cluster() {  # name, flags...
 }
 
 ask() {  # name
-  "$pdserve" client --router "$router" ${ca:+--tls-ca "$ca"} --prompt "$prompt" --max-tokens $tokens \
-    --timeout-seconds 120 >"$report/cluster-$1.answer" 2>"$report/cluster-$1.client.err"
+  "$pdserve" client --router "$router" ${ca:+--tls-ca "$ca"} --prompt "$prompt" \
+    --max-tokens $tokens --timeout-seconds 120 >"$report/cluster-$1.answer" 2>"$report/cluster-$1.client.err"
 }
 
 "$pdserve" generate --model "$model" --tokenizer "$tokenizer" --prompt "$prompt" \
