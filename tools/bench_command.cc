@@ -8,12 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <set>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/compress/flops.h"
@@ -117,15 +115,6 @@ StepKvBytes DecodeKvBytes(const KvPlan& plan, const KCacheOptions& kcache, int c
   return bytes;
 }
 
-// The layer matrices and the classifier: what one decode step streams.
-std::vector<const Tensor*> StreamedMatrices(const ModelWeights& w) {
-  std::vector<const Tensor*> out = {&w.classifier};
-  for (const LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) out.push_back(t);
-  }
-  return out;
-}
-
 // Weight bytes one decode step streams, with plain matrices run as `dtype` and quantized ones
 // as stored (WeightFormat).
 double DecodeWeightBytes(const ModelWeights& w, DType dtype) {
@@ -135,15 +124,6 @@ double DecodeWeightBytes(const ModelWeights& w, DType dtype) {
                                    : static_cast<double>(t->NumElements()) * DTypeSize(dtype);
   }
   return bytes;
-}
-
-// "f32", or the quantized formats the matrices run in ("q4_k+q6_k"; plain ones as `dtype`).
-std::string WeightsLabel(const ModelWeights& w, DType dtype) {
-  std::set<std::string> names;
-  for (const Tensor* t : StreamedMatrices(w)) {
-    names.insert(DTypeName(IsQuantized(t->dtype) ? t->dtype : dtype));
-  }
-  return absl::StrJoin(names, "+");
 }
 
 }  // namespace
@@ -177,8 +157,7 @@ absl::Status RunBench() {
   PDSERVE_ASSIGN_OR_RETURN(auto engine, CreateEngine(prepared.weights, options));
   auto log = GetLogger("bench");
   const std::string weights_label = WeightsLabel(prepared.weights, options.weight_dtype);
-  log->info("{}: {} threads, {} weights, {} kernels", c.Describe(), engine->options().num_threads,
-            weights_label, kernels::SimdLevelName(kernels::ActiveSimdLevel()));
+  log->info("{}: {}", c.Describe(), DescribeEngine(prepared.weights, *engine));
 
   // Prompt ids cycle through the vocabulary past the usual unk/bos/eos.
   const int64_t first_id = c.vocab_size > 3 ? 3 : 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -9,8 +10,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "kernels/cpu_features.h"
 #include "tools/flag_struct.h"
 
 ABSL_FLAG(std::string, model, "", "Model: llama2.c .bin, .gguf file or Hugging Face directory");
@@ -82,6 +85,33 @@ DType StoredWeightDtype(const ModelWeights& weights) {
     }
   }
   return DType::kF16;
+}
+
+std::vector<const Tensor*> StreamedMatrices(const ModelWeights& weights) {
+  std::vector<const Tensor*> out = {&weights.classifier};
+  for (const LayerWeights& l : weights.layers) {
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) out.push_back(t);
+  }
+  return out;
+}
+
+std::string WeightsLabel(const ModelWeights& weights, DType dtype) {
+  std::set<std::string> names;
+  for (const Tensor* t : StreamedMatrices(weights)) {
+    names.insert(DTypeName(IsQuantized(t->dtype) ? t->dtype : dtype));
+  }
+  return absl::StrJoin(names, "+");
+}
+
+std::string DescribeEngine(const ModelWeights& weights, const Engine& engine) {
+  const EngineOptions& options = engine.options();
+  const int threads = options.num_threads;
+  return absl::StrCat(threads, threads == 1 ? " thread, " : " threads, ",
+                      WeightsLabel(weights, options.weight_dtype), " weights, ",
+                      options.device == Device::kCpu
+                          ? kernels::SimdLevelName(kernels::ActiveSimdLevel())
+                          : DeviceName(options.device),
+                      " kernels");
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFrom(const EngineFlags& flags) {

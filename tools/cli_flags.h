@@ -98,6 +98,13 @@ void ApplyAutoWeights(const ModelWeights& weights, const EngineFlags& flags,
 // ApplyAutoWeights with the current flags.
 void ApplyAutoWeights(const ModelWeights& weights, EngineOptions& options);
 
+// The layer matrices and the classifier: what one decode step streams.
+std::vector<const Tensor*> StreamedMatrices(const ModelWeights& weights);
+// "f32", or the formats the streamed matrices run in ("q4_k+q6_k"; plain ones as `dtype`).
+std::string WeightsLabel(const ModelWeights& weights, DType dtype);
+// How `engine` runs `weights`, for logs: "2 threads, f16 weights, avx512 kernels".
+std::string DescribeEngine(const ModelWeights& weights, const Engine& engine);
+
 // The whole of the file `path` given by `flag`; NotFound naming both when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, std::string_view flag = "--text");
 
