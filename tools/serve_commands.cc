@@ -22,6 +22,7 @@
 #include "services/kvstore/kvstore_service.h"
 #include "services/prefill/prefill_service.h"
 #include "services/router/router_service.h"
+#include "tools/cli_flags.h"
 #include "tools/commands.h"
 #include "tools/flag_struct.h"
 #include "tools/role_config.h"
@@ -128,6 +129,7 @@ absl::Status RunPrefillCommand() {
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport, TransportFrom(flags.ucx));
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                            CreateEngine(worker.prepared.weights, worker.engine));
+  GetLogger("prefill")->info("engine: {}", DescribeEngine(worker.prepared.weights, *engine));
   PrefillWorkerOptions worker_options;
   worker_options.max_queued_requests = flags.max_queue;
   worker_options.calibration_hash = worker.calibration_hash;
@@ -174,6 +176,8 @@ absl::Status RunDecodeCommand() {
   }
   PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                            CreateEngine(worker.prepared.weights, worker.engine));
+  GetLogger(monolithic ? "monolithic" : "decode")
+      ->info("engine: {}", DescribeEngine(worker.prepared.weights, *engine));
   DecodeWorkerOptions worker_options;
   worker_options.max_queued_requests = flags.max_queue;
   worker_options.calibration_hash = worker.calibration_hash;

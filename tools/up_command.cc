@@ -35,6 +35,11 @@ ABSL_DECLARE_FLAG(bool, monolithic);
 
 ABSL_FLAG(int, prefill_workers, 1, "up: prefill worker processes");
 ABSL_FLAG(int, decode_workers, 1, "up: decode (or monolithic) worker processes");
+ABSL_FLAG(int, prefill_threads, -1,
+          "up: --threads of each prefill worker (-1: --threads), e.g. 2 so that one long prompt "
+          "has every core while the decode workers run 1");
+ABSL_FLAG(int, decode_threads, -1,
+          "up: --threads of each decode or monolithic worker (-1: --threads)");
 ABSL_FLAG(int, startup_seconds, 180, "up: how long each process may take to become ready");
 ABSL_FLAG(std::string, tls_dir, "",
           "up: the cluster's certificates — ca.pem, and <role>.pem with <role>-key.pem for router, "
@@ -185,6 +190,12 @@ absl::Status RunUp() {
   if (decode_workers < 1 || (!monolithic && prefill_workers < 1)) {
     return absl::InvalidArgumentError("up needs --prefill-workers ≥ 1 and --decode-workers ≥ 1");
   }
+  const int prefill_threads = absl::GetFlag(FLAGS_prefill_threads);
+  const int decode_threads = absl::GetFlag(FLAGS_decode_threads);
+  if (prefill_threads < -1 || decode_threads < -1) {
+    return absl::InvalidArgumentError(
+        "--prefill-threads and --decode-threads must be ≥ 0 (0 = automatic), or -1 for --threads");
+  }
   // Signals wait for sigwait below; the children unblock them for themselves.
   sigset_t signals;
   sigemptyset(&signals);
@@ -218,6 +229,7 @@ absl::Status RunUp() {
     OnAnyLoopbackPort(prefill.worker.process);
     tls->Apply(prefill.worker.process, ComponentRole::kPrefill);
     prefill.worker.router = router;
+    if (prefill_threads >= 0) prefill.worker.engine.threads = prefill_threads;
     for (int i = 0; i < prefill_workers; ++i) {
       PDSERVE_RETURN_IF_ERROR(
           group.Start(absl::StrCat("prefill-", i), RoleArgs("prefill", prefill), startup).status());
@@ -227,6 +239,7 @@ absl::Status RunUp() {
   OnAnyLoopbackPort(decode.worker.process);
   tls->Apply(decode.worker.process, ComponentRole::kDecode);
   decode.worker.router = router;
+  if (decode_threads >= 0) decode.worker.engine.threads = decode_threads;
   decode.kvstore = kvstore;  // empty for monolithic workers
   for (int i = 0; i < decode_workers; ++i) {
     PDSERVE_RETURN_IF_ERROR(group

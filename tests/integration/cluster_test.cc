@@ -344,6 +344,22 @@ TEST(ClusterHarnessTest, StoppingLeavesNoProcessBehind) {
   for (pid_t pid : pids) EXPECT_FALSE(ProcessIsRunning(pid)) << pid;
 }
 
+TEST(ClusterHarnessTest, EachRoleRunsItsOwnThreadCount) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start({"--threads=1", "--prefill-threads=2"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string log = (*cluster)->LogTail(64 << 10);
+  EXPECT_TRUE(absl::StrContains(log, "[prefill] [info] engine: 2 threads,")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "[decode] [info] engine: 1 thread,")) << log;
+}
+
+TEST(ClusterHarnessTest, ThreadCountsBelowMinusOneAreRefused) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--decode-threads=-2"});
+  ASSERT_FALSE(cluster.ok());
+  EXPECT_TRUE(absl::StrContains(cluster.status().message(), "--decode-threads must be"))
+      << cluster.status();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. Greedy equivalence: plain model and --monolithic, each on its own cluster.
 
