@@ -2,14 +2,17 @@
 # pdserve against llama-server (issue 25): one GGUF, the same loads over HTTP, one server after the
 # other on this machine, every rate of a sweep with its own prompts:
 #   llama    llama-server -t 2 -np 4 (+ LLAMA_FLAGS), its prompt cache in CACHE_MIB of host memory
-#   default  pdserve up: one prefill and one decode worker with the KV profile PROFILE (default:
-#            models/pd10m/default.flags for pd10m, else SwiftKV at half depth + FP8 + KCache
-#            top-32), its KV store as large as llama-server's KV memory: its slots' context
-#            (-c, f16) plus CACHE_MIB (the store holds requests' pages and the prefix cache alike)
-#   plain    pdserve up --monolithic: two monolithic workers, the plain model
+#   default  pdserve up: one prefill and one decode worker of one thread each (fresh2048: the
+#            prefill worker two, so that a 2048-token prompt has both cores) with the KV profile
+#            PROFILE (default: models/pd10m/default.flags for pd10m, else SwiftKV at half depth +
+#            FP8 + KCache top-32), its KV store as large as llama-server's KV memory: its slots'
+#            context (-c, f16) plus CACHE_MIB (the store holds requests' pages and the prefix
+#            cache alike)
+#   plain    pdserve up --monolithic: two monolithic workers of one thread, the plain model
+#            (fresh2048: one worker of two threads)
 # Workloads (WORKLOADS; a workload the model's context cannot hold is skipped and said so):
 #   fresh768   768 + 32 tokens, a sweep over RATES_768 req/s
-#   fresh2048  2048 + 128 tokens, over RATES_2048 req/s
+#   fresh2048  2048 + 128 tokens, over RATES_2048 req/s, REQUESTS_2048 per rate
 #   chat       CONVERSATIONS chats of TURNS turns (first message FIRST tokens, later ones TURN,
 #              answers ANSWER, THINK s between), over RATES_CHAT conversations/s; CACHE_MIB
 #              defaults to a quarter of the chats' histories in f16 KV (llama-server's format)
@@ -33,6 +36,7 @@ RATES_768=${RATES_768:-4:1.5:4}
 RATES_2048=${RATES_2048:-0.1:1.5:4}
 RATES_CHAT=${RATES_CHAT:-0.5:1.5:4}
 REQUESTS=${REQUESTS:-32}
+REQUESTS_2048=${REQUESTS_2048:-$REQUESTS}
 CONVERSATIONS=${CONVERSATIONS:-12}
 TURNS=${TURNS:-4}
 FIRST=${FIRST:-256}
@@ -88,9 +92,13 @@ echo "pdserve profile: $PROFILE; prompt cache memory: $CACHE_MIB MiB (llama-serv
 source scripts/cluster_lib.sh
 
 # Starts `system` for requests of up to `ctx` tokens (each llama-server slot and each pdserve
-# sequence holds that context, whatever the model's own); sets URL.
+# sequence holds that context, whatever the model's own); sets URL. Prompts of 2048 tokens take
+# about 3 s to prefill on one core of a 110M model, more than the TTFT SLO: pdserve then gives
+# both cores to the prefill worker, or runs one monolithic worker on both (llama-server always
+# runs two threads).
 start_system() {
-  local system=$1 ctx=$2 log=$3
+  local system=$1 ctx=$2 log=$3 long=0
+  (( ctx > 2048 )) && long=1
   case $system in
     llama)
       # shellcheck disable=SC2086  # LLAMA_FLAGS is a list of flags
@@ -99,12 +107,12 @@ start_system() {
       URL=127.0.0.1:8094 ;;
     default)
       local pool_mib=$((CACHE_MIB + (SLOTS * ctx * KV_BYTES + (1 << 20) - 1) / (1 << 20)))
-      start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" \
-        --pool-mib "$pool_mib" "${PROFILE_ARGS[@]}"
+      start_cluster "$log" --model "$MODEL" --threads 1 --prefill-threads $((1 + long)) \
+        --max-context "$ctx" --pool-mib "$pool_mib" "${PROFILE_ARGS[@]}"
       URL=$ROUTER_HTTP ;;
     plain)
-      start_cluster "$log" --model "$MODEL" --threads 1 --max-context "$ctx" --monolithic \
-        --decode-workers 2
+      start_cluster "$log" --model "$MODEL" --threads $((1 + long)) --max-context "$ctx" \
+        --monolithic --decode-workers $((2 - long))
       URL=$ROUTER_HTTP ;;
   esac
 }
@@ -114,7 +122,7 @@ for workload in $WORKLOADS; do
   case $workload in
     fresh768) need=800; load=(--prompt-tokens 768 --gen-tokens 32 --requests "$REQUESTS"
                                 --warmup 2 --sweep-rates "$RATES_768") ;;
-    fresh2048) need=2176; load=(--prompt-tokens 2048 --gen-tokens 128 --requests "$REQUESTS"
+    fresh2048) need=2176; load=(--prompt-tokens 2048 --gen-tokens 128 --requests "$REQUESTS_2048"
                                   --warmup 2 --sweep-rates "$RATES_2048") ;;
     chat) need=$((HISTORY + ANSWER))
           load=(--conversations "$CONVERSATIONS" --turns "$TURNS" --prompt-tokens "$FIRST"
