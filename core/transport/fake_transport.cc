@@ -73,8 +73,21 @@ class FakeMemoryRegion final : public MemoryRegion {
 struct FakeTransport::Faults {
   Mutex mu;
   int fail_next ABSL_GUARDED_BY(mu) = 0;
+  int fail_after ABSL_GUARDED_BY(mu) = 0;  // batches still to pass before fail_next starts
   absl::Status fail_status ABSL_GUARDED_BY(mu);
   int corrupt_gets ABSL_GUARDED_BY(mu) = 0;
+  int corrupt_after ABSL_GUARDED_BY(mu) = 0;  // gets still to pass before corrupt_gets starts
+
+  // Whether this batch is one of `n` to damage after `after` pass; counts it.
+  static bool Take(int& n, int& after) {
+    if (n == 0) return false;
+    if (after > 0) {
+      --after;
+      return false;
+    }
+    --n;
+    return true;
+  }
   FakeTransportStats stats ABSL_GUARDED_BY(mu);
 };
 
@@ -106,8 +119,7 @@ class FakeEndpoint final : public Endpoint {
       (put ? stats.put_ops : stats.get_ops) += 1;
       (put ? stats.put_bytes : stats.get_bytes) += op.length;
     }
-    if (!put && faults_->corrupt_gets > 0) {
-      --faults_->corrupt_gets;
+    if (!put && FakeTransport::Faults::Take(faults_->corrupt_gets, faults_->corrupt_after)) {
       for (const TransferOp& op : ops) {
         if (op.length > 0) static_cast<uint8_t*>(op.local)[op.length / 2] ^= 0x5a;
       }
@@ -119,8 +131,7 @@ class FakeEndpoint final : public Endpoint {
     const char* what = put ? "fake put" : "fake get";
     {
       MutexLock lock(&faults_->mu);
-      if (faults_->fail_next > 0) {
-        --faults_->fail_next;
+      if (FakeTransport::Faults::Take(faults_->fail_next, faults_->fail_after)) {
         return faults_->fail_status;
       }
     }
@@ -257,9 +268,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> FakeTransport::Connect(const std::stri
   return std::unique_ptr<Endpoint>(new FakeEndpoint(network_, peer_address, faults_));
 }
 
-void FakeTransport::FailNext(int n, absl::Status status) {
+void FakeTransport::FailNext(int n, absl::Status status, int after) {
   MutexLock lock(&faults_->mu);
   faults_->fail_next = n;
+  faults_->fail_after = after;
   faults_->fail_status = std::move(status);
 }
 
@@ -267,9 +279,10 @@ void FakeTransport::SetPeerDown(const std::string& address, bool down) {
   network_->SetPeerDown(address, down);
 }
 
-void FakeTransport::CorruptNextGets(int n) {
+void FakeTransport::CorruptNextGets(int n, int after) {
   MutexLock lock(&faults_->mu);
   faults_->corrupt_gets = n;
+  faults_->corrupt_after = after;
 }
 
 FakeTransportStats FakeTransport::stats() const {

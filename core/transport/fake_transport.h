@@ -4,10 +4,12 @@
 // against the region's bounds (InvalidArgument) and access (PermissionDenied for a Put into a
 // kRead region) — checks UcxTransport cannot make on the target side.
 //
-// Fault injection (initiator side unless noted): FailNext(n, status) fails the next n batches
-// issued through this transport's endpoints; FakeNetwork::SetPeerDown(address) makes every later
-// Connect and batch towards that peer Unavailable (a crashed process, for everyone);
-// CorruptNextGets(n) flips one byte of every op of the next n GetBatch calls after the copy.
+// Fault injection (initiator side unless noted): FailNext(n, status, after) lets `after` batches
+// issued through this transport's endpoints pass and fails the n after them;
+// FakeNetwork::SetPeerDown(address) makes every later Connect and batch towards that peer
+// Unavailable (a crashed process, for everyone); CorruptNextGets(n, after) lets `after` GetBatch
+// calls pass and flips one byte of every op of the n after them, after the copy. `after` lets a
+// test reach a later step of a protocol (the first batch succeeds, the second fails).
 // stats() counts ops, batches and bytes.
 //
 // Ownership: regions and endpoints keep the state they need alive, so destroying a transport
@@ -74,12 +76,14 @@ class FakeTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) override;
   std::string available_transports() const override { return "fake"; }
 
-  // Fails the next `n` batches issued through this transport's endpoints with `status`.
-  void FailNext(int n, absl::Status status);
+  // Fails `n` batches issued through this transport's endpoints with `status`, after letting the
+  // next `after` pass. Replaces any failure still pending.
+  void FailNext(int n, absl::Status status, int after = 0);
   // Marks `address` down on this transport's network (see FakeNetwork::SetPeerDown).
   void SetPeerDown(const std::string& address, bool down = true);
-  // Flips one byte of each op's local buffer in the next `n` GetBatch calls.
-  void CorruptNextGets(int n);
+  // Flips one byte of each op's local buffer in `n` GetBatch calls, after letting the next
+  // `after` pass. Replaces any corruption still pending.
+  void CorruptNextGets(int n, int after = 0);
   FakeTransportStats stats() const;
 
  private:

@@ -88,6 +88,17 @@ TEST_F(FakeTransportTest, FailNextThenRecovers) {
   EXPECT_EQ(b_.stats().failed_batches, 2u);
 }
 
+TEST_F(FakeTransportTest, FailNextAfterLetsTheFirstBatchesPass) {
+  uint8_t byte = 3;
+  b_.FailNext(1, absl::UnavailableError("injected"), /*after=*/2);
+  EXPECT_TRUE(endpoint_->Put(region_->packed_rkey(), &byte, 1, region_->address()).ok());
+  EXPECT_TRUE(endpoint_->Get(region_->packed_rkey(), &byte, 1, region_->address()).ok());
+  EXPECT_EQ(endpoint_->Get(region_->packed_rkey(), &byte, 1, region_->address()).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(endpoint_->Put(region_->packed_rkey(), &byte, 1, region_->address()).ok());
+  EXPECT_EQ(b_.stats().failed_batches, 1u);
+}
+
 TEST_F(FakeTransportTest, PeerDownAndDestroyedPeerAreUnavailable) {
   uint8_t byte = 3;
   b_.SetPeerDown(a_.address());
@@ -119,6 +130,16 @@ TEST_F(FakeTransportTest, CorruptNextGetsFlipsBytes) {
   ASSERT_TRUE(
       endpoint_->Get(region_->packed_rkey(), back.data(), back.size(), region_->address()).ok());
   EXPECT_EQ(back, std::vector<uint8_t>(64, 0));
+}
+
+TEST_F(FakeTransportTest, CorruptNextGetsAfterLetsTheFirstGetsPass) {
+  std::vector<uint8_t> back(64);
+  b_.CorruptNextGets(1, /*after=*/1);
+  for (const bool corrupted : {false, true, false}) {
+    ASSERT_TRUE(
+        endpoint_->Get(region_->packed_rkey(), back.data(), back.size(), region_->address()).ok());
+    EXPECT_EQ(back != std::vector<uint8_t>(64, 0), corrupted);
+  }
 }
 
 TEST_F(FakeTransportTest, RegisteredRegionDataIsTheCallersMemory) {
