@@ -24,6 +24,7 @@
 #   MODEL=/tmp/pdserve-bench/stories110M-4k-f16.gguf WORKLOADS="fresh768 fresh2048" \
 #     RATES_768=0.4:1.5:4 scripts/bench_vs_llama_server.sh
 #   LLAMA_BIN=DIR (llama.cpp's bin folder; default: ../shared/peers/build-llama-server.sh builds it)
+#   REPORT_ONLY=1 prints the table and the JSON line again from the sweeps already in $WORK
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/release}
@@ -51,7 +52,9 @@ shared=${PDSERVE_SHARED_DIR:-../shared}
 mkdir -p "$WORK"
 
 ninja -C "$BUILD" -j2 pdserve > "$WORK/build.log" || { tail -30 "$WORK/build.log" >&2; exit 1; }
-LLAMA_BIN=${LLAMA_BIN:-$("$shared/peers/build-llama-server.sh" | tail -1)}
+if [[ -z ${REPORT_ONLY:-} ]]; then
+  LLAMA_BIN=${LLAMA_BIN:-$("$shared/peers/build-llama-server.sh" | tail -1)}
+fi
 if [[ ! -f $MODEL ]]; then
   echo "making $MODEL (stories110M shape, f16, context 4096)"
   "$PDSERVE" make-model --shape stories110M --format gguf --dtype f16 --seq-len 4096 \
@@ -119,6 +122,7 @@ start_system() {
 stop_system() { if [[ $1 == llama ]]; then stop_llama_server; else cleanup; fi; }
 
 for workload in $WORKLOADS; do
+  [[ -n ${REPORT_ONLY:-} ]] && break
   case $workload in
     fresh768) need=800; load=(--prompt-tokens 768 --gen-tokens 32 --requests "$REQUESTS"
                                 --warmup 2 --sweep-rates "$RATES_768") ;;
@@ -154,8 +158,8 @@ workloads, systems = sys.argv[7].split(), sys.argv[8].split()
 def ms(x): return "-" if x is None else f"{x * 1000:.0f}"
 results = {}
 print("\n| workload | system | highest rate at SLO | goodput there | TTFT p50 / p99 ms | "
-      "TPOT p50 / p99 ms | cached prompt share |")
-print("|---|---|---|---|---|---|---|")
+      "TPOT p50 / p99 ms | cached prompt share | attainment per rate |")
+print("|---|---|---|---|---|---|---|---|")
 for w in workloads:
     for s in systems:
         path = f"{work}/{s}/{w}/sweep.json"
@@ -179,9 +183,10 @@ for w in workloads:
                        for p in sweep["points"]]}
         r = results[w][s]
         share = "-" if r["cached_prompt_share"] is None else f"{r['cached_prompt_share']:.2f}"
-        print(f"| {w} | {s} | {best if best is not None else 'none'} | {r['goodput']:.2f} | "
-              f"{ms(r['ttft_p50_s'])} / {ms(r['ttft_p99_s'])} | "
-              f"{ms(r['tpot_p50_s'])} / {ms(r['tpot_p99_s'])} | {share} |")
+        per_rate = ", ".join(f"{p['rate']:.3g}: {p['slo_attainment']:.0%}" for p in r["points"])
+        print(f"| {w} | {s} | {'none' if best is None else f'{best:.3g}'} | "
+              f"{r['goodput']:.2f} | {ms(r['ttft_p50_s'])} / {ms(r['ttft_p99_s'])} | "
+              f"{ms(r['tpot_p50_s'])} / {ms(r['tpot_p99_s'])} | {share} | {per_rate} |")
     # One PNG per workload: SLO attainment (left) and TTFT p50 (right, log) against rate.
     if w in results and subprocess.run(["sh", "-c", "command -v gnuplot"],
                                        capture_output=True).returncode == 0:
