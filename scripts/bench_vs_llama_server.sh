@@ -87,7 +87,9 @@ kv = $KV_BYTES
 tokens = $CONVERSATIONS * ($HISTORY + $ANSWER)
 print(max(64, round(tokens * kv / 4 / 2**20)))")}
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "CPU: $cpu; model $MODEL (vocab $VOCAB, context $CTX); llama.cpp: $LLAMA_BIN $LLAMA_FLAGS"
+commit=$(git describe --always --dirty 2> /dev/null || echo unknown)  # what was measured
+echo "CPU: $cpu; pdserve $commit; model $MODEL (vocab $VOCAB, context $CTX); llama.cpp:" \
+  "$LLAMA_BIN $LLAMA_FLAGS"
 echo "pdserve profile: $PROFILE; prompt cache memory: $CACHE_MIB MiB (llama-server's --cache-ram;"\
   "pdserve's store gets it plus llama-server's context KV)"
 
@@ -151,10 +153,10 @@ for workload in $WORKLOADS; do
 done
 
 python3 - "$WORK" "$MODEL" "$cpu" "$LLAMA_BIN $LLAMA_FLAGS" "$PROFILE" "$CACHE_MIB" \
-  "$WORKLOADS" "$SYSTEMS" <<'PY'
+  "$WORKLOADS" "$SYSTEMS" "$commit" <<'PY'
 import json, os, subprocess, sys
 work, model, cpu, llama, profile, cache_mib = sys.argv[1:7]
-workloads, systems = sys.argv[7].split(), sys.argv[8].split()
+workloads, systems, commit = sys.argv[7].split(), sys.argv[8].split(), sys.argv[9]
 def ms(x): return "-" if x is None else f"{x * 1000:.0f}"
 results = {}
 print("\n| workload | system | highest rate at SLO | goodput there | TTFT p50 / p99 ms | "
@@ -213,6 +215,7 @@ ratios = {w: {f"{s}/llama": (r[s]["max_rate_meeting_slo"] or 0) / r["llama"]["ma
 for w, rs in ratios.items():
     print(f"{w}: highest rate at SLO against llama-server: " +
           ", ".join(f"{k} {v:.2f}x" for k, v in rs.items()))
-print(json.dumps({"model": model, "cpu": cpu, "llama": llama, "profile": profile,
-                  "cache_mib": int(cache_mib), "results": results, "ratios": ratios}))
+print(json.dumps({"model": model, "cpu": cpu, "pdserve": commit, "llama": llama,
+                  "profile": profile, "cache_mib": int(cache_mib), "results": results,
+                  "ratios": ratios}))
 PY
