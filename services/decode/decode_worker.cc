@@ -314,17 +314,21 @@ bool DecodeWorker::Emit(Live& live, int32_t token) {
     MutexLock lock(&mu_);
     --queued_tokens_;
   }
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
   if (std::find(live.stop_ids.begin(), live.stop_ids.end(), token) != live.stop_ids.end()) {
-    live.stream->PushLast(token, v1::FINISH_REASON_STOP_TOKEN);
-    return true;
+    reason = v1::FINISH_REASON_STOP_TOKEN;
+  } else if (live.produced >= live.max_tokens) {
+    reason = v1::FINISH_REASON_LENGTH;
   }
-  if (live.produced >= live.max_tokens) {
-    live.stream->PushLast(token, v1::FINISH_REASON_LENGTH);
-    return true;
+  if (reason == v1::FINISH_REASON_UNSPECIFIED) {
+    live.stream->Push(token);
+    live.next = token;
+    return false;
   }
-  live.stream->Push(token);
-  live.next = token;
-  return false;
+  // Out of the engine and the counts before the stream ends, as on every failure path.
+  Retire(live);
+  live.stream->PushLast(token, reason);
+  return true;
 }
 
 void DecodeWorker::Retire(Live& live) {
@@ -359,10 +363,7 @@ void DecodeWorker::Admit() {
       continue;
     }
     // The first token: prefill's (disaggregated) or the local prefill's.
-    if (Emit(*live, live->next)) {
-      Retire(*live);
-      continue;
-    }
+    if (Emit(*live, live->next)) continue;
     live_.push_back(std::move(live));
   }
 }
@@ -405,7 +406,7 @@ void DecodeWorker::Step() {
       continue;
     }
     const int32_t token = live.sampler.Sample(logits->subspan(i * vocab, vocab));
-    if (Emit(live, token)) Retire(live);
+    Emit(live, token);
   }
   std::erase_if(live_, [](const std::unique_ptr<Live>& live) { return live->sequence < 0; });
 }

@@ -108,7 +108,9 @@ class DecodeWorker {
   // UNAVAILABLE.
   absl::Status FetchFailure(const absl::Status& failure);
   void Step();
-  // Emits `token` as the next output of `live`; true when the request is complete.
+  // Emits `token` as the next output of `live`. When it is the last (a stop token, max_tokens),
+  // retires `live` before the stream ends, so a reader of the end finds the worker's queue without
+  // it; true then.
   bool Emit(Live& live, int32_t token);
   void Retire(Live& live);
 

@@ -184,6 +184,8 @@ TEST_P(DecodeWorkerTest, TheTokensAreThoseOfTheWholeModelInOneProcess) {
   if (tier_ != nullptr) {
     EXPECT_GT(tier_->remote_bytes_fetched(), 0);  // V came from the store
   }
+  EXPECT_EQ(decode_->queue().running_requests(), 0);  // retired before its stream ended
+  EXPECT_EQ(decode_->queue().queued_tokens(), 0);
   EXPECT_TRUE(Release(prefill).ok());
   EXPECT_EQ(Allocations(), 0);
 }
