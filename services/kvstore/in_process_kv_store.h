@@ -2,8 +2,8 @@
 // pool in memory of a FakeTransport) and a worker's connection to it (KvStoreConnections over
 // another FakeTransport on a private FakeNetwork), for unit tests of the workers' side of the
 // protocol — allocate, write, seal, renew, read, release — without UCX or other processes.
-// Faults: worker_transport() fails or corrupts the worker's transfers (FakeTransport), network()
-// takes the store down for transfers, Shutdown() stops its gRPC service.
+// Faults: worker_transport() fails or corrupts the worker's transfers or takes the store down for
+// them (FakeTransport), Shutdown() stops its gRPC service.
 #ifndef PDSERVE_SERVICES_KVSTORE_IN_PROCESS_KV_STORE_H_
 #define PDSERVE_SERVICES_KVSTORE_IN_PROCESS_KV_STORE_H_
 
@@ -27,8 +27,6 @@ class InProcessKvStore {
   // The worker's connection (pool key, endpoint, stub), as KvStoreConnections::Get returns it.
   const std::shared_ptr<KvStoreConnection>& connection() const { return connection_; }
   FakeTransport& worker_transport() { return worker_transport_; }
-  FakeTransport& store_transport() { return store_transport_; }
-  FakeNetwork& network() { return *network_; }
   // The byte at pool address `address` (a PageRef's remote_address plus an offset), in place.
   uint8_t& PoolByte(uint64_t address);
   // Stops the store's gRPC service at once; transfers still reach its memory until destruction.
