@@ -56,6 +56,8 @@ grpc::Status PrefillService::Serve(grpc::ServerContext* context, const v1::Prefi
   reply->set_compute_seconds(outcome->compute_seconds);
   reply->set_transfer_seconds(outcome->transfer_seconds);
   reply->set_cached_tokens(outcome->cached_tokens);
+  reply->set_published_tokens(outcome->published_tokens);
+  reply->set_page_tokens(outcome->page_tokens);
   return grpc::Status::OK;
 }
 

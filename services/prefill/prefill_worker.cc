@@ -454,6 +454,10 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   outcome.compute_seconds = pending->compute_seconds;
   outcome.transfer_seconds = std::max(0.0, Seconds(pending->writes_done - pending->compute_end));
   outcome.cached_tokens = pending->CachedTokens(page_size);
+  // Seal published every named page the store did not hold (a name published first by another
+  // request keeps that request's page): the store holds them all.
+  outcome.published_tokens = options_.prefix_cache ? (n - 1) / page_size * page_size : 0;
+  outcome.page_tokens = page_size;
   v1::PageManifest& manifest = outcome.manifest;
   manifest.set_request_id(pending->job.request_id);
   manifest.set_calibration_hash(options_.calibration_hash);

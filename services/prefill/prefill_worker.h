@@ -71,6 +71,8 @@ struct PrefillOutcome {
   double compute_seconds = 0;
   double transfer_seconds = 0;  // page writes still in flight after the forward pass
   int cached_tokens = 0;        // leading prompt tokens whose KV came from the prefix cache
+  int published_tokens = 0;     // leading prompt tokens the store holds under their names now
+  int page_tokens = 0;          // tokens per KV page
 };
 
 class PrefillWorker {

@@ -91,12 +91,15 @@ TEST_F(PrefillWorkerTest, ARepeatedPromptReusesThePagesAndTheAnswer) {
   absl::StatusOr<PrefillOutcome> first = Run(1, Prompt());
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->cached_tokens, 0);
+  EXPECT_EQ(first->published_tokens, 3 * kPage);  // what a router learns of the store's cache
+  EXPECT_EQ(first->page_tokens, kPage);
   Release(*first);
 
   absl::StatusOr<PrefillOutcome> second = Run(2, Prompt());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->cached_tokens, 3 * kPage);
   EXPECT_EQ(second->first_token, first->first_token);
+  EXPECT_EQ(second->published_tokens, 3 * kPage);
   for (const v1::PageRef& page : second->manifest.pages()) {
     EXPECT_EQ(page.written_by(), page.page_index() < 3 ? 1u : 0u);
   }
