@@ -39,7 +39,13 @@ ABSL_FLAG(std::string, prefill_addresses, "", "router: static prefill workers, c
 ABSL_FLAG(std::string, decode_addresses, "",
           "router: static decode workers as decode_addr@kvstore_addr, comma separated");
 ABSL_FLAG(std::string, monolithic_addresses, "", "router: static monolithic workers");
-ABSL_FLAG(std::string, policy, "least-tokens", "router: least-tokens or round-robin");
+ABSL_FLAG(std::string, policy, "least-tokens",
+          "router: least-tokens (fewest pending tokens), kv-aware (least expected work: the "
+          "prompt tokens a decode worker's KV store lacks plus its queue; for a KV store per "
+          "node, `up --kvstores`) or round-robin");
+ABSL_FLAG(int64_t, prefix_index_pages, 65536,
+          "router, --policy kv-aware: the most prompt pages of each KV store's prefix cache it "
+          "keeps track of");
 ABSL_FLAG(int, max_inflight, 256, "router: requests running at once; more wait in its queue");
 ABSL_FLAG(int, max_queued, 4096,
           "router: requests waiting beyond --max-inflight before RESOURCE_EXHAUSTED / 429");

@@ -80,6 +80,7 @@ struct RouterConfig {
   std::string decode_addresses;
   std::string monolithic_addresses;
   std::string policy;
+  int64_t prefix_index_pages = 0;
   int max_inflight = 0;
   int max_queued = 0;
   int64_t max_queued_mib = 0;
@@ -101,6 +102,7 @@ struct RouterConfig {
     visit("decode_addresses", decode_addresses);
     visit("monolithic_addresses", monolithic_addresses);
     visit("policy", policy);
+    visit("prefix_index_pages", prefix_index_pages);
     visit("max_inflight", max_inflight);
     visit("max_queued", max_queued);
     visit("max_queued_mib", max_queued_mib);

@@ -253,6 +253,7 @@ absl::Status RunRouterCommand() {
     options.monolithic_workers.emplace_back(address);
   }
   options.policy = config.policy;
+  options.prefix_index_pages = config.prefix_index_pages;
   options.max_inflight = config.max_inflight;
   options.max_queued = config.max_queued;
   const int64_t queued_mib = config.max_queued_mib;

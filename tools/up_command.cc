@@ -1,7 +1,8 @@
 // `pdserve up`: the whole disaggregated cluster on this machine as separate processes — router,
-// KV store, P prefill and D decode workers (or D monolithic workers with --monolithic) — started
-// from this binary on loopback, each announcing its port; waits until every worker is registered
-// and healthy, prints the endpoints, and stops them all on SIGINT or SIGTERM.
+// K KV stores (one unless --kvstores), P prefill and D decode workers (or D monolithic workers
+// with --monolithic) — started from this binary on loopback, each announcing its port; waits until
+// every worker is registered and healthy, prints the endpoints, and stops them all on SIGINT or
+// SIGTERM.
 #include <signal.h>
 #include <unistd.h>
 
@@ -35,6 +36,10 @@ ABSL_DECLARE_FLAG(bool, monolithic);
 
 ABSL_FLAG(int, prefill_workers, 1, "up: prefill worker processes");
 ABSL_FLAG(int, decode_workers, 1, "up: decode (or monolithic) worker processes");
+ABSL_FLAG(int, kvstores, 1,
+          "up: KV store processes, as on that many nodes (1 ≤ N ≤ --decode-workers): decode worker "
+          "i uses store i mod N, and each store's prefix cache holds what was prefilled into it "
+          "(see the router's --policy kv-aware)");
 ABSL_FLAG(int, prefill_threads, -1,
           "up: --threads of each prefill worker (-1: --threads), e.g. 2 so that one long prompt "
           "has every core while the decode workers run 1");
@@ -164,7 +169,8 @@ int64_t SlotKibFor(const ModelConfig& config, const CompressionProfile& profile)
   return std::max<int64_t>(4, (bytes + 4095) / 4096 * 4);
 }
 
-bool IsCore(const std::string& name) { return name == "router" || name == "kvstore"; }
+// The processes without which the cluster cannot serve: the router and every KV store.
+bool IsCore(const std::string& name) { return name == "router" || name.starts_with("kvstore"); }
 
 }  // namespace
 
@@ -190,6 +196,12 @@ absl::Status RunUp() {
   if (decode_workers < 1 || (!monolithic && prefill_workers < 1)) {
     return absl::InvalidArgumentError("up needs --prefill-workers ≥ 1 and --decode-workers ≥ 1");
   }
+  const int kvstores = absl::GetFlag(FLAGS_kvstores);
+  if (kvstores < 1 || kvstores > decode_workers || (monolithic && kvstores != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kvstores ", kvstores, " must be in [1, --decode-workers = ", decode_workers,
+        "] (monolithic workers use none)"));
+  }
   const int prefill_threads = absl::GetFlag(FLAGS_prefill_threads);
   const int decode_threads = absl::GetFlag(FLAGS_decode_threads);
   if (prefill_threads < -1 || decode_threads < -1) {
@@ -213,7 +225,7 @@ absl::Status RunUp() {
                            group.Start("router", RoleArgs("router", router_config), startup));
   const std::string router_http = group.children().back().http_address;
 
-  std::string kvstore;
+  std::vector<std::string> kvstores_started;  // gRPC addresses; none for monolithic workers
   if (!monolithic) {
     auto store = FlagsTo<KvStoreConfig>();
     OnAnyLoopbackPort(store.process);
@@ -224,7 +236,12 @@ absl::Status RunUp() {
       PDSERVE_ASSIGN_OR_RETURN(const CompressionProfile profile, ProfileFromFlags());
       store.slot_kib = SlotKibFor(weights.config, profile);
     }
-    PDSERVE_ASSIGN_OR_RETURN(kvstore, group.Start("kvstore", RoleArgs("kvstore", store), startup));
+    for (int i = 0; i < kvstores; ++i) {
+      const std::string name = kvstores == 1 ? "kvstore" : absl::StrCat("kvstore-", i);
+      PDSERVE_ASSIGN_OR_RETURN(std::string address,
+                               group.Start(name, RoleArgs("kvstore", store), startup));
+      kvstores_started.push_back(std::move(address));
+    }
     auto prefill = FlagsTo<PrefillConfig>();
     OnAnyLoopbackPort(prefill.worker.process);
     tls->Apply(prefill.worker.process, ComponentRole::kPrefill);
@@ -240,8 +257,8 @@ absl::Status RunUp() {
   tls->Apply(decode.worker.process, ComponentRole::kDecode);
   decode.worker.router = router;
   if (decode_threads >= 0) decode.worker.engine.threads = decode_threads;
-  decode.kvstore = kvstore;  // empty for monolithic workers
   for (int i = 0; i < decode_workers; ++i) {
+    decode.kvstore = monolithic ? "" : kvstores_started[i % kvstores];
     PDSERVE_RETURN_IF_ERROR(group
                                 .Start(absl::StrCat(monolithic ? "monolithic-" : "decode-", i),
                                        RoleArgs("decode", decode), startup)
@@ -283,7 +300,7 @@ absl::Status RunUp() {
       core_died = core_died || IsCore(dead.name);
     }
     if (core_died) {
-      result = absl::UnavailableError("the router or the KV store died; cluster stopped");
+      result = absl::UnavailableError("the router or a KV store died; cluster stopped");
       break;
     }
   }

@@ -73,7 +73,13 @@ RouterMetrics::RouterMetrics(MetricsRegistry& metrics, const WorkerRegistry& wor
       generation_tokens_(metrics
                              .AddCounter("pdserve_router_generation_tokens_total",
                                          "Tokens generated for completed requests")
-                             .Add({})) {
+                             .Add({})),
+      cached_prompt_tokens_(metrics.AddCounter(
+          "pdserve_router_cached_prompt_tokens_total",
+          "Prompt tokens of prefilled requests the KV store's prefix cache served, and those the "
+          "router expected it to hold when it chose the store (kv-aware policy)")),
+      cached_expected_(cached_prompt_tokens_.Add({{"source", "expected"}})),
+      cached_served_(cached_prompt_tokens_.Add({{"source", "served"}})) {
   // Every (role, state) series exists from the start, at 0, so that rates see the first change.
   for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode, WorkerRole::kMonolithic}) {
     for (WorkerHealth health : {WorkerHealth::kHealthy, WorkerHealth::kLate, WorkerHealth::kDead}) {

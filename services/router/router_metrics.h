@@ -35,6 +35,12 @@ class RouterMetrics {
     admission_wait_.Observe(absl::ToDoubleSeconds(wait));
   }
   void RecordHealthChange(const HealthChange& change);
+  // A prefill reply: the prompt tokens its KV store's prefix cache `served`, and those the
+  // router `expected` it to hold when it chose the store (0 unless the policy is kv-aware).
+  void RecordCachedPromptTokens(int64_t expected, int64_t served) {
+    cached_expected_.Increment(static_cast<double>(expected));
+    cached_served_.Increment(static_cast<double>(served));
+  }
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;
@@ -46,6 +52,9 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>& health_changes_;
   prometheus::Counter& prompt_tokens_;
   prometheus::Counter& generation_tokens_;
+  prometheus::Family<prometheus::Counter>& cached_prompt_tokens_;
+  prometheus::Counter& cached_expected_;
+  prometheus::Counter& cached_served_;
 };
 
 }  // namespace pdserve

@@ -84,6 +84,10 @@ absl::Status RouterOptions::Validate() const {
   if (default_deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("router: default deadline must be positive");
   }
+  if (prefix_index_pages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("router: --prefix-index-pages ", prefix_index_pages, " < 1"));
+  }
   for (const StaticDecodeWorker& d : decode_workers) {
     if (d.address.empty() || d.kvstore_grpc_address.empty()) {
       return absl::InvalidArgumentError(
@@ -104,6 +108,9 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Sched
     : options_(options),
       limits_{options.tokenizer.get(), options.max_context, options.vocab_size},
       policy_(std::move(policy)),
+      prefix_index_(policy_->prefix_aware()
+                        ? std::make_unique<PrefixIndex>(options.prefix_index_pages)
+                        : nullptr),
       registry_(
           WorkerRegistry::Options{options.heartbeat_interval, 3, options.silence_limit, nullptr}),
       admission_(AdmissionQueue::Options{.name = "router",
@@ -221,12 +228,18 @@ absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request
 
 absl::Status RouterService::RunDisaggregated(Call& call) {
   const ValidatedRequest& r = call.request;
+  // The decode worker decides the KV store, and so what of the prompt its prefix cache holds;
+  // the prefill worker is charged the tokens it is then expected to compute.
+  const absl::flat_hash_map<std::string, int64_t> cached = ExpectedCachedTokens(r.prompt);
   PDSERVE_ASSIGN_OR_RETURN(WorkerAssignment decode,
-                           registry_.Acquire(WorkerRole::kDecode, *policy_, r.max_tokens));
+                           registry_.Acquire(WorkerRole::kDecode, *policy_, r.max_tokens, &cached));
   absl::Cleanup release_decode = [&] { registry_.Release(decode); };
+  const auto expected = cached.find(decode.kvstore_grpc_address);
+  const int64_t expected_cached = expected == cached.end() ? 0 : expected->second;
   PDSERVE_ASSIGN_OR_RETURN(
       WorkerAssignment prefill,
-      registry_.Acquire(WorkerRole::kPrefill, *policy_, static_cast<int64_t>(r.prompt.size())));
+      registry_.Acquire(WorkerRole::kPrefill, *policy_,
+                        static_cast<int64_t>(r.prompt.size()) - expected_cached));
   call.prefill_worker = prefill.address;
   call.decode_worker = decode.address;
 
@@ -261,6 +274,11 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
   call.timings.set_prefill_seconds(prefill_reply.compute_seconds());
   call.timings.set_cached_prompt_tokens(prefill_reply.cached_tokens());
   call.timings.set_transfer_seconds(prefill_reply.transfer_seconds());
+  stats_.RecordCachedPromptTokens(expected_cached, prefill_reply.cached_tokens());
+  if (prefix_index_ != nullptr) {  // keyed as ExpectedCachedTokens looks stores up
+    prefix_index_->Record(decode.kvstore_grpc_address, prefill_reply.manifest().kvstore_instance(),
+                          prefill_reply.page_tokens(), r.prompt, prefill_reply.published_tokens());
+  }
 
   v1::DecodeRequest decode_request;
   decode_request.set_request_id(call.id);
@@ -445,6 +463,20 @@ absl::Status RouterService::DownstreamError(Call& call, const char* role,
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           absl::StrCat(what, ": ", status.error_message()));
   }
+}
+
+absl::flat_hash_map<std::string, int64_t> RouterService::ExpectedCachedTokens(
+    std::span<const int32_t> prompt) const {
+  absl::flat_hash_map<std::string, int64_t> cached;
+  if (prefix_index_ == nullptr) return cached;
+  for (const WorkerSnapshot& worker : registry_.List()) {
+    if (worker.role != WorkerRole::kDecode || cached.contains(worker.kvstore_grpc_address)) {
+      continue;
+    }
+    cached[worker.kvstore_grpc_address] =
+        prefix_index_->CachedTokens(worker.kvstore_grpc_address, prompt);
+  }
+  return cached;
 }
 
 void RouterService::CancelKv(const std::string& kvstore_address, uint64_t request_id) {

@@ -37,6 +37,7 @@
 #include "services/router/api_key_gate.h"
 #include "services/router/request_validation.h"
 #include "services/router/router_metrics.h"
+#include "services/router/prefix_index.h"
 #include "services/router/scheduling_policy.h"
 #include "services/router/worker_registry.h"
 
@@ -65,7 +66,10 @@ struct RouterOptions {
   int max_queued = 4096;
   int64_t max_queued_bytes = int64_t{256} << 20;
   absl::Duration queue_timeout = absl::Seconds(300);
-  std::string policy = "least-tokens";                   // or "round-robin"
+  std::string policy = "least-tokens";  // or "kv-aware", "round-robin" (scheduling_policy.h)
+  // kv-aware: the most pages of each KV store's prefix cache the router keeps track of
+  // (PrefixIndex); 16-token pages: 65536 pages are a million prompt tokens, ~5 MiB of index.
+  int64_t prefix_index_pages = 65536;
   absl::Duration default_deadline = absl::Seconds(600);  // when the client sets none
   std::string model_id = "pdserve";  // the model name the OpenAI-compatible API serves
   // The process's metrics; RouterService::Create makes a registry when this is null.
@@ -114,6 +118,10 @@ class RouterService final : public v1::Router::Service {
   absl::Status DownstreamError(Call& call, const char* role, const std::string& address,
                                const grpc::Status& status);
   void CancelKv(const std::string& kvstore_address, uint64_t request_id);
+  // Per KV store of the registered decode workers, the tokens of `prompt` its prefix cache is
+  // expected to hold (PrefixIndex); empty unless the policy is prefix_aware.
+  absl::flat_hash_map<std::string, int64_t> ExpectedCachedTokens(
+      std::span<const int32_t> prompt) const;
   std::unique_ptr<grpc::ClientContext> DownstreamContext(const Call& call) const;
   // The cached channel to the component of role `peer` at `address`.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address, ComponentRole peer);
@@ -123,6 +131,7 @@ class RouterService final : public v1::Router::Service {
   const RouterOptions options_;
   const ValidationLimits limits_;
   std::unique_ptr<SchedulingPolicy> policy_;
+  std::unique_ptr<PrefixIndex> prefix_index_;  // when the policy is prefix_aware
   WorkerRegistry registry_;
   AdmissionQueue admission_;
   std::shared_ptr<MetricsRegistry> metrics_;

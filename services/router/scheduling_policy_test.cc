@@ -46,6 +46,35 @@ TEST(LeastPendingTokensPolicyTest, SkipsUnhealthy) {
   EXPECT_EQ(policy.Choose({}, 10), -1);
 }
 
+WorkerCandidate Cached(const char* address, int requests, int64_t tokens, int64_t cached) {
+  WorkerCandidate c = C(address, requests, tokens);
+  c.cached_tokens = cached;
+  return c;
+}
+
+TEST(KvAwarePolicyTest, GoesWhereThePromptIsCachedUnlessTheQueueOutweighsIt) {
+  KvAwarePolicy policy;
+  EXPECT_TRUE(policy.prefix_aware());
+  // A 1000-token prompt: b's store holds 800 of it, so b's expected work is 200 + 300 against a's
+  // 1000 + 100 (Choose's request_tokens are the decode worker's: the tokens to generate).
+  std::vector<WorkerCandidate> c = {Cached("a", 1, 100, 0), Cached("b", 3, 300, 800)};
+  EXPECT_EQ(policy.Choose(c, 64), 1);
+  c[1].queued_tokens = 950;  // 200 + 950 > 1100: the saving no longer pays for b's queue
+  EXPECT_EQ(policy.Choose(c, 64), 0);
+  c[1].healthy = false;
+  c[0].healthy = false;
+  EXPECT_EQ(policy.Choose(c, 64), -1);
+}
+
+TEST(KvAwarePolicyTest, WithoutCachedTokensChoosesAsLeastTokens) {
+  KvAwarePolicy kv_aware;
+  LeastPendingTokensPolicy least;
+  EXPECT_FALSE(least.prefix_aware());
+  const std::vector<WorkerCandidate> c = {C("a", 1, 500), C("b", 5, 100), C("c", 0, 300),
+                                          C("d", 4, 100)};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(kv_aware.Choose(c, 64), least.Choose(c, 64));
+}
+
 TEST(RoundRobinPolicyTest, CyclesThroughHealthyIgnoringLoad) {
   RoundRobinPolicy policy;
   std::vector<WorkerCandidate> c = {C("a", 0, 0), C("b", 0, 0, false), C("c", 99, 9999)};
@@ -61,6 +90,9 @@ TEST(MakeSchedulingPolicyTest, ByName) {
   auto rr = MakeSchedulingPolicy("round-robin");
   ASSERT_TRUE(rr.ok());
   EXPECT_STREQ((*rr)->name(), "round-robin");
+  auto kv_aware = MakeSchedulingPolicy("kv-aware");
+  ASSERT_TRUE(kv_aware.ok());
+  EXPECT_STREQ((*kv_aware)->name(), "kv-aware");
   auto bad = MakeSchedulingPolicy("random");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("least-tokens"), absl::string_view::npos);

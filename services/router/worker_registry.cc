@@ -172,8 +172,9 @@ WorkerSnapshot WorkerRegistry::SnapshotLocked(const std::string& address, const 
   return s;
 }
 
-absl::StatusOr<WorkerAssignment> WorkerRegistry::Acquire(WorkerRole role, SchedulingPolicy& policy,
-                                                         int64_t tokens) {
+absl::StatusOr<WorkerAssignment> WorkerRegistry::Acquire(
+    WorkerRole role, SchedulingPolicy& policy, int64_t tokens,
+    const absl::flat_hash_map<std::string, int64_t>* cached_tokens) {
   MutexLock lock(&mu_);
   const absl::Time now = Now();
   std::vector<const std::string*> addresses;
@@ -186,6 +187,10 @@ absl::StatusOr<WorkerAssignment> WorkerRegistry::Acquire(WorkerRole role, Schedu
     c.queued_requests = w.reported.queued_requests + w.since_report_requests;
     c.queued_tokens = w.reported.queued_tokens + w.since_report_tokens;
     c.healthy = HealthLocked(w, now) != WorkerHealth::kDead;
+    if (cached_tokens != nullptr) {
+      auto cached = cached_tokens->find(w.kvstore_grpc_address);
+      if (cached != cached_tokens->end()) c.cached_tokens = cached->second;
+    }
     addresses.push_back(&address);
     candidates.push_back(std::move(c));
   }

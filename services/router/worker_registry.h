@@ -111,9 +111,12 @@ class WorkerRegistry {
   std::vector<HealthChange> Sweep();
 
   // Chooses a healthy worker of `role` with `policy` and assigns it `tokens` of work.
+  // `cached_tokens` (optional): per KV store address, the prompt tokens that store is expected to
+  // hold; each candidate sees its own store's (WorkerCandidate::cached_tokens).
   // Unavailable "no healthy <role> worker" when there is none.
-  absl::StatusOr<WorkerAssignment> Acquire(WorkerRole role, SchedulingPolicy& policy,
-                                           int64_t tokens);
+  absl::StatusOr<WorkerAssignment> Acquire(
+      WorkerRole role, SchedulingPolicy& policy, int64_t tokens,
+      const absl::flat_hash_map<std::string, int64_t>* cached_tokens = nullptr);
   void Release(const WorkerAssignment& assignment);
 
   // Workers of `role` that are known (healthy or not).

@@ -182,6 +182,22 @@ TEST_F(WorkerRegistryTest, AssignedTokensCountUntilReleasedOrReported) {
   EXPECT_EQ(Find(list, "b:1")->inflight_tokens, 0);
 }
 
+// Each candidate sees what its own KV store is expected to hold of the prompt.
+TEST_F(WorkerRegistryTest, CandidatesSeeTheirStoresCachedTokens) {
+  registry_.Register(WorkerRole::kDecode, "a:1", Load(0, 100), 0, "kv:a");
+  registry_.Register(WorkerRole::kDecode, "b:1", Load(0, 400), 0, "kv:b");
+  KvAwarePolicy kv_aware;
+  const absl::flat_hash_map<std::string, int64_t> cached = {{"kv:b", 512}, {"kv:c", 999}};
+  // A 600-token prompt, 32 tokens to generate: 88 + 400 < 600 + 100.
+  auto chosen = registry_.Acquire(WorkerRole::kDecode, kv_aware, 32, &cached);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->address, "b:1");
+  // Without the map every store holds nothing: a's queue is shorter.
+  auto without = registry_.Acquire(WorkerRole::kDecode, kv_aware, 32);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(without->address, "a:1");
+}
+
 TEST_F(WorkerRegistryTest, RolesAreSeparate) {
   registry_.Register(WorkerRole::kMonolithic, "m:1", Load(0, 0), 0, "");
   EXPECT_EQ(registry_.Count(WorkerRole::kMonolithic), 1);

@@ -6,6 +6,7 @@
 //    model, the default compression profile, and --monolithic.
 //  - DefaultProfileCluster (one cluster for the suite, --lease-seconds 3): 64 concurrent streams,
 //    cancelling half of 32 streams mid-stream, bad input, health.
+//  - KvAwareRoutingTest: a KV store per decode worker; a conversation's turns follow its history.
 //  - ShortLeaseTest: a prefill queue longer than the KV store's lease loses no pages.
 //  - DecodeWorkerDeathTest: SIGKILL a decode worker with streams in flight.
 //
@@ -314,6 +315,41 @@ void ExpectPrefixReuseKeepsAnswers(const Cluster& cluster, Reference& reference,
   }
 }
 
+// A multi-turn conversation: each turn's prompt is the whole history (every earlier prompt and
+// answer) plus a new user message. Every answer equals in-process Generate's on the same history
+// (the answer without the cache); with `cache_on` each turn reuses at least the whole pages of the
+// previous turn's prompt (the pages of generated tokens are decode's and not published), without
+// it none. `offset` picks corpus text no other test of the cluster sends.
+void ExpectMultiTurnKeepsAnswers(const Cluster& cluster, Reference& reference, bool cache_on,
+                                 size_t offset) {
+  constexpr int kPage = 16;  // the workers' kv_page_size
+  const std::vector<int> corpus = reference.tokenizer().Encode(ReadEvalText(), false);
+  ASSERT_GT(corpus.size(), offset + 400);
+  std::unique_ptr<Client> client = MakeClient(cluster);
+  ASSERT_NE(client, nullptr);
+  std::vector<int> history = {reference.tokenizer().bos_id()};
+  size_t previous_prompt = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    SCOPED_TRACE(absl::StrCat("turn ", turn));
+    const size_t message = offset + static_cast<size_t>(turn) * 100;  // the user's new message
+    history.insert(history.end(), corpus.begin() + message, corpus.begin() + message + 37);
+    v1::GenerateRequest request = TokenRequest(history, 20);
+    request.mutable_stop()->set_ignore_eos(true);
+    const Expected expected = reference.Run(history, request);
+    absl::StatusOr<GenerateResult> result = client->Generate(request, WithTimeout(kCallTimeout));
+    ASSERT_TRUE(result.ok()) << result.status() << "\n" << cluster.LogTail();
+    EXPECT_EQ(result->token_ids, expected.tokens);
+    const int cached = result->final.timings().cached_prompt_tokens();
+    if (cache_on) {
+      EXPECT_GE(cached, static_cast<int>(previous_prompt) / kPage * kPage);
+    } else {
+      EXPECT_EQ(cached, 0);
+    }
+    previous_prompt = history.size();
+    history.insert(history.end(), result->token_ids.begin(), result->token_ids.end());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The harness itself: a cluster that cannot start fails with its log; stopping one leaves no
 // process behind.
@@ -370,14 +406,41 @@ TEST(GreedyEquivalenceTest, PlainModelMatchesInProcessGenerate) {
   ASSERT_NE(reference, nullptr);
   ExpectGreedyMatchesInProcess(**cluster, *reference);
   ExpectPrefixReuseKeepsAnswers(**cluster, *reference, /*cache_on=*/true, /*offset=*/0);
+  ExpectMultiTurnKeepsAnswers(**cluster, *reference, /*cache_on=*/true, /*offset=*/30000);
 }
 
+// The same prompts and conversation as above with the cache off: the same answers (both equal
+// in-process Generate's), every prompt computed whole.
 TEST(GreedyEquivalenceTest, PrefixCacheOffComputesEveryPrompt) {
   absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--prefix-cache=false"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::unique_ptr<Reference> reference = Reference::Create(CompressionProfile());
   ASSERT_NE(reference, nullptr);
   ExpectPrefixReuseKeepsAnswers(**cluster, *reference, /*cache_on=*/false, /*offset=*/0);
+  ExpectMultiTurnKeepsAnswers(**cluster, *reference, /*cache_on=*/false, /*offset=*/30000);
+}
+
+// A KV store per decode worker, as on two nodes: each store's prefix cache holds only what was
+// prefilled into it, so a conversation's turns hit only where its history went. kv-aware routing
+// sends every turn after the first to that store (least-tokens alternates between the two idle
+// decode workers, and every other turn would miss).
+TEST(KvAwareRoutingTest, AConversationFollowsItsHistoryToItsKvStore) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start({"--decode-workers=2", "--kvstores=2", "--policy=kv-aware"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_NE((*cluster)->Find("kvstore-0"), nullptr);
+  EXPECT_NE((*cluster)->Find("kvstore-1"), nullptr);
+  std::unique_ptr<Reference> reference = Reference::Create(CompressionProfile());
+  ASSERT_NE(reference, nullptr);
+  ExpectMultiTurnKeepsAnswers(**cluster, *reference, /*cache_on=*/true, /*offset=*/30000);
+  ExpectMultiTurnKeepsAnswers(**cluster, *reference, /*cache_on=*/true, /*offset=*/31000);
+}
+
+TEST(KvAwareRoutingTest, MoreKvStoresThanDecodeWorkersAreRefused) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--kvstores=2"});
+  ASSERT_FALSE(cluster.ok());
+  EXPECT_TRUE(absl::StrContains(cluster.status().message(), "--kvstores 2 must be in [1"))
+      << cluster.status();
 }
 
 TEST(GreedyEquivalenceTest, MonolithicMatchesInProcessGenerate) {
@@ -506,31 +569,8 @@ TEST_F(DefaultProfileCluster, PrefixReuseKeepsAnswers) {
   ExpectPrefixReuseKeepsAnswers(*cluster_, *reference_, /*cache_on=*/true, /*offset=*/20000);
 }
 
-// A multi-turn conversation: each turn's prompt is the whole history (every earlier prompt and
-// answer) plus a new user message. Every answer equals in-process Generate's on the same history,
-// and each turn reuses at least the whole pages of the previous turn's prompt (the pages of
-// generated tokens are decode's and not published).
 TEST_F(DefaultProfileCluster, MultiTurnConversationKeepsAnswers) {
-  constexpr int kPage = 16;
-  const std::vector<int> corpus = reference_->tokenizer().Encode(ReadEvalText(), false);
-  ASSERT_GT(corpus.size(), 30400u);
-  std::vector<int> history = {reference_->tokenizer().bos_id()};
-  size_t previous_prompt = 0;
-  for (int turn = 0; turn < 4; ++turn) {
-    SCOPED_TRACE(absl::StrCat("turn ", turn));
-    const size_t message = 30000 + static_cast<size_t>(turn) * 100;  // the user's new message
-    history.insert(history.end(), corpus.begin() + message, corpus.begin() + message + 37);
-    v1::GenerateRequest request = TokenRequest(history, 20);
-    request.mutable_stop()->set_ignore_eos(true);
-    const Expected expected = reference_->Run(history, request);
-    absl::StatusOr<GenerateResult> result = client_->Generate(request, WithTimeout(kCallTimeout));
-    ASSERT_TRUE(result.ok()) << result.status() << "\n" << cluster_->LogTail();
-    EXPECT_EQ(result->token_ids, expected.tokens);
-    EXPECT_GE(result->final.timings().cached_prompt_tokens(),
-              static_cast<int>(previous_prompt) / kPage * kPage);
-    previous_prompt = history.size();
-    history.insert(history.end(), result->token_ids.begin(), result->token_ids.end());
-  }
+  ExpectMultiTurnKeepsAnswers(*cluster_, *reference_, /*cache_on=*/true, /*offset=*/30000);
 }
 
 // 6. Health: every process answers grpc.health.v1 Check with SERVING; the router lists its
