@@ -36,8 +36,8 @@ constexpr std::string_view kNotServiceFlags[] = {
     "slo_tpot_ms", "slo_e2e_ms", "slo_attainment", "sweep_rates", "json", "csv", "out_dir",
     "progress", "direct_decode", "overhead_requests",
     // up itself
-    "prefill_workers", "decode_workers", "kvstores", "prefill_threads", "decode_threads", "startup_seconds",
-    "tls_dir"};
+    "prefill_workers", "decode_workers", "kvstores", "prefill_threads", "decode_threads",
+    "startup_seconds", "tls_dir"};
 
 template <typename Config>
 void AddNames(std::vector<std::string_view>& names) {

@@ -198,9 +198,9 @@ absl::Status RunUp() {
   }
   const int kvstores = absl::GetFlag(FLAGS_kvstores);
   if (kvstores < 1 || kvstores > decode_workers || (monolithic && kvstores != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kvstores ", kvstores, " must be in [1, --decode-workers = ", decode_workers,
-        "] (monolithic workers use none)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvstores ", kvstores, " must be in [1, --decode-workers = ", decode_workers,
+                     "] (monolithic workers use none)"));
   }
   const int prefill_threads = absl::GetFlag(FLAGS_prefill_threads);
   const int decode_threads = absl::GetFlag(FLAGS_decode_threads);

@@ -29,8 +29,8 @@ PrefixIndex::PrefixIndex(int64_t max_pages_per_store)
 void PrefixIndex::Record(const std::string& store, uint64_t instance, int page_tokens,
                          std::span<const int32_t> prompt, int64_t published_tokens) {
   if (page_tokens < 1) return;
-  const int64_t pages = std::min<int64_t>(published_tokens, static_cast<int64_t>(prompt.size())) /
-                        page_tokens;
+  const int64_t pages =
+      std::min<int64_t>(published_tokens, static_cast<int64_t>(prompt.size())) / page_tokens;
   if (pages < 1) return;
   const std::vector<uint64_t> hashes = PageHashes(prompt, page_tokens, pages);
   MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #define PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,9 +36,9 @@
 #include "services/common/endpoint_options.h"
 #include "services/common/service_server.h"
 #include "services/router/api_key_gate.h"
+#include "services/router/prefix_index.h"
 #include "services/router/request_validation.h"
 #include "services/router/router_metrics.h"
-#include "services/router/prefix_index.h"
 #include "services/router/scheduling_policy.h"
 #include "services/router/worker_registry.h"
 

@@ -38,8 +38,7 @@ int LeastPendingTokensPolicy::Choose(std::span<const WorkerCandidate> candidates
       candidates, [](const WorkerCandidate& c) { return c.queued_tokens; }, cursor_);
 }
 
-int KvAwarePolicy::Choose(std::span<const WorkerCandidate> candidates,
-                          int64_t /*request_tokens*/) {
+int KvAwarePolicy::Choose(std::span<const WorkerCandidate> candidates, int64_t /*request_tokens*/) {
   // (prompt − cached) + queued, less the prompt's length, the same for every candidate.
   return LeastWork(
       candidates, [](const WorkerCandidate& c) { return c.queued_tokens - c.cached_tokens; },
