@@ -99,16 +99,24 @@ absl::Status RouterOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<RouterService>> RouterService::Create(const RouterOptions& options) {
   PDSERVE_RETURN_IF_ERROR(options.Validate());
-  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SchedulingPolicy> policy,
+  // One policy per role that is chosen from: each keeps its own round-robin cursor, so that ties
+  // among decode workers rotate however many prefill choices come between.
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SchedulingPolicy> decode,
                            MakeSchedulingPolicy(options.policy));
-  return std::unique_ptr<RouterService>(new RouterService(options, std::move(policy)));
+  PDSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SchedulingPolicy> prefill,
+                           MakeSchedulingPolicy(options.policy));
+  return std::unique_ptr<RouterService>(
+      new RouterService(options, std::move(decode), std::move(prefill)));
 }
 
-RouterService::RouterService(const RouterOptions& options, std::unique_ptr<SchedulingPolicy> policy)
+RouterService::RouterService(const RouterOptions& options,
+                             std::unique_ptr<SchedulingPolicy> decode_policy,
+                             std::unique_ptr<SchedulingPolicy> prefill_policy)
     : options_(options),
       limits_{options.tokenizer.get(), options.max_context, options.vocab_size},
-      policy_(std::move(policy)),
-      prefix_index_(policy_->prefix_aware()
+      decode_policy_(std::move(decode_policy)),
+      prefill_policy_(std::move(prefill_policy)),
+      prefix_index_(decode_policy_->prefix_aware()
                         ? std::make_unique<PrefixIndex>(options.prefix_index_pages)
                         : nullptr),
       registry_(
@@ -231,14 +239,15 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
   // The decode worker decides the KV store, and so what of the prompt its prefix cache holds;
   // the prefill worker is charged the tokens it is then expected to compute.
   const absl::flat_hash_map<std::string, int64_t> cached = ExpectedCachedTokens(r.prompt);
-  PDSERVE_ASSIGN_OR_RETURN(WorkerAssignment decode,
-                           registry_.Acquire(WorkerRole::kDecode, *policy_, r.max_tokens, &cached));
+  PDSERVE_ASSIGN_OR_RETURN(
+      WorkerAssignment decode,
+      registry_.Acquire(WorkerRole::kDecode, *decode_policy_, r.max_tokens, &cached));
   absl::Cleanup release_decode = [&] { registry_.Release(decode); };
   const auto expected = cached.find(decode.kvstore_grpc_address);
   const int64_t expected_cached = expected == cached.end() ? 0 : expected->second;
   PDSERVE_ASSIGN_OR_RETURN(
       WorkerAssignment prefill,
-      registry_.Acquire(WorkerRole::kPrefill, *policy_,
+      registry_.Acquire(WorkerRole::kPrefill, *prefill_policy_,
                         static_cast<int64_t>(r.prompt.size()) - expected_cached));
   call.prefill_worker = prefill.address;
   call.decode_worker = decode.address;
@@ -298,7 +307,7 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
 absl::Status RouterService::RunMonolithic(Call& call) {
   const ValidatedRequest& r = call.request;
   PDSERVE_ASSIGN_OR_RETURN(WorkerAssignment worker,
-                           registry_.Acquire(WorkerRole::kMonolithic, *policy_,
+                           registry_.Acquire(WorkerRole::kMonolithic, *decode_policy_,
                                              static_cast<int64_t>(r.prompt.size()) + r.max_tokens));
   absl::Cleanup release = [&] { registry_.Release(worker); };
   call.prefill_worker = worker.address;

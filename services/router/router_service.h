@@ -105,7 +105,8 @@ class RouterService final : public v1::Router::Service {
 
  private:
   struct Call;
-  RouterService(const RouterOptions& options, std::unique_ptr<SchedulingPolicy> policy);
+  RouterService(const RouterOptions& options, std::unique_ptr<SchedulingPolicy> decode_policy,
+                std::unique_ptr<SchedulingPolicy> prefill_policy);
 
   absl::Status Serve(Call& call, const v1::GenerateRequest& request);
   absl::Status RunDisaggregated(Call& call);
@@ -131,7 +132,9 @@ class RouterService final : public v1::Router::Service {
 
   const RouterOptions options_;
   const ValidationLimits limits_;
-  std::unique_ptr<SchedulingPolicy> policy_;
+  // The same policy for each role it chooses from (monolithic workers: the decode one's).
+  std::unique_ptr<SchedulingPolicy> decode_policy_;
+  std::unique_ptr<SchedulingPolicy> prefill_policy_;
   std::unique_ptr<PrefixIndex> prefix_index_;  // when the policy is prefix_aware
   WorkerRegistry registry_;
   AdmissionQueue admission_;

@@ -49,6 +49,11 @@ class FakePrefill final : public v1::Prefill::Service {
     reply->set_queue_seconds(0.010);
     reply->set_compute_seconds(0.020);
     reply->set_transfer_seconds(0.003);
+    // As a prefill worker with the prefix cache on: the store holds the whole pages before the
+    // prompt's last token now.
+    reply->set_page_tokens(16);
+    reply->set_published_tokens((request->prompt_size() - 1) / 16 * 16);
+    reply->mutable_manifest()->set_kvstore_instance(1);
     return grpc::Status::OK;
   }
   grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest*,
@@ -322,6 +327,44 @@ TEST_F(RouterServiceTest, RelaysTokensTextAndTimings) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->text, "Hey \xC3\xA9");
   EXPECT_EQ(result->token_ids, expected);
+}
+
+// Two decode workers, each with its own KV store, and one prefill worker. Ties among the decode
+// workers rotate under round-robin and least-tokens (each role keeps its own cursor, however many
+// prefill choices come between); kv-aware sends a prompt where the prefill replies said its pages
+// went, and counts the tokens it expected the store to give.
+TEST_F(RouterServiceTest, TiesRotateAndKvAwareFollowsThePublishedPages) {
+  FakeDecode second;
+  auto second_server = ServiceServer::Start("127.0.0.1:0", {&second});
+  ASSERT_TRUE(second_server.ok()) << second_server.status();
+  const std::string store_a = prefill_server_->address();
+  const std::string store_b = (*second_server)->address();  // never called on success
+  const std::string prompt(100, 'x');                       // BOS + 100: 6 named pages
+  for (const char* policy : {"round-robin", "least-tokens", "kv-aware"}) {
+    SCOPED_TRACE(policy);
+    RouterOptions options = Options();
+    options.policy = policy;
+    options.decode_workers.push_back({(*second_server)->address(), store_b});
+    StartRouter(options);
+    const size_t before = prefill_.requests().size();
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(client_->Generate(TextRequest(prompt, 5)).ok());
+    }
+    std::vector<std::string> stores;
+    for (size_t i = before; i < prefill_.requests().size(); ++i) {
+      stores.push_back(prefill_.requests()[i].kvstore_grpc_address() == store_a ? "a" : "b");
+    }
+    if (std::string(policy) == "kv-aware") {
+      EXPECT_THAT(stores, ::testing::ElementsAre(stores[0], stores[0], stores[0], stores[0]));
+      const std::string metrics = router_->service().metrics().Render();
+      EXPECT_THAT(metrics,
+                  HasSubstr("pdserve_router_cached_prompt_tokens_total{source=\"expected\"} 288"));
+    } else {
+      EXPECT_THAT(stores, ::testing::ElementsAre("a", "b", "a", "b"));
+    }
+    router_.reset();
+  }
+  (*second_server)->Shutdown(absl::ZeroDuration());
 }
 
 TEST_F(RouterServiceTest, ManyConcurrentCallersShareOneClient) {
