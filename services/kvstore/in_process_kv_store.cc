@@ -7,9 +7,29 @@ namespace pdserve {
 absl::StatusOr<std::unique_ptr<InProcessKvStore>> InProcessKvStore::Start(
     const KvStoreOptions& options) {
   auto store = std::unique_ptr<InProcessKvStore>(new InProcessKvStore());
-  PDSERVE_ASSIGN_OR_RETURN(store->server_, KvStoreServer::Create(options, store->store_transport_));
+  store->options_ = options;
+  store->store_transport_ = std::make_unique<FakeTransport>(store->network_);
+  PDSERVE_ASSIGN_OR_RETURN(store->server_,
+                           KvStoreServer::Create(options, *store->store_transport_));
   PDSERVE_ASSIGN_OR_RETURN(store->connection_, store->connections_.Get(store->server_->address()));
   return store;
+}
+
+absl::Status InProcessKvStore::Restart() {
+  const std::string address = server_->address();
+  Shutdown();
+  server_.reset();
+  store_transport_ = std::make_unique<FakeTransport>(network_);
+  KvStoreOptions options = options_;
+  options.endpoints.listen_address = address;
+  PDSERVE_ASSIGN_OR_RETURN(server_, KvStoreServer::Create(options, *store_transport_));
+  return absl::OkStatus();
+}
+
+absl::Status InProcessKvStore::Reconnect() {
+  connections_.Forget(server_->address());
+  PDSERVE_ASSIGN_OR_RETURN(connection_, connections_.Get(server_->address()));
+  return absl::OkStatus();
 }
 
 InProcessKvStore::~InProcessKvStore() {

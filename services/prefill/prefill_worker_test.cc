@@ -107,6 +107,33 @@ TEST_F(PrefillWorkerTest, ARepeatedPromptReusesThePagesAndTheAnswer) {
   Release(*second);
 }
 
+// A KV store restart empties the prefix cache: the first request after it learns of the new
+// instance at Allocate (ABORTED, nothing computed, nothing left allocated; the service reconnects
+// and runs it again), then computes the whole prompt to the same answer and publishes it anew.
+TEST_F(PrefillWorkerTest, AKvStoreRestartEmptiesTheCacheWithoutWrongAnswers) {
+  absl::StatusOr<PrefillOutcome> first = Run(1, Prompt());
+  ASSERT_TRUE(first.ok()) << first.status();
+  Release(*first);
+  ASSERT_TRUE(store_->Restart().ok());
+
+  absl::StatusOr<PrefillOutcome> stale = Run(2, Prompt());
+  EXPECT_TRUE(absl::IsAborted(stale.status())) << stale.status();
+  EXPECT_EQ(Allocations(), 0);
+  ASSERT_TRUE(store_->Reconnect().ok());
+  absl::StatusOr<PrefillOutcome> again = Run(2, Prompt());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->cached_tokens, 0);
+  EXPECT_EQ(again->first_token, first->first_token);
+  EXPECT_NE(again->manifest.kvstore_instance(), first->manifest.kvstore_instance());
+  Release(*again);
+
+  absl::StatusOr<PrefillOutcome> third = Run(3, Prompt());
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->cached_tokens, 3 * kPage);
+  EXPECT_EQ(third->first_token, first->first_token);
+  Release(*third);
+}
+
 TEST_F(PrefillWorkerTest, ACorruptedCachedPageIsRefusedNeverUsed) {
   absl::StatusOr<PrefillOutcome> first = Run(1, Prompt());
   ASSERT_TRUE(first.ok()) << first.status();
