@@ -34,19 +34,12 @@ SEED=${SEED:-1}
 PROFILE=(--swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
 mkdir -p "$WORK"
 
-if [[ ! -x $PDSERVE ]]; then
-  ninja -C "$BUILD" -j2 pdserve > "$WORK/build.log" || { tail -30 "$WORK/build.log" >&2; exit 1; }
-fi
-if [[ ! -f $MODEL ]]; then
-  mkdir -p "$(dirname "$MODEL")"
-  "$PDSERVE" make-model --shape stories42M --format gguf --dtype f16 --seq-len 2048 --out "$MODEL" \
-    > "$WORK/make-model.log" 2>&1
-fi
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 echo "CPU: $cpu; pdserve $commit"
 # shellcheck source=scripts/cluster_lib.sh
 source scripts/cluster_lib.sh
+ensure_random_model "$MODEL" stories42M 2048 "$WORK"
 
 for policy in $POLICIES; do
   echo "=== $policy ($(date +%T))"

@@ -37,16 +37,9 @@ POOL_MIB=${POOL_MIB:-256}
 PROFILE=(--swiftkv-layer 4 --fp8 per-token --kcache-topn 32)
 mkdir -p "$WORK"
 
-if [[ ! -x $PDSERVE ]]; then
-  ninja -C "$BUILD" -j2 pdserve > "$WORK/build.log" || { tail -30 "$WORK/build.log" >&2; exit 1; }
-fi
-if [[ ! -f $MODEL ]]; then
-  mkdir -p "$(dirname "$MODEL")"
-  "$PDSERVE" make-model --shape stories42M --format gguf --dtype f16 --seq-len 2048 --out "$MODEL" \
-    > "$WORK/make-model.log" 2>&1
-fi
 # shellcheck source=scripts/cluster_lib.sh
 source scripts/cluster_lib.sh
+ensure_random_model "$MODEL" stories42M 2048 "$WORK"
 
 WORKLOAD=(--prompt-tokens "$PROMPT" --gen-tokens "$GEN" --shared-prefix-tokens "$SHARED"
           --prefix-groups "$PREFIX_GROUPS" --warmup "$WARMUP")

@@ -12,6 +12,10 @@
 #                               runs `$LLAMA_BIN/llama-server ARGS` on 127.0.0.1:PORT in the
 #                               background, waits for its /health; sets PEER_PID
 #   stop_llama_server           stops it
+#   ensure_random_model MODEL SHAPE CTX WORK
+#                               builds $PDSERVE (ninja in $BUILD) unless it exists, and makes MODEL,
+#                               a random-weights f16 GGUF of SHAPE with context CTX, unless it
+#                               exists (logs in WORK)
 # Both are stopped on exit.
 UP_PID=
 cleanup() {
@@ -68,4 +72,16 @@ start_llama_server() {
                                         tail -20 "$log" >&2; exit 1; }
     sleep 0.5
   done
+}
+
+ensure_random_model() {
+  local model=$1 shape=$2 ctx=$3 work=$4
+  if [[ ! -x $PDSERVE ]]; then
+    ninja -C "$BUILD" -j2 pdserve > "$work/build.log" || { tail -30 "$work/build.log" >&2; exit 1; }
+  fi
+  if [[ ! -f $model ]]; then
+    mkdir -p "$(dirname "$model")"
+    "$PDSERVE" make-model --shape "$shape" --format gguf --dtype f16 --seq-len "$ctx" \
+      --out "$model" > "$work/make-model.log" 2>&1
+  fi
 }
