@@ -49,7 +49,8 @@ ABSL_FLAG(int, startup_seconds, 180, "up: how long each process may take to beco
 ABSL_FLAG(std::string, tls_dir, "",
           "up: the cluster's certificates — ca.pem, and <role>.pem with <role>-key.pem for router, "
           "prefill, decode, kvstore and operator; default: a throwaway CA made for this run in a "
-          "private temporary directory (removed on exit), or none with --insecure");
+          "private temporary directory (its private keys removed once every process is serving, "
+          "the rest on exit), or none with --insecure");
 
 ABSL_DECLARE_FLAG(double, drain_seconds);
 
@@ -106,6 +107,16 @@ class ClusterTls {
   ~ClusterTls() {
     std::error_code ignored;
     if (throwaway_) std::filesystem::remove_all(dir_, ignored);
+  }
+  // A throwaway CA's private keys, once every process has loaded its own (they read them once, at
+  // start): removed, so that an `up` killed without its cleanup leaves only certificates behind.
+  // The user's --tls-dir is left alone.
+  void DropThrowawayKeys() const {
+    if (!throwaway_) return;
+    for (ComponentRole role : kComponentRoles) {
+      std::error_code ignored;
+      std::filesystem::remove(LocalCaFiles(dir_, role).key, ignored);
+    }
   }
 
   bool enabled() const { return !dir_.empty(); }
@@ -266,6 +277,7 @@ absl::Status RunUp() {
   }
   PDSERVE_RETURN_IF_ERROR(WaitForWorkers(
       router, tls->Client(), (monolithic ? 0 : prefill_workers) + decode_workers, startup));
+  tls->DropThrowawayKeys();  // every process is serving: each has read its key
 
   std::printf("pdserve cluster up (%s):\n", monolithic ? "monolithic" : "disaggregated");
   std::printf("  %-14s %-22s %s\n", "process", "gRPC", "HTTP (/metrics)");

@@ -64,6 +64,15 @@ bool WaitChild(pid_t pid, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::string>& args,
                                                         absl::Duration startup, bool tls) {
   std::unique_ptr<Cluster> cluster(new Cluster());
+  if (tls) {  // the destructor removes it
+    char ca_template[] = "/tmp/pdserve-cluster-ca-XXXXXX";
+    if (mkdtemp(ca_template) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+    }
+    cluster->own_ca_ = ca_template;
+    cluster->tls_dir_ = cluster->own_ca_ + "/tls";
+    if (absl::Status written = WriteLocalCa(cluster->tls_dir_); !written.ok()) return written;
+  }
   char log_template[] = "/tmp/pdserve-cluster-XXXXXX.log";
   const int log_fd = mkstemps(log_template, 4);
   if (log_fd < 0) return absl::InternalError(absl::StrCat("mkstemps: ", std::strerror(errno)));
@@ -78,7 +87,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
   std::vector<std::string> argv_strings = {PdserveBinary(), "up",
                                            absl::StrCat("--model=", ModelPath()),
                                            absl::StrCat("--tokenizer=", TokenizerPath())};
-  if (!tls) argv_strings.push_back("--insecure");
+  argv_strings.push_back(tls ? absl::StrCat("--tls-dir=", cluster->tls_dir_) : "--insecure");
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& arg : argv_strings) argv.push_back(arg.data());
@@ -146,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
         std::vector<std::string> fields =
             absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
         if (fields.size() == 2 && fields[0] == "PDSERVE_TLS_CA") {
-          cluster->tls_dir_ = std::filesystem::path(fields[1]).parent_path().string();
+          cluster->announced_ca_ = fields[1];
         } else if (fields.size() == 4 && fields[0] == "PDSERVE_READY" && fields[1] == "up") {
           cluster->router_ = fields[2];
           cluster->router_http_ = fields[3];
@@ -167,7 +176,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
     }
   }
   if (cluster->Find("router") == nullptr) return fail("printed no router line in its table");
-  if (tls && cluster->tls_dir_.empty()) return fail("printed no PDSERVE_TLS_CA line");
+  if (tls && cluster->announced_ca_ != LocalCaFiles(cluster->tls_dir_, ComponentRole::kRouter).ca) {
+    return fail(absl::StrCat("announced the CA '", cluster->announced_ca_, "', not ours"));
+  }
   if (const Process* kvstore = cluster->Find("kvstore")) {
     cluster->kvstore_ = v1::KvStore::NewStub(
         grpc::CreateChannel(kvstore->address, cluster->Credentials(ComponentRole::kOperator)));
@@ -186,6 +197,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const std::vector<std::s
 
 Cluster::~Cluster() {
   Stop();
+  if (!own_ca_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(own_ca_, ignored);
+  }
   if (!log_path_.empty() && std::getenv("PDSERVE_KEEP_CLUSTER_LOGS") == nullptr) {
     unlink(log_path_.c_str());
   }

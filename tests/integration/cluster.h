@@ -48,7 +48,8 @@ class Cluster {
   };
 
   // Starts `pdserve up --model M --tokenizer T <args...>`: plaintext (--insecure), or with `tls`
-  // its throwaway CA and per-role certificates (`PDSERVE_TLS_CA <ca.pem>` on its stdout).
+  // a CA and per-role certificates this harness makes (`--tls-dir`, removed with the cluster), so
+  // that tests can call with any role's key.
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const std::vector<std::string>& args,
                                                         absl::Duration startup = absl::Seconds(120),
                                                         bool tls = false);
@@ -69,6 +70,9 @@ class Cluster {
   pid_t up_pid() const { return up_pid_; }
   // With TLS: the directory of the cluster's CA and certificates (core/rpc/local_ca.h); "" without.
   const std::string& tls_dir() const { return tls_dir_; }
+  // The CA certificate `up` announced (`PDSERVE_TLS_CA`), also when the harness did not make it
+  // (a test that passes --insecure=false gets up's own throwaway CA); "" when none.
+  const std::string& announced_ca() const { return announced_ca_; }
   // Credentials to call the cluster with: `role`'s certificate, or with nullopt only the CA (no
   // client certificate); insecure for a plaintext cluster.
   std::shared_ptr<grpc::ChannelCredentials> Credentials(std::optional<ComponentRole> role) const;
@@ -92,6 +96,8 @@ class Cluster {
   std::string router_;
   std::string router_http_;
   std::string tls_dir_;
+  std::string own_ca_;  // the temporary directory holding tls_dir_, when the harness made it
+  std::string announced_ca_;
   std::vector<Process> processes_;
   std::unique_ptr<v1::KvStore::Stub> kvstore_;
   std::atomic<bool> stop_drain_{false};

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -378,6 +379,25 @@ TEST(ClusterHarnessTest, StoppingLeavesNoProcessBehind) {
   cluster->reset();
   // `up` is reaped by the destructor; its children were stopped before it exited.
   for (pid_t pid : pids) EXPECT_FALSE(ProcessIsRunning(pid)) << pid;
+}
+
+// `up`'s own throwaway CA (no --tls-dir): once every process serves, its private keys are gone from
+// disk — an `up` killed before its cleanup leaves certificates only — and the directory goes when
+// `up` exits.
+TEST(ClusterHarnessTest, AThrowawayCaKeepsNoPrivateKeyOnDiskOnceServing) {
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start({"--insecure=false"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_FALSE((*cluster)->announced_ca().empty());
+  const std::filesystem::path dir = std::filesystem::path((*cluster)->announced_ca()).parent_path();
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    files.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(files, ::testing::Contains("ca.pem"));
+  EXPECT_THAT(files, ::testing::Contains("router.pem"));
+  EXPECT_THAT(files, ::testing::Not(::testing::Contains(::testing::HasSubstr("-key.pem"))));
+  cluster->reset();
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST(ClusterHarnessTest, EachRoleRunsItsOwnThreadCount) {
