@@ -32,6 +32,12 @@ struct PrefixCacheIdentity {
   uint32_t page_format_version = 0;
 };
 
+// The leading tokens of a prompt of `prompt_tokens` tokens that get names: its whole pages before
+// its last token (at least that token is computed, for its logits). Requires page_size ≥ 1.
+inline int64_t NamedPrefixTokens(int64_t prompt_tokens, int page_size) {
+  return prompt_tokens < 1 ? 0 : (prompt_tokens - 1) / page_size * page_size;
+}
+
 // hash_{-1} for `identity`.
 PrefixPageHash PrefixRootHash(const PrefixCacheIdentity& identity);
 

@@ -29,6 +29,13 @@ TEST(PrefixHashTest, OneNamePerFullPageOnly) {
   EXPECT_TRUE(PrefixPageHashes(root, Tokens(3), 4).empty());
 }
 
+TEST(PrefixHashTest, NamedTokensAreTheWholePagesBeforeTheLastToken) {
+  EXPECT_EQ(NamedPrefixTokens(13, 4), 12);
+  EXPECT_EQ(NamedPrefixTokens(12, 4), 8);  // the last token's page is computed
+  EXPECT_EQ(NamedPrefixTokens(4, 4), 0);
+  EXPECT_EQ(NamedPrefixTokens(0, 4), 0);
+}
+
 TEST(PrefixHashTest, SharedPrefixesShareNamesUntilTheFirstDifference) {
   const PrefixPageHash root = PrefixRootHash(Identity());
   std::vector<int32_t> a = Tokens(16), b = a;

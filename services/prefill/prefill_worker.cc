@@ -204,10 +204,9 @@ absl::Status PrefillWorker::Allocate(Pending& pending) {
   request.set_request_id(pending.job.request_id);
   request.set_lease_seconds(pending.job.lease_seconds);
   if (options_.prefix_cache) {
-    // Pages wholly before the last token: at least that token is computed, for its logits.
     const std::span<const int32_t> prompt(pending.job.prompt);
     for (const PrefixPageHash& name :
-         PrefixPageHashes(prefix_root_, prompt.first(prompt.size() - 1), page_size)) {
+         PrefixPageHashes(prefix_root_, prompt.first(NamedPrefixTokens(n, page_size)), page_size)) {
       request.add_prefix_hashes(reinterpret_cast<const char*>(name.data()), name.size());
     }
     request.set_cache_layers(static_cast<int32_t>(plan.caches.size()));
@@ -456,7 +455,7 @@ absl::StatusOr<PrefillOutcome> PrefillWorker::RunJob(PrefillJob job) {
   outcome.cached_tokens = pending->CachedTokens(page_size);
   // Seal published every named page the store did not hold (a name published first by another
   // request keeps that request's page): the store holds them all.
-  outcome.published_tokens = options_.prefix_cache ? (n - 1) / page_size * page_size : 0;
+  outcome.published_tokens = options_.prefix_cache ? NamedPrefixTokens(n, page_size) : 0;
   outcome.page_tokens = page_size;
   v1::PageManifest& manifest = outcome.manifest;
   manifest.set_request_id(pending->job.request_id);

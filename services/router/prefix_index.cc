@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/base/hash.h"
+#include "core/kv/prefix_hash.h"
 
 namespace pdserve {
 namespace {
@@ -65,9 +66,9 @@ int64_t PrefixIndex::CachedTokens(const std::string& store, std::span<const int3
     if (found == stores_.end()) return 0;
     page_tokens = found->second.page_tokens;
   }
-  if (prompt.empty()) return 0;
-  // Pages wholly before the last token, as the prefill worker names them.
-  const int64_t named = static_cast<int64_t>(prompt.size() - 1) / page_tokens;
+  // The pages the prefill worker names.
+  const int64_t named =
+      NamedPrefixTokens(static_cast<int64_t>(prompt.size()), page_tokens) / page_tokens;
   const std::vector<uint64_t> hashes = PageHashes(prompt, page_tokens, named);
   MutexLock lock(&mu_);
   auto found = stores_.find(store);
