@@ -58,24 +58,23 @@ void PrefixIndex::Record(const std::string& store, uint64_t instance, int page_t
   }
 }
 
-int64_t PrefixIndex::CachedTokens(const std::string& store, std::span<const int32_t> prompt) const {
-  int page_tokens = 0;
-  {
-    MutexLock lock(&mu_);
-    auto found = stores_.find(store);
-    if (found == stores_.end()) return 0;
-    page_tokens = found->second.page_tokens;
-  }
-  // The pages the prefill worker names.
-  const int64_t named =
-      NamedPrefixTokens(static_cast<int64_t>(prompt.size()), page_tokens) / page_tokens;
-  const std::vector<uint64_t> hashes = PageHashes(prompt, page_tokens, named);
+absl::flat_hash_map<std::string, int64_t> PrefixIndex::CachedTokens(
+    std::span<const int32_t> prompt) const {
+  absl::flat_hash_map<int, std::vector<uint64_t>> hashes;  // by page size
+  absl::flat_hash_map<std::string, int64_t> cached;
   MutexLock lock(&mu_);
-  auto found = stores_.find(store);
-  if (found == stores_.end() || found->second.page_tokens != page_tokens) return 0;
-  int64_t held = 0;
-  while (held < named && found->second.pages.contains(hashes[held])) ++held;
-  return held * page_tokens;
+  for (const auto& [address, store] : stores_) {
+    std::vector<uint64_t>& named = hashes[store.page_tokens];
+    if (named.empty()) {  // the pages the prefill worker names
+      named = PageHashes(prompt, store.page_tokens,
+                         NamedPrefixTokens(static_cast<int64_t>(prompt.size()), store.page_tokens) /
+                             store.page_tokens);
+    }
+    int64_t held = 0;
+    while (held < static_cast<int64_t>(named.size()) && store.pages.contains(named[held])) ++held;
+    cached[address] = held * store.page_tokens;
+  }
+  return cached;
 }
 
 int64_t PrefixIndex::Pages(const std::string& store) const {

@@ -36,9 +36,10 @@ class PrefixIndex {
   void Record(const std::string& store, uint64_t instance, int page_tokens,
               std::span<const int32_t> prompt, int64_t published_tokens);
 
-  // Leading tokens of `prompt` that `store` is expected to hold: its longest run of recorded
-  // whole pages, never the last token (prefill always computes it). 0 for an unknown store.
-  int64_t CachedTokens(const std::string& store, std::span<const int32_t> prompt) const;
+  // Per known store, the leading tokens of `prompt` it is expected to hold: its longest run of
+  // recorded whole pages, never the last token (prefill always computes it). A store the index
+  // has not heard of is absent (it holds nothing). The prompt is hashed once per page size.
+  absl::flat_hash_map<std::string, int64_t> CachedTokens(std::span<const int32_t> prompt) const;
 
   // Pages recorded for `store` (0 when unknown).
   int64_t Pages(const std::string& store) const;

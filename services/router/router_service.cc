@@ -238,7 +238,9 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
   const ValidatedRequest& r = call.request;
   // The decode worker decides the KV store, and so what of the prompt its prefix cache holds;
   // the prefill worker is charged the tokens it is then expected to compute.
-  const absl::flat_hash_map<std::string, int64_t> cached = ExpectedCachedTokens(r.prompt);
+  const absl::flat_hash_map<std::string, int64_t> cached =
+      prefix_index_ != nullptr ? prefix_index_->CachedTokens(r.prompt)
+                               : absl::flat_hash_map<std::string, int64_t>();
   PDSERVE_ASSIGN_OR_RETURN(
       WorkerAssignment decode,
       registry_.Acquire(WorkerRole::kDecode, *decode_policy_, r.max_tokens, &cached));
@@ -284,7 +286,7 @@ absl::Status RouterService::RunDisaggregated(Call& call) {
   call.timings.set_cached_prompt_tokens(prefill_reply.cached_tokens());
   call.timings.set_transfer_seconds(prefill_reply.transfer_seconds());
   stats_.RecordCachedPromptTokens(expected_cached, prefill_reply.cached_tokens());
-  if (prefix_index_ != nullptr) {  // keyed as ExpectedCachedTokens looks stores up
+  if (prefix_index_ != nullptr) {  // keyed by the store address Acquire looks candidates up by
     prefix_index_->Record(decode.kvstore_grpc_address, prefill_reply.manifest().kvstore_instance(),
                           prefill_reply.page_tokens(), r.prompt, prefill_reply.published_tokens());
   }
@@ -472,20 +474,6 @@ absl::Status RouterService::DownstreamError(Call& call, const char* role,
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           absl::StrCat(what, ": ", status.error_message()));
   }
-}
-
-absl::flat_hash_map<std::string, int64_t> RouterService::ExpectedCachedTokens(
-    std::span<const int32_t> prompt) const {
-  absl::flat_hash_map<std::string, int64_t> cached;
-  if (prefix_index_ == nullptr) return cached;
-  for (const WorkerSnapshot& worker : registry_.List()) {
-    if (worker.role != WorkerRole::kDecode || cached.contains(worker.kvstore_grpc_address)) {
-      continue;
-    }
-    cached[worker.kvstore_grpc_address] =
-        prefix_index_->CachedTokens(worker.kvstore_grpc_address, prompt);
-  }
-  return cached;
 }
 
 void RouterService::CancelKv(const std::string& kvstore_address, uint64_t request_id) {

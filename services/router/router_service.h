@@ -17,7 +17,6 @@
 #define PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
 #include <memory>
-#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,10 +119,6 @@ class RouterService final : public v1::Router::Service {
   absl::Status DownstreamError(Call& call, const char* role, const std::string& address,
                                const grpc::Status& status);
   void CancelKv(const std::string& kvstore_address, uint64_t request_id);
-  // Per KV store of the registered decode workers, the tokens of `prompt` its prefix cache is
-  // expected to hold (PrefixIndex); empty unless the policy is prefix_aware.
-  absl::flat_hash_map<std::string, int64_t> ExpectedCachedTokens(
-      std::span<const int32_t> prompt) const;
   std::unique_ptr<grpc::ClientContext> DownstreamContext(const Call& call) const;
   // The cached channel to the component of role `peer` at `address`.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address, ComponentRole peer);
