@@ -187,6 +187,7 @@ absl::StatusOr<PageAllocation> PagePool::Allocate(uint64_t request_id,
   allocation.id = result.allocation_id;
   allocation.request_id = request_id;
   allocation.lease_token = result.lease_token;
+  allocation.lease = granted;
   allocation.expiry = options_.clock() + granted;
   if (!prefix.hashes.empty()) {
     allocation.cache_layers = layers;
@@ -361,6 +362,7 @@ absl::Status PagePool::Seal(uint64_t allocation_id, uint64_t lease_token,
                                      allocation_id, ": ", checked.message()));
   }
   allocation->sealed = true;
+  allocation->expiry = options_.clock() + allocation->lease;
   PublishLocked(*allocation);
   Log().debug("sealed allocation {} (request {}, {} pages)", allocation_id, allocation->request_id,
               pages.size());
@@ -373,6 +375,7 @@ absl::StatusOr<absl::Duration> PagePool::Renew(uint64_t allocation_id, uint64_t 
   MutexLock lock(&mu_);
   PDSERVE_ASSIGN_OR_RETURN(Allocation * allocation, FindLocked(allocation_id, lease_token));
   PDSERVE_RETURN_IF_ERROR(NotCancelled(*allocation));
+  allocation->lease = granted;
   allocation->expiry = options_.clock() + granted;
   return granted;
 }

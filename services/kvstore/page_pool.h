@@ -12,11 +12,12 @@
 // writer may still be putting pages into its slots, which must not reach the slots' next owner,
 // so they stay the cancelled allocation's until its writer releases it or its lease runs out
 // (Seal and Renew then answer Cancelled).
-// Renew extends the lease in either state. Every call after Allocate presents the allocation id
-// and token: an unknown or already-freed allocation is NotFound, a wrong token PermissionDenied.
-// An allocation whose lease has run out is freed when the next call touches it (NotFound) or by
-// ExpireLeases, whichever comes first. Freed slots have their first bytes zeroed, so a stale
-// page never seals into a new allocation.
+// Seal restarts the lease at its last granted length (the sealed pages' holder has a whole lease
+// to hand them on); Renew extends it in either state. Every call after Allocate presents the
+// allocation id and token: an unknown or already-freed allocation is NotFound, a wrong token
+// PermissionDenied. An allocation whose lease has run out is freed when the next call touches it
+// (NotFound) or by ExpireLeases, whichever comes first. Freed slots have their first bytes zeroed,
+// so a stale page never seals into a new allocation.
 //
 // Prefix cache: an allocation may name the full pages of its prompt (PrefixPageHash, chained over
 // the tokens and the model/profile identity: core/kv/prefix_hash.h). Allocate then reuses the
@@ -156,7 +157,7 @@ class PagePool {
   // each page must pass DecodeKvPage and its header must carry the allocation's request_id and
   // epoch (its id) and the ref's cache_layer, page_index and num_tokens. InvalidArgument naming the
   // page otherwise (the allocation stays unsealed and may be sealed again); FailedPrecondition when
-  // already sealed.
+  // already sealed. Sealed, the lease restarts: now + the lease last granted.
   absl::Status Seal(uint64_t allocation_id, uint64_t lease_token,
                     std::span<const SealedPageRef> pages);
 
@@ -184,6 +185,7 @@ class PagePool {
     uint64_t lease_token = 0;
     std::vector<int64_t> slots;  // its own; page i's at i (or -1 once published to the cache)
     absl::Time expiry;
+    absl::Duration lease;  // as last granted (Allocate, Renew)
     bool sealed = false;
     bool cancelled = false;  // by CancelRequest while unsealed: Seal and Renew refuse
     // Prefix cache: its pages are cache_layers runs of `pages`; pages [0, reused) are the cached

@@ -305,6 +305,20 @@ TEST_P(PagePoolTest, ExpiredLeaseIsFreedOnNextTouch) {
   EXPECT_EQ(pool_->ExpireLeases(clock_.now), 0);
 }
 
+// The holder of sealed pages hands them on (prefill → router → decode) with a whole lease, however
+// long the writing took: Seal restarts the lease at the length last granted.
+TEST_P(PagePoolTest, SealRestartsTheLease) {
+  std::vector<SealedPageRef> refs;
+  const PageAllocation allocation = AllocateAndWrite(&refs);  // the default lease: 10 s
+  clock_.now += absl::Seconds(9);
+  ASSERT_TRUE(
+      pool_->Renew(allocation.allocation_id, allocation.lease_token, absl::Seconds(2)).ok());
+  clock_.now += absl::Seconds(1.5);
+  ASSERT_TRUE(pool_->Seal(allocation.allocation_id, allocation.lease_token, refs).ok());
+  EXPECT_EQ(pool_->ExpireLeases(clock_.now + absl::Seconds(1.9)), 0);  // 2 s from Seal
+  EXPECT_EQ(pool_->ExpireLeases(clock_.now + absl::Seconds(2)), 1);
+}
+
 // A sealed allocation goes at once; an unsealed one keeps its slots (its writer may still be
 // putting pages there, which must not land in the next owner's) until its writer releases it or
 // its lease runs out, and refuses Seal and Renew meanwhile.
