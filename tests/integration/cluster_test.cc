@@ -700,7 +700,7 @@ TEST_F(DefaultProfileCluster, CancellingHalfTheStreamsReleasesTheirPages) {
     const int length = 20 + (i * 41) % 180;
     const std::vector<int> prompt = EvalPrompt(*reference_, corpus, 7 + i * 3181u, length);
     v1::GenerateRequest request =
-        TokenRequest(prompt, std::min(400, reference_->context() - length));
+        TokenRequest(prompt, std::min(160, reference_->context() - length));
     request.mutable_stop()->set_ignore_eos(true);  // long streams: cancelled mid-way
     request.set_request_id(absl::StrCat("cancel-", i));
     if (i % 2 == 1) expected[i] = reference_->Run(prompt, request);

@@ -1,0 +1,1 @@
+// The source of pdserve_test_pch, the target that builds the tests' precompiled header.
