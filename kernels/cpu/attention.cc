@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/attention_panels.h"
 #include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/softmax.h"
@@ -25,74 +26,6 @@ int64_t BlockGemmFloats(const AttentionShape& s, int max_context, int page_size)
   return int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr) +
          int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr) +
          int64_t{kQueryBlock} * max_context + int64_t{page_size} * s.head_dim;
-}
-
-// Calls fn(first, count, rows) for tokens [0, n_tokens) of KV head g in `section`, a page at a
-// time: rows holds `count` rows of section.dim(g) floats (dequantized into `scratch`, page_size ·
-// dim floats, unless stored as f32).
-template <typename Fn>
-void ForEachPageRows(const KvSectionView& section, const PagedKvView& kv, int g, int n_tokens,
-                     float* scratch, Fn fn) {
-  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
-    const int count = std::min(kv.page_size, n_tokens - t);
-    fn(t, count, HeadRows(section, kv.page_size, kv.pages[p], g, 0, count, scratch));
-  }
-}
-
-// Keys of tokens [0, n) as the panels of S = alpha · Q·Kᵀ: panel p holds keys [p·nr, p·nr + nr)
-// as dk × nr floats, [c, j] = alpha · K[p·nr + j, c]; keys past n are zeros.
-void GatherKeyPanels(const KvSectionView& section, const PagedKvView& kv, int g, int n, int nr,
-                     float alpha, float* panels, float* scratch) {
-  const int dk = section.dim(g);
-  ForEachPageRows(section, kv, g, n, scratch, [&](int first, int count, const float* rows) {
-    for (int r = 0; r < count; ++r) {
-      const int key = first + r;
-      float* column = panels + int64_t{key / nr} * dk * nr + key % nr;
-      for (int c = 0; c < dk; ++c) column[int64_t{c} * nr] = alpha * rows[int64_t{r} * dk + c];
-    }
-  });
-  float* last = panels + int64_t{n / nr} * dk * nr;
-  for (int c = 0; n % nr != 0 && c < dk; ++c) {
-    std::fill(last + int64_t{c} * nr + n % nr, last + int64_t{c + 1} * nr, 0.0f);
-  }
-}
-
-// Values of tokens [0, n) as the panels of O = P·V: panel p holds dims [p·nr, p·nr + nr) as
-// n × nr floats, [t, j] = V[t, p·nr + j]; dims past dv are zeros.
-void GatherValuePanels(const KvSectionView& section, const PagedKvView& kv, int g, int n, int nr,
-                       float* panels, float* scratch) {
-  const int dv = section.dim(g);
-  ForEachPageRows(section, kv, g, n, scratch, [&](int first, int count, const float* rows) {
-    for (int r = 0; r < count; ++r) {
-      const float* row = rows + int64_t{r} * dv;
-      for (int d0 = 0; d0 < dv; d0 += nr) {
-        const int live = std::min(nr, dv - d0);
-        float* to = panels + (int64_t{d0} * n + int64_t{first + r} * nr);
-        std::copy_n(row + d0, live, to);
-        std::fill(to + live, to + nr, 0.0f);
-      }
-    }
-  });
-}
-
-// y[i, j] = Σ_k x[i, k] · B[k, j] for i < m, j < n and k < kc, B's columns in panels of nr,
-// `panel_stride` floats apart, row k of a panel at k · nr.
-void GemmOverPanels(const GemmKernel& kernel, const float* x, int64_t ldx, int m,
-                    const float* panels, int64_t panel_stride, int kc, int n, float* y,
-                    int64_t ldy) {
-  for (int i0 = 0; i0 < m; i0 += kernel.mr) {
-    for (int j0 = 0, p = 0; j0 < n; j0 += kernel.nr, ++p) {
-      kernel.tile({.x = x + int64_t{i0} * ldx,
-                   .ldx = ldx,
-                   .mr = std::min(kernel.mr, m - i0),
-                   .panel = panels + p * panel_stride,
-                   .kc = kc,
-                   .y = y + int64_t{i0} * ldy + j0,
-                   .ldy = ldy,
-                   .nr = std::min(kernel.nr, n - j0),
-                   .accumulate = false});
-    }
-  }
 }
 
 int64_t QStride(const AttentionShape& s, const AttentionSequence& seq) {
