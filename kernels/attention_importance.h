@@ -8,7 +8,8 @@
 //
 // for t < n_keys = start_pos + n_queries (a token a query does not see gets nothing from it). Keys
 // are read as attention reads them (f32, f16, FP8; ZACK widths), so the scores are those of the
-// cache as stored. fp32 arithmetic.
+// cache as stored. fp32 arithmetic: a prompt's window (16 queries or more) as GEMMs over the keys
+// gathered once per KV head, as prefill attention runs; fewer queries on the decode row kernels.
 #ifndef PDSERVE_KERNELS_ATTENTION_IMPORTANCE_H_
 #define PDSERVE_KERNELS_ATTENTION_IMPORTANCE_H_
 
@@ -20,10 +21,10 @@
 
 namespace pdserve::kernels {
 
-// Floats of workspace AttentionImportance needs for `num_threads` threads and contexts up to
-// `max_context`.
+// Floats of workspace AttentionImportance needs for `num_threads` threads, contexts up to
+// `max_context` and KV pages of `page_size` tokens.
 size_t AttentionImportanceWorkspaceFloats(const AttentionShape& shape, int num_threads,
-                                          int max_context);
+                                          int max_context, int page_size);
 
 // Adds the sequence's queries' probabilities into `importance` ([n_kv_heads, ld], ld ≥ n_keys =
 // start_pos + n_queries; H2O's running scores use a fixed ld), split across the pool by KV head.

@@ -1,7 +1,8 @@
 // AttentionImportance (kernels/attention_importance.h) against a scalar double-precision oracle on
 // a plain f32 paged cache with a shuffled page table: GQA groups 1, 2 and 4, queries starting
-// mid-context, 1 and 2 threads, rows with room beyond the keys; each query adds exactly 1 to every
-// KV head's row, and a token no query sees (or room beyond the keys) gets nothing.
+// mid-context, few queries (the row kernels) and 16 or more (the panels, in chunks of 32), 1 and 2
+// threads, rows with room beyond the keys; each query adds exactly 1 to every KV head's row, and a
+// token no query sees (or room beyond the keys) gets nothing.
 #include "kernels/attention_importance.h"
 
 #include <algorithm>
@@ -45,7 +46,8 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
   seq.start_pos = c.start_pos;
   seq.kv = PlainPagedKv(k.data(), v.data(), table.data(), page_size, page_floats, c.head_dim);
   ThreadPool pool(c.threads);
-  std::vector<float> workspace(AttentionImportanceWorkspaceFloats(shape, c.threads, n_keys));
+  std::vector<float> workspace(
+      AttentionImportanceWorkspaceFloats(shape, c.threads, n_keys, page_size));
   const int64_t ld = n_keys + 3;  // rows with room beyond the keys, which stays untouched
   std::vector<float> importance(c.n_kv_heads * ld, 0.5f);  // adds to what is there
   AttentionImportance(pool, shape, seq, importance, ld, workspace);
@@ -84,7 +86,11 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionImportanceTest,
                          ::testing::Values(Case{4, 4, 16, 0, 5, 1}, Case{4, 2, 16, 37, 6, 2},
-                                           Case{8, 2, 32, 70, 3, 2}, Case{6, 3, 8, 1, 1, 1}));
+                                           Case{8, 2, 32, 70, 3, 2}, Case{6, 3, 8, 1, 1, 1},
+                                           // 16 queries or more: the panel path, in chunks.
+                                           Case{4, 4, 16, 0, 16, 1}, Case{6, 3, 8, 3, 17, 2},
+                                           Case{8, 2, 32, 70, 33, 2}, Case{4, 4, 64, 45, 70, 2},
+                                           Case{12, 12, 64, 200, 32, 2}));
 
 }  // namespace
 }  // namespace pdserve::kernels

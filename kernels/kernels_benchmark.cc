@@ -194,7 +194,8 @@ void BM_AttentionImportance(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(2)));
   AttentionSetup setup(1, context, window);
   const AttentionShape shape{kHeads, kHeads, kHeadDim};
-  std::vector<float> workspace(AttentionImportanceWorkspaceFloats(shape, pool.size(), context));
+  std::vector<float> workspace(
+      AttentionImportanceWorkspaceFloats(shape, pool.size(), context, kPageSize));
   std::vector<float> importance(int64_t{kHeads} * context);
   for (auto _ : state) {
     AttentionImportance(pool, shape, setup.sequences[0], importance, context, workspace);

@@ -214,8 +214,8 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   b.kcache.reserve(options.max_sequences);
   b.projected.resize(static_cast<size_t>(pool_.size()) * c.head_dim());
   if (options.compression.retention.enabled()) {
-    importance_workspace_.resize(
-        kernels::AttentionImportanceWorkspaceFloats(shape, pool_.size(), max_context));
+    importance_workspace_.resize(kernels::AttentionImportanceWorkspaceFloats(
+        shape, pool_.size(), max_context, options.kv_page_size));
   }
 }
 

@@ -12,10 +12,9 @@
 namespace pdserve::kernels {
 namespace {
 
-// Sequences with at least this many queries (prefill) run attention as two GEMMs per block of
-// kQueryBlock queries and head on the fp32 micro-kernels (gemm_kernels.h): S = Q·Kᵀ over the keys
-// the block sees, causal softmax, O = P·V.
-constexpr int kGemmMinQueries = 16;
+// Sequences with at least kGemmMinQueries queries (prefill) run attention as two GEMMs per block
+// of kQueryBlock queries and head on the fp32 micro-kernels (gemm_kernels.h): S = Q·Kᵀ over the
+// keys the block sees, causal softmax, O = P·V.
 constexpr int kQueryBlock = 64;
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }

@@ -12,6 +12,9 @@
 
 namespace pdserve::kernels {
 
+// Sequences with at least this many queries run on the panels (below, the row kernels pay).
+inline constexpr int kGemmMinQueries = 16;
+
 // Keys of tokens [0, n) of KV head g as the panels of S = alpha · Q·Kᵀ: panel p holds keys
 // [p·nr, p·nr + nr) as dk × nr floats, [c, j] = alpha · K[p·nr + j, c]; keys past n are zeros.
 // `scratch` holds a page of rows (page_size · dk floats).
