@@ -76,14 +76,27 @@ int UnitBudget(int tokens, int n_tokens, const Units& units) {
 // Indices of the `k` largest of `scores` among `from` (ties to the lower index), in any order.
 // The order compared by is total, so the set is unique: a linear-time selection finds it.
 std::vector<int> TopK(std::span<const int> from, std::span<const double> scores, int k) {
-  std::vector<int> order(from.begin(), from.end());
-  k = std::min<int>(k, static_cast<int>(order.size()));
+  k = std::min<int>(k, static_cast<int>(from.size()));
   if (k <= 0) return {};
-  std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), [&](int a, int b) {
-    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
-  });
-  order.resize(k);
-  return order;
+  // (−score, index) in ascending order is that order, compared in place (no indirection).
+  std::vector<std::pair<double, int>> order;
+  order.reserve(from.size());
+  for (int u : from) order.emplace_back(-scores[u], u);
+  std::nth_element(order.begin(), order.begin() + (k - 1), order.end());
+  std::vector<int> top(k);
+  for (int i = 0; i < k; ++i) top[i] = order[i].second;
+  return top;
+}
+
+// sums[u] += the scores in `row` of unit u's tokens, for every unit.
+void AddUnitSums(const float* row, int n_tokens, const Units& units, std::span<double> sums) {
+  if (units.size == 1) {
+    for (int t = 0; t < n_tokens; ++t) sums[t] += row[t];
+    return;
+  }
+  for (int u = 0; u < units.count; ++u) {
+    for (int t = units.first(u); t < std::min(n_tokens, units.first(u + 1)); ++t) sums[u] += row[t];
+  }
 }
 
 std::vector<uint8_t> Anchor(std::span<const int> candidates, std::span<const uint8_t> bits,
@@ -124,9 +137,7 @@ std::vector<uint8_t> HeadBehaviourBits(std::span<const float> importance, int n_
   std::iota(all.begin(), all.end(), 0);
   for (int h = 0; h < n_heads; ++h) {
     std::fill(head_scores.begin(), head_scores.end(), 0.0);
-    for (int t = 0; t < n_tokens; ++t) {
-      head_scores[t / units.size] += importance[int64_t{h} * n_tokens + t];
-    }
+    AddUnitSums(importance.data() + int64_t{h} * n_tokens, n_tokens, units, head_scores);
     for (int u : TopK(all, head_scores, units.count / 2)) bits[int64_t{u} * n_heads + h] = 1;
   }
   return bits;
@@ -248,9 +259,7 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
     pooled = PoolScores(importance, n_heads, n_tokens, options.pool);
     importance = pooled;
     for (int h = 0; h < n_heads; ++h) {
-      for (int t = 0; t < n_tokens; ++t) {
-        scores[t / units.size] += importance[int64_t{h} * n_tokens + t];
-      }
+      AddUnitSums(importance.data() + int64_t{h} * n_tokens, n_tokens, units, scores);
     }
   }
   const int representatives = options.policy == RetentionPolicy::kKvCrush
