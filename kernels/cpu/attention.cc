@@ -17,21 +17,12 @@ namespace {
 // keys the block sees, causal softmax, O = P·V.
 constexpr int kQueryBlock = 64;
 
-int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
-
 // The GEMM path's per-thread floats for contexts up to max_context: key panels, value panels, the
 // block's scores and a page of dequantized rows.
 int64_t BlockGemmFloats(const AttentionShape& s, int max_context, int page_size) {
-  return int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr) +
-         int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr) +
-         int64_t{kQueryBlock} * max_context + int64_t{page_size} * s.head_dim;
-}
-
-int64_t QStride(const AttentionShape& s, const AttentionSequence& seq) {
-  return seq.q_row_stride > 0 ? seq.q_row_stride : int64_t{s.n_heads} * s.head_dim;
-}
-int64_t OutStride(const AttentionShape& s, const AttentionSequence& seq) {
-  return seq.out_row_stride > 0 ? seq.out_row_stride : int64_t{s.n_heads} * s.head_dim;
+  return int64_t{s.head_dim} * RoundUpToPanels(max_context) +
+         int64_t{max_context} * RoundUpToPanels(s.head_dim) + int64_t{kQueryBlock} * max_context +
+         int64_t{page_size} * s.head_dim;
 }
 
 // Query row i of `seq`, the query heads of KV heads [g0, g1): out = softmax(q·Kᵀ/√head_dim)·V
@@ -72,8 +63,8 @@ void AttendBlocksGemm(const GemmKernel& kernel, const AttentionShape& s,
   if (dv == 0) return;  // the heads have no output floats
   const int64_t q_stride = QStride(s, seq), out_stride = OutStride(s, seq);
   float* keys = ws;
-  float* values = keys + int64_t{s.head_dim} * RoundUp(max_context, kGemmMaxNr);
-  float* scores = values + int64_t{max_context} * RoundUp(s.head_dim, kGemmMaxNr);
+  float* values = keys + int64_t{s.head_dim} * RoundUpToPanels(max_context);
+  float* scores = values + int64_t{max_context} * RoundUpToPanels(s.head_dim);
   float* scratch = scores + int64_t{kQueryBlock} * max_context;
   const int all_keys = seq.start_pos + std::min(seq.n_queries, block_end * kQueryBlock);
   if (dk > 0) {
@@ -86,14 +77,8 @@ void AttendBlocksGemm(const GemmKernel& kernel, const AttentionShape& s,
     const int m = std::min(seq.n_queries - q_begin, kQueryBlock);
     const int n_keys = seq.start_pos + q_begin + m;  // what the block's last query sees
     for (int head = g * s.group(); head < (g + 1) * s.group(); ++head) {
-      if (dk == 0) {
-        // No key dims: every score is 0 and the weights uniform, as on the decode path and in
-        // AttentionReference.
-        std::fill(scores, scores + int64_t{m} * n_keys, 0.0f);
-      } else {
-        GemmOverPanels(kernel, seq.q + q_begin * q_stride + s.q_offset(head), q_stride, m, keys,
-                       int64_t{dk} * kernel.nr, dk, n_keys, scores, n_keys);
-      }
+      KeyPanelScores(kernel, seq.q + q_begin * q_stride + s.q_offset(head), q_stride, m, keys, dk,
+                     n_keys, scores);
       for (int i = 0; i < m; ++i) {
         float* sr = scores + int64_t{i} * n_keys;
         const int visible = seq.start_pos + q_begin + i + 1;

@@ -13,13 +13,6 @@ namespace {
 // Queries per GEMM of the panel path (its scores are kQueryChunk rows of the keys they see).
 constexpr int kQueryChunk = 32;
 
-int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
-
-int64_t QStride(const AttentionShape& shape, const AttentionSequence& sequence) {
-  return sequence.q_row_stride != 0 ? sequence.q_row_stride
-                                    : int64_t{shape.n_heads} * shape.head_dim;
-}
-
 // out[t] += weight · softmax(p[0, seen))[t], p softmaxed in place.
 void AddProbabilities(float* p, int seen, float weight, float* out) {
   SoftmaxInPlace(p, seen);
@@ -63,7 +56,7 @@ void ImportanceByRows(const DecodeRowKernels& rk, const AttentionShape& shape,
 
 // KV head g for a prompt's window of queries: its keys gathered into panels once, then per query
 // head and chunk of kQueryChunk queries one GEMM S = Q·Kᵀ/√head_dim over the keys the chunk's
-// last query sees. `ws` holds head_dim · RoundUp(n_keys, kGemmMaxNr) + kQueryChunk · n_keys +
+// last query sees. `ws` holds head_dim · RoundUpToPanels(n_keys) + kQueryChunk · n_keys +
 // page_size · head_dim floats.
 void ImportanceByPanels(const GemmKernel& kernel, const AttentionShape& shape,
                         const AttentionSequence& sequence, int g, float* out, float* ws) {
@@ -71,7 +64,7 @@ void ImportanceByPanels(const GemmKernel& kernel, const AttentionShape& shape,
   const int dk = kv.k.dim(g), n_keys = sequence.start_pos + sequence.n_queries;
   const int64_t q_stride = QStride(shape, sequence);
   float* keys = ws;
-  float* scores = keys + int64_t{shape.head_dim} * RoundUp(n_keys, kGemmMaxNr);
+  float* scores = keys + int64_t{shape.head_dim} * RoundUpToPanels(n_keys);
   float* scratch = scores + int64_t{kQueryChunk} * n_keys;
   if (dk > 0) {
     GatherKeyPanels(kv.k, kv, g, n_keys, kernel.nr,
@@ -81,13 +74,8 @@ void ImportanceByPanels(const GemmKernel& kernel, const AttentionShape& shape,
     for (int i0 = 0; i0 < sequence.n_queries; i0 += kQueryChunk) {
       const int m = std::min(kQueryChunk, sequence.n_queries - i0);
       const int n = sequence.start_pos + i0 + m;  // what the chunk's last query sees
-      if (dk == 0) {
-        // No key dims: every score is 0 and the probabilities uniform, as attention has them.
-        std::fill(scores, scores + int64_t{m} * n, 0.0f);
-      } else {
-        GemmOverPanels(kernel, sequence.q + i0 * q_stride + shape.q_offset(h), q_stride, m, keys,
-                       int64_t{dk} * kernel.nr, dk, n, scores, n);
-      }
+      KeyPanelScores(kernel, sequence.q + i0 * q_stride + shape.q_offset(h), q_stride, m, keys, dk,
+                     n, scores);
       for (int i = 0; i < m; ++i) {
         AddProbabilities(scores + int64_t{i} * n, sequence.start_pos + i0 + i + 1,
                          1.0f / static_cast<float>(shape.group()), out);
@@ -101,7 +89,7 @@ void ImportanceByPanels(const GemmKernel& kernel, const AttentionShape& shape,
 size_t AttentionImportanceWorkspaceFloats(const AttentionShape& shape, int num_threads,
                                           int max_context, int page_size) {
   const int64_t rows = int64_t{kGroupPass} * max_context;
-  const int64_t panels = int64_t{shape.head_dim} * RoundUp(max_context, kGemmMaxNr) +
+  const int64_t panels = int64_t{shape.head_dim} * RoundUpToPanels(max_context) +
                          int64_t{kQueryChunk} * max_context + int64_t{page_size} * shape.head_dim;
   return static_cast<size_t>(num_threads) * std::max(rows, panels);
 }

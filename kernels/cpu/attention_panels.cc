@@ -117,4 +117,13 @@ void GemmOverPanels(const GemmKernel& kernel, const float* x, int64_t ldx, int m
   }
 }
 
+void KeyPanelScores(const GemmKernel& kernel, const float* q, int64_t ldq, int m,
+                    const float* key_panels, int dk, int n, float* scores) {
+  if (dk == 0) {
+    std::fill(scores, scores + int64_t{m} * n, 0.0f);
+    return;
+  }
+  GemmOverPanels(kernel, q, ldq, m, key_panels, int64_t{dk} * kernel.nr, dk, n, scores, n);
+}
+
 }  // namespace pdserve::kernels

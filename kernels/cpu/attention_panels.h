@@ -15,6 +15,9 @@ namespace pdserve::kernels {
 // Sequences with at least this many queries run on the panels (below, the row kernels pay).
 inline constexpr int kGemmMinQueries = 16;
 
+// n rounded up to whole panels of any kernel's width: the floats a panel layout sizes n to.
+inline int64_t RoundUpToPanels(int64_t n) { return (n + kGemmMaxNr - 1) / kGemmMaxNr * kGemmMaxNr; }
+
 // Keys of tokens [0, n) of KV head g as the panels of S = alpha · Q·Kᵀ: panel p holds keys
 // [p·nr, p·nr + nr) as dk × nr floats, [c, j] = alpha · K[p·nr + j, c]; keys past n are zeros.
 // `scratch` holds a page of rows (page_size · dk floats).
@@ -32,6 +35,12 @@ void GatherValuePanels(const KvSectionView& section, const PagedKvView& kv, int 
 void GemmOverPanels(const GemmKernel& kernel, const float* x, int64_t ldx, int m,
                     const float* panels, int64_t panel_stride, int kc, int n, float* y,
                     int64_t ldy);
+
+// Scores of m query rows (ldq floats apart) against the keys in `key_panels` (GatherKeyPanels of
+// dk dims, alpha applied): scores[i · n + t] for t < n. With no key dims (dk = 0) every score is
+// 0, so the weights are uniform, as on the decode path and in AttentionReference.
+void KeyPanelScores(const GemmKernel& kernel, const float* q, int64_t ldq, int m,
+                    const float* key_panels, int dk, int n, float* scores);
 
 }  // namespace pdserve::kernels
 

@@ -1,8 +1,7 @@
-// What the attention kernels (attention.cc, kcache_attention.cc) share: one KV head's rows of a
-// page as f32 (widened or dequantized from an f16 or FP8 cache), for prefill's gathers and the
-// reference,
-// and the decode scores of a group of query heads through the fused row kernels
-// (decode_rows.h). Internal to kernels/cpu.
+// What the attention kernels (attention.cc, kcache_attention.cc, attention_importance.cc) share:
+// one KV head's rows of a page as f32 (widened or dequantized from an f16 or FP8 cache), for
+// prefill's gathers and the reference; a sequence's row strides; and the decode scores of a group
+// of query heads through the fused row kernels (decode_rows.h). Internal to kernels/cpu.
 #ifndef PDSERVE_KERNELS_CPU_ATTENTION_ROWS_H_
 #define PDSERVE_KERNELS_CPU_ATTENTION_ROWS_H_
 
@@ -38,6 +37,14 @@ inline const float* HeadRows(const KvSectionView& s, int page_size, int32_t page
     DequantizeE4M3(rows + int64_t{r} * dim, dim, scale, scratch + int64_t{r} * dim);
   }
   return scratch;
+}
+
+// Floats between a sequence's query rows, and between its output rows (0: n_heads · head_dim).
+inline int64_t QStride(const AttentionShape& s, const AttentionSequence& seq) {
+  return seq.q_row_stride > 0 ? seq.q_row_stride : int64_t{s.n_heads} * s.head_dim;
+}
+inline int64_t OutStride(const AttentionShape& s, const AttentionSequence& seq) {
+  return seq.out_row_stride > 0 ? seq.out_row_stride : int64_t{s.n_heads} * s.head_dim;
 }
 
 // Query heads of one KV head that one decode pass handles together (a pass's score rows and
