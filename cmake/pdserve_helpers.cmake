@@ -77,8 +77,8 @@ endfunction()
 
 # pdserve_test_pch(): the one precompiled header (tests/pch/test_pch.h) every test reuses, built
 # with the tests' flags. GCC only: GCC ignores a consumer's extra macros the header never names,
-# where Clang refuses them, and the Clang (tsan) build compiles few tests. -Winvalid-pch says when
-# GCC cannot use it (the build is then only slower, never different).
+# where Clang refuses them, and the Clang (tsan) build compiles few tests. The -Winvalid-pch CMake
+# adds says when GCC cannot use it (a warning: the build is then only slower, never different).
 function(pdserve_test_pch)
   if(NOT PDSERVE_BUILD_TESTS OR NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     return()
@@ -104,7 +104,7 @@ function(pdserve_cc_test)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   if(TARGET pdserve_test_pch)
     target_precompile_headers(${ARG_NAME} REUSE_FROM pdserve_test_pch)
-    target_compile_options(${ARG_NAME} PRIVATE -Winvalid-pch -Wno-error=invalid-pch)
+    target_compile_options(${ARG_NAME} PRIVATE -Wno-error=invalid-pch)
   endif()
   # One label per test (a list would be split into separate properties by gtest_discover_tests):
   # "unit" unless the caller names another (e.g. integration).

@@ -865,8 +865,8 @@ TEST_F(DefaultProfileCluster, BadInputIsInvalidArgumentAndAllocatesNothing) {
 // ---------------------------------------------------------------------------------------------
 // 4. A decode worker killed with streams in flight.
 
-// A prefill queue longer than the KV store's lease: 48 concurrent 400-token prompts queue at
-// the one prefill worker for longer than a 0.3 s lease; the worker renews each allocation while
+// A prefill queue longer than the KV store's lease: 64 concurrent 400-token prompts queue at
+// the one prefill worker for longer than the lease; the worker renews each allocation while
 // its request waits and computes, so every request keeps its pages until Seal (regression: the
 // requests at the back of the queue failed NOT_FOUND, "Seal: allocation N does not exist").
 // The lease must be short next to the prefill queue (so queued requests must renew it) yet long
