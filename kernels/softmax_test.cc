@@ -2,6 +2,7 @@
 // set's version (the AVX-512 one skipped on CPUs without it).
 #include "kernels/cpu/softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@ namespace {
 struct Version {
   std::string name;
   void (*softmax)(float* x, int n);
+  ExpStats (*exp)(float* x, int n);
   bool (*supported)();
 };
 
@@ -80,10 +82,34 @@ TEST_P(SoftmaxTest, VeryNegativeArgumentsGiveZeroNotGarbage) {
   EXPECT_NEAR(x[0], 1.0 / (2.0 + std::exp(-3.0)), 1e-6);
 }
 
+// The unnormalized softmax: the row's maximum exactly, e^(x − max) per element, and their sum; the
+// normalized softmax is those elements times 1/sum, bit for bit.
+TEST_P(SoftmaxTest, ExpInPlaceReturnsTheMaxAndTheSumOfWhatItWrites) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-30.0f, 30.0f);
+  for (int n : {1, 5, 16, 31, 33, 1000}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    std::vector<float> normalized = x, exps = x;
+    const ExpStats stats = GetParam().exp(exps.data(), n);
+    SoftmaxInPlace(normalized.data(), n);
+    EXPECT_EQ(stats.max, *std::max_element(x.begin(), x.end())) << n;
+    double sum = 0;
+    for (int i = 0; i < n; ++i) {
+      sum += exps[i];
+      const double want = std::exp(double{x[i]} - stats.max);  // tolerance as above
+      EXPECT_NEAR(exps[i], want, (4e-7 + 1.2e-7 * (stats.max - x[i])) * want + 1e-37) << n;
+      ASSERT_EQ(exps[i] * (1.0f / stats.sum), normalized[i]) << n << " at " << i;
+    }
+    EXPECT_NEAR(stats.sum, sum, 1e-6 * sum) << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Isa, SoftmaxTest,
-    testing::Values(Version{"avx2", &avx2::SoftmaxInPlace, [] { return CpuIsSupported(); }},
-                    Version{"avx512", &avx512::SoftmaxInPlace,
+    testing::Values(Version{"avx2", &avx2::SoftmaxInPlace, &avx2::ExpInPlace,
+                            [] { return CpuIsSupported(); }},
+                    Version{"avx512", &avx512::SoftmaxInPlace, &avx512::ExpInPlace,
                             [] { return GetCpuFeatures().avx512; }}),
     [](const testing::TestParamInfo<Version>& info) { return info.param.name; });
 

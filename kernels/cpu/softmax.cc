@@ -22,7 +22,7 @@ inline float Sum(__m256 v) {
 
 namespace avx2 {
 
-void SoftmaxInPlace(float* x, int n) {
+ExpStats ExpInPlace(float* x, int n) {
   const float max_value = *std::max_element(x, x + n);
   const __m256 vmax = _mm256_set1_ps(max_value);
   __m256 vsum = _mm256_setzero_ps();
@@ -37,13 +37,23 @@ void SoftmaxInPlace(float* x, int n) {
     x[i] = std::exp(x[i] - max_value);
     sum += x[i];
   }
+  return {max_value, sum};
+}
+
+void SoftmaxInPlace(float* x, int n) {
+  const float sum = ExpInPlace(x, n).sum;
   const __m256 inv = _mm256_set1_ps(1.0f / sum);
-  for (i = 0; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
   for (; i < n; ++i) x[i] *= 1.0f / sum;
 }
 
 }  // namespace avx2
+
+ExpStats ExpInPlace(float* x, int n) {
+  return ActiveSimdLevel() == SimdLevel::kAvx512 ? avx512::ExpInPlace(x, n)
+                                                 : avx2::ExpInPlace(x, n);
+}
 
 void SoftmaxInPlace(float* x, int n) {
   if (ActiveSimdLevel() == SimdLevel::kAvx512) {

@@ -1,6 +1,6 @@
 // AVX-512 softmax (softmax.h): exp_avx2.h's polynomial on 16 lanes, masked tails. Compiled with
-// -march=x86-64-v4 and only called when the CPU reports AVX-512; everything but SoftmaxInPlace
-// stays in the anonymous namespace (see matmul_avx512.cc).
+// -march=x86-64-v4 and only called when the CPU reports AVX-512; everything but the two entry
+// points stays in the anonymous namespace (see matmul_avx512.cc).
 #include <immintrin.h>
 
 #include "kernels/cpu/softmax.h"
@@ -36,7 +36,7 @@ __mmask16 Lanes(int left) {
 
 }  // namespace
 
-void SoftmaxInPlace(float* x, int n) {
+ExpStats ExpInPlace(float* x, int n) {
   const int full = n / 16 * 16;
   // Two accumulators per reduction, so that consecutive vectors do not wait on each other.
   __m512 max0 = _mm512_set1_ps(x[0]), max1 = max0;
@@ -47,7 +47,8 @@ void SoftmaxInPlace(float* x, int n) {
   }
   if (i < full) max0 = _mm512_max_ps(max0, _mm512_loadu_ps(x + i));
   if (full < n) max1 = _mm512_max_ps(max1, _mm512_mask_loadu_ps(max1, Lanes(n - full), x + full));
-  const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(max0, max1)));
+  const float max_value = _mm512_reduce_max_ps(_mm512_max_ps(max0, max1));
+  const __m512 vmax = _mm512_set1_ps(max_value);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
   for (i = 0; i + 32 <= full; i += 32) {
     const __m512 e0 = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
@@ -63,8 +64,13 @@ void SoftmaxInPlace(float* x, int n) {
     _mm512_mask_storeu_ps(x + i, live, e);
     sum0 = _mm512_mask_add_ps(sum0, live, sum0, e);
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1)));
-  for (i = 0; i < full; i += 16)
+  return {max_value, _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1))};
+}
+
+void SoftmaxInPlace(float* x, int n) {
+  const int full = n / 16 * 16;
+  const __m512 inv = _mm512_set1_ps(1.0f / ExpInPlace(x, n).sum);
+  for (int i = 0; i < full; i += 16)
     _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
   if (full < n) {
     const __mmask16 live = Lanes(n - full);
