@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -179,8 +180,10 @@ void CheckAgainstReferences(const PagedFixture& f, const AttentionShape& shape, 
   std::vector<std::vector<float>> fast_out, ref_out;
   std::vector<AttentionSequence> fast = f.Sequences(fast_out);
   std::vector<AttentionSequence> ref = f.Sequences(ref_out);
+  int queries = 0;  // the workspace sized from the bounds, as the engine sizes it
+  for (const AttentionSequence& seq : fast) queries += seq.n_queries;
   std::vector<float> workspace(
-      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size(), queries));
   Attention(pool, shape, fast, workspace);
   for (size_t s = 0; s < f.num_sequences(); ++s) {
     SCOPED_TRACE(absl::StrCat("sequence ", s, " start_pos ", fast[s].start_pos, " n_queries ",
@@ -265,6 +268,42 @@ TEST(AttentionLongTest, ThreeThreadsManySequences) {
   CheckAgainstReferences(f, shape, 3);
 }
 
+// Decode rows longer than a chunk (kernels/cpu/decode_chunks.h: 1024 tokens, rounded up to whole
+// pages) merge their chunks' partial softmaxes: rows just below, at and past a chunk boundary, the
+// rows of one sequence straddling one, several chunks, and a page size that does not divide 1024.
+TEST(AttentionLongTest, DecodeRowsAcrossChunks) {
+  for (int page_size : {3, 16}) {
+    SCOPED_TRACE(absl::StrCat("page size ", page_size));
+    AttentionShape shape{8, 2, 32};
+    PagedFixture f(shape, page_size,
+                   {{1022, 1}, {1023, 1}, {1024, 1}, {1020, 9}, {2047, 1}, {3000, 3}},
+                   static_cast<uint32_t>(41 + page_size));
+    CheckAgainstReferences(f, shape, 2);
+  }
+}
+
+// A decode row's result depends on its own sequence only, bit for bit: the same on 1, 2 and 3
+// threads, and alone as beside other sequences (the chunks follow the row's length, not the load).
+TEST(AttentionLongTest, DecodeResultDoesNotDependOnThreadsOrBatch) {
+  AttentionShape shape{8, 2, 32};
+  PagedFixture f(shape, 16, {{2500, 1}, {1100, 2}, {40, 1}, {3000, 1}}, 77);
+  auto run = [&](int threads, int only) {  // only < 0: every sequence in one call
+    ThreadPool pool(threads);
+    std::vector<std::vector<float>> outs;
+    std::vector<AttentionSequence> seqs = f.Sequences(outs);
+    std::span<const AttentionSequence> call(seqs);
+    if (only >= 0) call = call.subspan(only, 1);
+    std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), call));
+    Attention(pool, shape, call, workspace);
+    return outs;
+  };
+  const std::vector<std::vector<float>> want = run(1, -1);
+  for (int threads : {2, 3}) EXPECT_EQ(run(threads, -1), want) << threads << " threads";
+  for (size_t s = 0; s < f.num_sequences(); ++s) {
+    EXPECT_EQ(run(2, static_cast<int>(s))[s], want[s]) << "sequence " << s << " alone";
+  }
+}
+
 // A sequence with no queries contributes no work and does not disturb its neighbours.
 TEST(AttentionEdgeTest, EmptySequenceIsSkipped) {
   AttentionShape shape{4, 2, 16};
@@ -288,8 +327,7 @@ TEST(AttentionEdgeTest, SingleTokenReturnsItsValue) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> outs;
   std::vector<AttentionSequence> seqs = f.Sequences(outs);
-  std::vector<float> workspace(
-      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), seqs));
   Attention(pool, shape, seqs, workspace);
   std::vector<double> naive = f.Naive(0);
   for (int h = 0; h < shape.n_heads; ++h) {

@@ -280,8 +280,7 @@ Outputs RunBoth(const CompressedKv& f, int threads) {
   const AttentionShape shape = f.Shape();
   std::vector<AttentionSequence> fast = f.Sequences(o.fast);
   std::vector<AttentionSequence> ref = f.Sequences(o.ref);
-  std::vector<float> workspace(
-      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), fast));
   Attention(pool, shape, fast, workspace);
   for (const AttentionSequence& seq : ref) AttentionReference(shape, seq);
   return o;
@@ -362,8 +361,7 @@ TEST_P(FullWidthF32Test, BitIdenticalToPlainPagedKv) {
     plain_seqs[s].kv = PlainPagedKv(plain_k.data(), plain_v.data(), f.pages(s).data(), c.page_size,
                                     plain_stride, d);
   }
-  std::vector<float> workspace(
-      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), seqs));
   Attention(pool, shape, seqs, workspace);
   Attention(pool, plain_shape, plain_seqs, workspace);
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -590,8 +588,7 @@ TEST(ZeroWidthHeadTest, WritesOnlyTheStoredWidthWithDefaultOffsets) {
     seq.out = ref[s].data();
     ref_seqs.push_back(seq);
   }
-  std::vector<float> workspace(
-      AttentionWorkspaceFloats(shape, pool.size(), f.max_context(), f.page_size()));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), seqs));
   Attention(pool, shape, seqs, workspace);
   for (const AttentionSequence& seq : ref_seqs) AttentionReference(shape, seq);
   for (size_t s = 0; s < f.num_sequences(); ++s) {

@@ -171,7 +171,7 @@ void BM_Attention(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(3)));
   AttentionSetup setup(n_sequences, context, n_queries);
   const AttentionShape shape{kHeads, kHeads, kHeadDim};
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), context, kPageSize));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), setup.sequences));
   for (auto _ : state) {
     Attention(pool, shape, setup.sequences, workspace);
     benchmark::DoNotOptimize(setup.out.data());
@@ -323,7 +323,7 @@ void BM_CompressedDecode(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(4)));
   CompressedDecodeSetup setup(n_sequences, context, dim, format);
   const AttentionShape shape{kHeads, kHeads, kHeadDim};
-  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), context, kPageSize));
+  std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), setup.sequences[0]));
   size_t copy = 0;
   for (auto _ : state) {
     Attention(pool, shape, setup.sequences[copy], workspace);

@@ -207,9 +207,10 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max({c.dim, c.q_dim(), c.hidden_dim})));
   const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  b.attention_workspace.resize(std::max(
-      kernels::AttentionWorkspaceFloats(shape, pool_.size(), max_context, options.kv_page_size),
-      kernels::KCacheWorkspaceFloats(shape, pool_.size(), max_context)));
+  b.attention_workspace.resize(
+      std::max(kernels::AttentionWorkspaceFloats(shape, pool_.size(), max_context,
+                                                 options.kv_page_size, options.max_batch_tokens),
+               kernels::KCacheWorkspaceFloats(shape, pool_.size(), max_context)));
   b.attention.reserve(options.max_sequences);
   b.kcache.reserve(options.max_sequences);
   b.projected.resize(static_cast<size_t>(pool_.size()) * c.head_dim());

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/attention_panels.h"
 #include "kernels/cpu/attention_rows.h"
+#include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/softmax.h"
 
@@ -25,31 +26,74 @@ int64_t BlockGemmFloats(const AttentionShape& s, int max_context, int page_size)
          int64_t{page_size} * s.head_dim;
 }
 
-// Query row i of `seq`, the query heads of KV heads [g0, g1): out = softmax(q·Kᵀ/√head_dim)·V
-// over tokens [0, start_pos + i], page by page, each page's rows of the range read in one sweep.
-// `ws` holds (g1 − g0) · group · (start_pos + i + 1) floats.
-void AttendHeads(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
-                 int i, int g0, int g1, float* ws) {
-  const int n_tokens = seq.start_pos + i + 1;
+// Per-thread floats of the decode path: a chunk's scores and stats for every query head.
+int64_t DecodeFloats(const AttentionShape& s, int max_context, int page_size) {
+  const int chunk = std::min(max_context, DecodeChunkTokens(page_size));
+  return int64_t{s.n_heads} * (chunk + kPartialHeader);
+}
+
+// Chunk c (decode_chunks.h) of query row i of `seq`, for the query heads of KV heads [g0, g1):
+// scores over the chunk's tokens, their unnormalized softmax, and the values it weights, page by
+// page, each page's rows of the range read in one sweep. A row of one chunk gets its output here;
+// otherwise the chunk's partial of head h goes to partials + (c·n_heads + h)·PartialFloats, for
+// MergeChunks. `ws` holds DecodeFloats.
+void AttendChunk(const DecodeRowKernels& rk, const AttentionShape& s, const AttentionSequence& seq,
+                 int i, int c, int g0, int g1, float* partials, float* ws) {
   const PagedKvView& kv = seq.kv;
+  const int n_tokens = seq.start_pos + i + 1;
+  const int chunks = DecodeChunks(n_tokens, kv.page_size);
+  const int t0 = c * DecodeChunkTokens(kv.page_size);
+  const int len = std::min(DecodeChunkTokens(kv.page_size), n_tokens - t0);
   const int64_t first = int64_t{g0} * s.group();
   const int heads = (g1 - g0) * s.group();
   float* out_row = seq.out + i * OutStride(s, seq);
+  // Head j's o_c: its output slice, or its partial's.
+  auto o = [&](int j) {
+    return chunks == 1
+               ? out_row + s.out_offset(first + j)
+               : partials + (c * int64_t{s.n_heads} + first + j) * PartialFloats(s.head_dim) +
+                     kPartialHeader;
+  };
+  float* scores = ws;
+  float* stats = ws + int64_t{heads} * len;  // head j's max and sum at 2j, 2j + 1
+  ScoreHeads(rk, s, kv, g0, g1, seq.q + i * QStride(s, seq), t0, t0 + len, scores, len);
   for (int j = 0; j < heads; ++j) {
-    float* out = out_row + s.out_offset(first + j);
-    std::fill(out, out + kv.v.dim(g0 + j / s.group()), 0.0f);
+    const ExpStats e = ExpInPlace(scores + int64_t{j} * len, len);
+    stats[2 * j] = e.max;
+    stats[2 * j + 1] = e.sum;
+    std::fill_n(o(j), kv.v.dim(g0 + j / s.group()), 0.0f);
   }
-  ScoreHeads(rk, s, kv, g0, g1, seq.q + i * QStride(s, seq), n_tokens, ws, n_tokens);
-  for (int j = 0; j < heads; ++j) SoftmaxInPlace(ws + int64_t{j} * n_tokens, n_tokens);
-  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
+  for (int t = t0, p = t0 / kv.page_size; t < t0 + len; t += kv.page_size, ++p) {
     const uint8_t* page = kv.v.page(kv.pages[p]);
-    const int count = std::min(kv.page_size, n_tokens - t);
+    const int count = std::min(kv.page_size, t0 + len - t);
     ForEachPass(s, g0, g1, [&](int g, int h0, int nq) {
       float* out[kGroupPass];
-      for (int j = 0; j < nq; ++j) out[j] = out_row + s.out_offset(h0 + j);
-      rk.accumulate(ws + (h0 - first) * n_tokens + t, n_tokens, nq,
+      for (int j = 0; j < nq; ++j) out[j] = o(static_cast<int>(h0 - first) + j);
+      rk.accumulate(scores + (h0 - first) * len + (t - t0), len, nq,
                     PageRowsOf(kv.v, page, kv.page_size, g, count), out);
     });
+  }
+  for (int j = 0; j < heads; ++j) {
+    float* oj = o(j);
+    if (chunks == 1) {  // MergeChunks of the one chunk, in place
+      const float inv = 1.0f / stats[2 * j + 1];
+      for (int d = 0, dv = kv.v.dim(g0 + j / s.group()); d < dv; ++d) oj[d] *= inv;
+    } else {
+      oj[-kPartialHeader] = stats[2 * j];
+      oj[1 - kPartialHeader] = stats[2 * j + 1];
+    }
+  }
+}
+
+// Row i of `seq`, once all its chunks' partials (laid out as AttendChunk writes them) are done.
+void MergeRow(const AttentionShape& s, const AttentionSequence& seq, int i, const float* partials) {
+  const int chunks = DecodeChunks(seq.start_pos + i + 1, seq.kv.page_size);
+  if (chunks == 1) return;  // AttendChunk wrote the output
+  const int64_t record = PartialFloats(s.head_dim);
+  float* out_row = seq.out + i * OutStride(s, seq);
+  for (int h = 0; h < s.n_heads; ++h) {
+    MergeChunks(partials + h * record, s.n_heads * record, chunks, seq.kv.v.dim(h / s.group()),
+                out_row + s.out_offset(h));
   }
 }
 
@@ -91,18 +135,23 @@ void AttendBlocksGemm(const GemmKernel& kernel, const AttentionShape& s,
   }
 }
 
-// Decode tasks split each query row's KV heads into this many contiguous ranges: one when there
-// are enough rows to keep every thread busy (a task then sweeps whole pages), more for few rows
-// (a long single sequence), about kTasksPerThread tasks per thread in all.
+// Chunks every decode row of `seq` is given tasks for (those of its last, longest row).
+int SequenceChunks(const AttentionSequence& seq) {
+  return seq.n_queries == 0 ? 0 : DecodeChunks(seq.start_pos + seq.n_queries, seq.kv.page_size);
+}
+
+// Decode tasks split each chunk of a query row's KV heads into this many contiguous ranges: one
+// when there are enough chunks to keep every thread busy (a task then sweeps whole pages), more
+// for few (a short single sequence), about kTasksPerThread tasks per thread in all.
 constexpr int kTasksPerThread = 4;
 int DecodeRanges(const AttentionShape& s, std::span<const AttentionSequence> sequences,
                  int threads) {
-  int64_t rows = 0;
+  int64_t units = 0;
   for (const AttentionSequence& seq : sequences) {
-    if (seq.n_queries < kGemmMinQueries) rows += seq.n_queries;
+    if (seq.n_queries < kGemmMinQueries) units += int64_t{seq.n_queries} * SequenceChunks(seq);
   }
-  if (rows == 0) return 1;
-  const int64_t wanted = (int64_t{kTasksPerThread} * threads + rows - 1) / rows;
+  if (units == 0) return 1;
+  const int64_t wanted = (int64_t{kTasksPerThread} * threads + units - 1) / units;
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, s.n_kv_heads));
 }
 
@@ -125,51 +174,104 @@ std::pair<int, int> BlockRange(const AttentionSequence& seq, int r, int ranges) 
 }
 
 // Tasks of one sequence: per (KV head, range of query blocks) on the GEMM path, else per (query,
-// range of KV heads).
+// chunk, range of KV heads).
 int64_t TaskCount(const AttentionShape& s, const AttentionSequence& seq, int ranges, int threads) {
   if (seq.n_queries >= kGemmMinQueries) {
     return int64_t{s.n_kv_heads} * BlockRanges(s, seq, threads);
   }
-  return int64_t{seq.n_queries} * ranges;
+  return int64_t{seq.n_queries} * SequenceChunks(seq) * ranges;
 }
 
-// The GEMM path's blocks, or the decode path's n_heads · max_context scores and a page of rows,
-// whichever is more.
+// Floats of partials each decode row of `seq` keeps for the merge when it has several chunks.
+int64_t RowPartialFloats(const AttentionShape& s, const AttentionSequence& seq) {
+  return int64_t{SequenceChunks(seq)} * s.n_heads * PartialFloats(s.head_dim);
+}
+
+// Floats of partials a sequence's rows keep: none on the GEMM path or when every row is one chunk.
+int64_t PartialCount(const AttentionShape& s, const AttentionSequence& seq) {
+  const bool merged = seq.n_queries < kGemmMinQueries && SequenceChunks(seq) > 1;
+  return merged ? seq.n_queries * RowPartialFloats(s, seq) : 0;
+}
+
+// The GEMM path's blocks or the decode path's chunk, whichever is more.
 int64_t PerThreadFloats(const AttentionShape& shape, int max_context, int page_size) {
   return std::max(BlockGemmFloats(shape, max_context, page_size),
-                  int64_t{max_context} * shape.n_heads + int64_t{page_size} * shape.head_dim);
+                  DecodeFloats(shape, max_context, page_size));
+}
+
+// Runs fn(seq, first_partial) for each sequence and where its partials start (each sequence's
+// PartialCount after the previous ones').
+template <typename Fn>
+void ForEachSequence(std::span<const AttentionSequence> sequences, const AttentionShape& s, Fn fn) {
+  int64_t partial = 0;
+  for (const AttentionSequence& seq : sequences) {
+    fn(seq, partial);
+    partial += PartialCount(s, seq);
+  }
+}
+
+// What a call's sequences need of the workspace's bounds.
+struct Bounds {
+  int page_size = 0;    // the largest
+  int max_context = 0;  // the largest start_pos + n_queries
+  int queries = 0;      // in all
+};
+Bounds BoundsOf(std::span<const AttentionSequence> sequences) {
+  Bounds b;
+  for (const AttentionSequence& seq : sequences) {
+    b.page_size = std::max(b.page_size, seq.kv.page_size);
+    b.max_context = std::max(b.max_context, seq.start_pos + seq.n_queries);
+    b.queries += seq.n_queries;
+  }
+  return b;
 }
 
 }  // namespace
 
 size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context,
-                                int page_size) {
-  return static_cast<size_t>(num_threads) * PerThreadFloats(shape, max_context, page_size);
+                                int page_size, int max_queries) {
+  const int chunks = MaxDecodeChunks(max_context);
+  const int64_t partials =
+      chunks > 1 ? int64_t{max_queries} * chunks * shape.n_heads * PartialFloats(shape.head_dim)
+                 : 0;
+  return static_cast<size_t>(num_threads * PerThreadFloats(shape, max_context, page_size) +
+                             partials);
+}
+
+size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads,
+                                std::span<const AttentionSequence> sequences) {
+  const Bounds b = BoundsOf(sequences);
+  return AttentionWorkspaceFloats(shape, num_threads, b.max_context, b.page_size, b.queries);
 }
 
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace) {
+  // This call's bounds (within those the workspace was sized for) lay it out.
+  const Bounds bounds = BoundsOf(sequences);
+  const int max_context = bounds.max_context;
+  const int64_t per_thread = PerThreadFloats(shape, max_context, bounds.page_size);
+  float* const partials = workspace.data() + pool.size() * per_thread;
   const int ranges = DecodeRanges(shape, sequences, pool.size());
   auto tasks = [&](const AttentionSequence& seq) {
     return TaskCount(shape, seq, ranges, pool.size());
   };
-  int64_t total = 0;
-  for (const AttentionSequence& seq : sequences) total += tasks(seq);
-  const size_t per_thread = workspace.size() / pool.size();
-  // The longest context of this call (≤ the one the workspace was sized for) lays it out.
-  int page_size = 0, max_context = 0;
+  int64_t total = 0, merged_rows = 0;
   for (const AttentionSequence& seq : sequences) {
-    page_size = std::max(page_size, seq.kv.page_size);
-    max_context = std::max(max_context, seq.start_pos + seq.n_queries);
+    total += tasks(seq);
+    if (PartialCount(shape, seq) > 0) merged_rows += seq.n_queries;
   }
   const DecodeRowKernels& rk = ActiveDecodeRows();
   const GemmKernel kernel = ActiveGemmKernel();
   pool.ParallelForDynamic(total, 1, [&](int64_t begin, int64_t end, int thread) {
     float* ws = workspace.data() + thread * per_thread;
     size_t s = 0;
-    int64_t first = 0;  // flat index of sequences[s]'s first task
+    int64_t first = 0;    // flat index of sequences[s]'s first task
+    int64_t partial = 0;  // where sequences[s]'s partials start
     for (int64_t task = begin; task < end; ++task) {
-      while (task >= first + tasks(sequences[s])) first += tasks(sequences[s++]);
+      while (task >= first + tasks(sequences[s])) {
+        first += tasks(sequences[s]);
+        partial += PartialCount(shape, sequences[s++]);
+      }
       const AttentionSequence& seq = sequences[s];
       const int64_t index = task - first;
       if (seq.n_queries >= kGemmMinQueries) {
@@ -179,9 +281,26 @@ void Attention(ThreadPool& pool, const AttentionShape& shape,
                          max_context, ws);
         continue;
       }
+      const int chunks = SequenceChunks(seq);
+      const int i = static_cast<int>(index / (int64_t{chunks} * ranges));
+      const int c = static_cast<int>(index / ranges % chunks);
+      if (c >= DecodeChunks(seq.start_pos + i + 1, seq.kv.page_size)) continue;  // a shorter row
       const auto [g0, g1] = HeadRange(shape, static_cast<int>(index % ranges), ranges);
-      AttendHeads(rk, shape, seq, static_cast<int>(index / ranges), g0, g1, ws);
+      AttendChunk(rk, shape, seq, i, c, g0, g1,
+                  partials + partial + i * RowPartialFloats(shape, seq), ws);
     }
+  });
+  if (merged_rows == 0) return;
+  pool.ParallelFor(merged_rows, 1, [&](int64_t begin, int64_t end, int /*thread*/) {
+    int64_t row = 0;  // flat index over the merged sequences' rows
+    ForEachSequence(sequences, shape, [&](const AttentionSequence& seq, int64_t partial) {
+      if (PartialCount(shape, seq) == 0) return;
+      for (int i = 0; i < seq.n_queries; ++i, ++row) {
+        if (row >= begin && row < end) {
+          MergeRow(shape, seq, i, partials + partial + i * RowPartialFloats(shape, seq));
+        }
+      }
+    });
   });
 }
 

@@ -64,22 +64,22 @@ void ForEachPass(const AttentionShape& s, int g0, int g1, Fn fn) {
 }
 
 // Decode scores of the query heads of KV heads [g0, g1) — head h's query at q_row + q_offset(h),
-// kv.k.dim(h / group) floats — against tokens [0, n_tokens): scores[(h − g0·group)·ld + t] =
-// q_h · k_t / √head_dim. Page by page, each page's rows of the whole range in one sweep (a
-// contiguous run of the page, which the hardware prefetchers follow).
+// kv.k.dim(h / group) floats — against tokens [t0, t1), t0 on a page boundary:
+// scores[(h − g0·group)·ld + t − t0] = q_h · k_t / √head_dim. Page by page, each page's rows of the
+// whole range in one sweep (a contiguous run of the page, which the hardware prefetchers follow).
 inline void ScoreHeads(const DecodeRowKernels& rk, const AttentionShape& s, const PagedKvView& kv,
-                       int g0, int g1, const float* q_row, int n_tokens, float* scores,
+                       int g0, int g1, const float* q_row, int t0, int t1, float* scores,
                        int64_t ld) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const int64_t first = int64_t{g0} * s.group();
-  for (int t = 0, p = 0; t < n_tokens; t += kv.page_size, ++p) {
+  for (int t = t0, p = t0 / kv.page_size; t < t1; t += kv.page_size, ++p) {
     const uint8_t* page = kv.k.page(kv.pages[p]);
-    const int count = std::min(kv.page_size, n_tokens - t);
+    const int count = std::min(kv.page_size, t1 - t);
     ForEachPass(s, g0, g1, [&](int g, int h0, int nq) {
       const float* q[kGroupPass];
       for (int j = 0; j < nq; ++j) q[j] = q_row + s.q_offset(h0 + j);
       rk.score(q, nq, PageRowsOf(kv.k, page, kv.page_size, g, count), scale,
-               scores + (h0 - first) * ld + t, ld);
+               scores + (h0 - first) * ld + (t - t0), ld);
     });
   }
 }
