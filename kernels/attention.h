@@ -18,15 +18,20 @@
 
 namespace pdserve::kernels {
 
+// Sequences with at most this many queries take the decode path below (the others prefill's).
+inline constexpr int kAttentionDecodeMaxQueries = 15;
+
 // Floats of workspace Attention needs for `num_threads` threads, contexts up to `max_context`,
-// pages of `page_size` tokens and at most `max_queries` queries in all in one call.
+// pages of `page_size` tokens and at most `max_decode_queries` queries in all, in one call, of
+// sequences on the decode path.
 size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context,
-                                int page_size, int max_queries);
+                                int page_size, int max_decode_queries);
 // The same for exactly these sequences.
 size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads,
                                 std::span<const AttentionSequence> sequences);
 
-// Splits the work across the pool: sequences with many queries (prefill) by (head, block of 64
+// Splits the work across the pool: sequences with more than kAttentionDecodeMaxQueries queries
+// (prefill) by (head, block of 64
 // queries), each block two SGEMMs (scores over the keys it sees, then values); others (decode)
 // by (query, chunk of about a thousand tokens, contiguous range of KV heads: one range when there
 // are enough chunks for the threads), sweeping each page's rows of the range once through the
@@ -34,8 +39,8 @@ size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads,
 // each row; a query's chunks are merged as in flash-decoding (kernels/cpu/decode_chunks.h). A
 // query's result depends on its sequence alone, not on the threads or the other sequences.
 // Requires a workspace of AttentionWorkspaceFloats(shape, pool.size(), C, P, Q) floats where C
-// bounds every start_pos + n_queries, P every page size and Q the sum of n_queries. Does not
-// allocate.
+// bounds every start_pos + n_queries, P every page size and Q the sum of the n_queries that are
+// at most kAttentionDecodeMaxQueries. Does not allocate.
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace);
 

@@ -77,16 +77,30 @@ int AutoThreads(const ModelConfig& c) {
   return layer_parameters < 2'000'000 ? 1 : cores;
 }
 
+// Decode-path queries one Attention call can hold: up to kAttentionDecodeMaxQueries per live
+// sequence, within a batch.
+int DecodeQueriesBound(const EngineOptions& o) {
+  return std::min(o.max_batch_tokens, o.max_sequences * kernels::kAttentionDecodeMaxQueries);
+}
+
+// Floats of the workspace dense and KCache attention share.
+size_t AttentionFloats(const ModelConfig& c, const EngineOptions& o, int max_context) {
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  return std::max(kernels::AttentionWorkspaceFloats(shape, o.num_threads, max_context,
+                                                    o.kv_page_size, DecodeQueriesBound(o)),
+                  kernels::KCacheWorkspaceFloats(shape, o.num_threads, max_context));
+}
+
 // Bytes Create allocates for buffers, workspaces, the RoPE table and the KV pool (weights aside).
 double PlannedBytes(const ModelConfig& c, const EngineOptions& o, const KvPlan& plan,
                     int max_context, int kv_pages) {
-  const double n = o.max_batch_tokens, threads = o.num_threads;
+  const double n = o.max_batch_tokens;
   const double activations =
       n * (2.0 * c.dim + 3.0 * c.q_dim() + 2.0 * c.kv_dim() + 3.0 * c.hidden_dim + c.vocab_size +
            (plan.swiftkv() ? static_cast<double>(plan.swiftkv_kv.rows()) : 0.0));
   const double workspaces =
       kernels::MatmulWorkspaceFloats(o.num_threads, std::max({c.dim, c.q_dim(), c.hidden_dim})) +
-      threads * max_context * (2.0 * c.head_dim() + 64 + c.n_heads / c.n_kv_heads + 3) +
+      static_cast<double>(AttentionFloats(c, o, max_context)) +
       static_cast<double>(max_context) * c.head_dim();
   const double kv = plan.kv_bytes_per_token() * kv_pages * o.kv_page_size;
   return (activations + workspaces) * sizeof(float) + kv;
@@ -206,17 +220,13 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max({c.dim, c.q_dim(), c.hidden_dim})));
-  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  b.attention_workspace.resize(
-      std::max(kernels::AttentionWorkspaceFloats(shape, pool_.size(), max_context,
-                                                 options.kv_page_size, options.max_batch_tokens),
-               kernels::KCacheWorkspaceFloats(shape, pool_.size(), max_context)));
+  b.attention_workspace.resize(AttentionFloats(c, options, max_context));
   b.attention.reserve(options.max_sequences);
   b.kcache.reserve(options.max_sequences);
   b.projected.resize(static_cast<size_t>(pool_.size()) * c.head_dim());
   if (options.compression.retention.enabled()) {
     importance_workspace_.resize(kernels::AttentionImportanceWorkspaceFloats(
-        shape, pool_.size(), max_context, options.kv_page_size));
+        {c.n_heads, c.n_kv_heads, c.head_dim()}, pool_.size(), max_context, options.kv_page_size));
   }
 }
 

@@ -217,6 +217,41 @@ TEST(LlamaEngineTest, BatchedSequencesEqualSeparateRuns) {
             1e-5);
 }
 
+// Decode rows past the first 1024 tokens, where decode attention splits a row's tokens into
+// chunks and merges them (kernels/cpu/decode_chunks.h; the workspace holds their partials): a
+// 9-token chunk whose rows straddle the boundary, then single-token steps batched with a short
+// sequence, against the reference token by token.
+TEST(LlamaEngineTest, DecodePastOneAttentionChunkMatchesReference) {
+  ModelConfig c = SmallGqaConfig();
+  c.max_seq_len = 1100;
+  ModelWeights w = MakeRandomModel(c, 13);
+  auto engine = MakeEngine(w, 2, DType::kF32, 512, 2);
+  const std::vector<int32_t> tokens = Tokens(1030, c.vocab_size, 4);
+  const std::vector<float> expected = ReferenceLogits(w, tokens);
+  const int vocab = c.vocab_size, sa = *engine->AddSequence(), sb = *engine->AddSequence();
+  const std::span<const int32_t> all(tokens);
+  for (int at = 0; at < 1018; at += 509) {
+    ForwardChunk prefill{sa, all.subspan(at, 509)};
+    ASSERT_TRUE(engine->Forward({&prefill, 1}).ok());
+  }
+  ForwardChunk straddle{sa, all.subspan(1018, 9), true};
+  auto rows = engine->Forward({&straddle, 1});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_LT(MaxRelativeError(*rows, std::span(expected).subspan(1018 * vocab, 9 * vocab)), 1e-5);
+  const int32_t other[] = {5, 6, 7};
+  ForwardChunk short_prefill{sb, other};
+  ASSERT_TRUE(engine->Forward({&short_prefill, 1}).ok());
+  for (int at = 1027; at < 1030; ++at) {
+    ForwardChunk step[] = {{sa, all.subspan(at, 1)}, {sb, std::span(other).subspan(0, 1)}};
+    auto logits = engine->Forward(step);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_LT(MaxRelativeError(logits->subspan(0, vocab),
+                               std::span(expected).subspan(int64_t{at} * vocab, vocab)),
+              1e-5)
+        << "position " << at;
+  }
+}
+
 TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
   ModelWeights w = MakeRandomModel(SmallGqaConfig(), 11);
   const fs::path dir = fs::temp_directory_path() / ("pdserve_formats_" + std::to_string(getpid()));

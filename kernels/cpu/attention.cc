@@ -212,16 +212,16 @@ void ForEachSequence(std::span<const AttentionSequence> sequences, const Attenti
 
 // What a call's sequences need of the workspace's bounds.
 struct Bounds {
-  int page_size = 0;    // the largest
-  int max_context = 0;  // the largest start_pos + n_queries
-  int queries = 0;      // in all
+  int page_size = 0;       // the largest
+  int max_context = 0;     // the largest start_pos + n_queries
+  int decode_queries = 0;  // in all, of the sequences on the decode path
 };
 Bounds BoundsOf(std::span<const AttentionSequence> sequences) {
   Bounds b;
   for (const AttentionSequence& seq : sequences) {
     b.page_size = std::max(b.page_size, seq.kv.page_size);
     b.max_context = std::max(b.max_context, seq.start_pos + seq.n_queries);
-    b.queries += seq.n_queries;
+    if (seq.n_queries < kGemmMinQueries) b.decode_queries += seq.n_queries;
   }
   return b;
 }
@@ -229,11 +229,11 @@ Bounds BoundsOf(std::span<const AttentionSequence> sequences) {
 }  // namespace
 
 size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, int max_context,
-                                int page_size, int max_queries) {
+                                int page_size, int max_decode_queries) {
   const int chunks = MaxDecodeChunks(max_context);
-  const int64_t partials =
-      chunks > 1 ? int64_t{max_queries} * chunks * shape.n_heads * PartialFloats(shape.head_dim)
-                 : 0;
+  const int64_t partials = chunks > 1 ? int64_t{max_decode_queries} * chunks * shape.n_heads *
+                                            PartialFloats(shape.head_dim)
+                                      : 0;
   return static_cast<size_t>(num_threads * PerThreadFloats(shape, max_context, page_size) +
                              partials);
 }
@@ -241,7 +241,7 @@ size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads, in
 size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads,
                                 std::span<const AttentionSequence> sequences) {
   const Bounds b = BoundsOf(sequences);
-  return AttentionWorkspaceFloats(shape, num_threads, b.max_context, b.page_size, b.queries);
+  return AttentionWorkspaceFloats(shape, num_threads, b.max_context, b.page_size, b.decode_queries);
 }
 
 void Attention(ThreadPool& pool, const AttentionShape& shape,

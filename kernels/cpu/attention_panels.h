@@ -7,13 +7,14 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/kv_view.h"
 
 namespace pdserve::kernels {
 
 // Sequences with at least this many queries run on the panels (below, the row kernels pay).
-inline constexpr int kGemmMinQueries = 16;
+inline constexpr int kGemmMinQueries = kAttentionDecodeMaxQueries + 1;
 
 // n rounded up to whole panels of any kernel's width: the floats a panel layout sizes n to.
 inline int64_t RoundUpToPanels(int64_t n) { return (n + kGemmMaxNr - 1) / kGemmMaxNr * kGemmMaxNr; }
