@@ -31,16 +31,15 @@ size_t AttentionWorkspaceFloats(const AttentionShape& shape, int num_threads,
                                 std::span<const AttentionSequence> sequences);
 
 // Splits the work across the pool: sequences with more than kAttentionDecodeMaxQueries queries
-// (prefill) by (head, block of 64
-// queries), each block two SGEMMs (scores over the keys it sees, then values); others (decode)
-// by (query, chunk of about a thousand tokens, contiguous range of KV heads: one range when there
-// are enough chunks for the threads), sweeping each page's rows of the range once through the
-// fused f32/f16/FP8 row kernels (kernels/cpu/decode_rows.h), every query head of a group sharing
-// each row; a query's chunks are merged as in flash-decoding (kernels/cpu/decode_chunks.h). A
-// query's result depends on its sequence alone, not on the threads or the other sequences.
-// Requires a workspace of AttentionWorkspaceFloats(shape, pool.size(), C, P, Q) floats where C
-// bounds every start_pos + n_queries, P every page size and Q the sum of the n_queries that are
-// at most kAttentionDecodeMaxQueries. Does not allocate.
+// (prefill) by (head, block of 64 queries), each block two SGEMMs (scores over the keys it sees,
+// then values); others (decode) by (query, chunk of about a thousand tokens, contiguous range of KV
+// heads: one range when there are enough chunks for the threads), sweeping each page's rows of the
+// range once through the fused f32/f16/FP8 row kernels (kernels/cpu/decode_rows.h), every query
+// head of a group sharing each row; a query's chunks are merged as in flash-decoding
+// (kernels/cpu/decode_chunks.h). A query's result depends on its sequence alone, not on the threads
+// or the other sequences. Requires a workspace of AttentionWorkspaceFloats(shape, pool.size(), C,
+// P, Q) floats where C bounds every start_pos + n_queries, P every page size and Q the sum of the
+// n_queries that are at most kAttentionDecodeMaxQueries. Does not allocate.
 void Attention(ThreadPool& pool, const AttentionShape& shape,
                std::span<const AttentionSequence> sequences, std::span<float> workspace);
 

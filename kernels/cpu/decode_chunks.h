@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/softmax.h"
+
 namespace pdserve::kernels {
 
 // Tokens a chunk holds at least (the last chunk of a row excepted).
@@ -38,19 +40,25 @@ inline int MaxDecodeChunks(int max_context) {
 inline constexpr int kPartialHeader = 2;
 inline int64_t PartialFloats(int head_dim) { return kPartialHeader + int64_t{head_dim}; }
 
-// out[0, dv) = Σ_c e^(m_c − M)·o_c / Σ_c e^(m_c − M)·l_c over `chunks` ≥ 1 partials, chunk c's at
+// The merged max M = max_c m_c and sum L = Σ_c e^(m_c − M)·l_c of `chunks` ≥ 1 partials, chunk
+// c's at partials + c·stride: chunk c's softmax weights scale by e^(m_c − M)/L.
+inline ExpStats MergedStats(const float* partials, int64_t stride, int chunks) {
+  ExpStats merged{partials[0], 0.0f};
+  for (int c = 1; c < chunks; ++c) merged.max = std::max(merged.max, partials[c * stride]);
+  for (int c = 0; c < chunks; ++c) {
+    merged.sum += std::exp(partials[c * stride] - merged.max) * partials[c * stride + 1];
+  }
+  return merged;
+}
+
+// out[0, dv) = Σ_c e^(m_c − M)·o_c / L (MergedStats) over `chunks` ≥ 1 partials, chunk c's at
 // partials + c·stride. With one chunk this is o_0 times 1/l_0, bit for bit.
 inline void MergeChunks(const float* partials, int64_t stride, int chunks, int dv, float* out) {
-  float max = partials[0];
-  for (int c = 1; c < chunks; ++c) max = std::max(max, partials[c * stride]);
-  float sum = 0.0f;
-  for (int c = 0; c < chunks; ++c) {
-    sum += std::exp(partials[c * stride] - max) * partials[c * stride + 1];
-  }
-  const float inv = 1.0f / sum;
+  const ExpStats merged = MergedStats(partials, stride, chunks);
+  const float inv = 1.0f / merged.sum;
   for (int c = 0; c < chunks; ++c) {
     const float* p = partials + c * stride;
-    const float w = std::exp(p[0] - max) * inv;
+    const float w = std::exp(p[0] - merged.max) * inv;
     const float* o = p + kPartialHeader;
     if (c == 0) {
       for (int d = 0; d < dv; ++d) out[d] = w * o[d];

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 
 #include "kernels/cpu/attention_rows.h"
@@ -26,19 +25,14 @@ int64_t PerThreadFloats(const AttentionShape& shape, int max_context) {
 void ChunkSoftmax(float* p, int n_tokens, int page_size, float* partials, int64_t stride,
                   float* total) {
   const int chunks = DecodeChunks(n_tokens, page_size), chunk = DecodeChunkTokens(page_size);
-  float max = -std::numeric_limits<float>::infinity();
   for (int c = 0; c < chunks; ++c) {
     const ExpStats e = ExpInPlace(p + c * chunk, std::min(chunk, n_tokens - c * chunk));
     partials[c * stride] = e.max;
     partials[c * stride + 1] = e.sum;
-    max = std::max(max, e.max);
   }
-  float sum = 0.0f;
+  const ExpStats merged = MergedStats(partials, stride, chunks);
   for (int c = 0; c < chunks; ++c) {
-    sum += std::exp(partials[c * stride] - max) * partials[c * stride + 1];
-  }
-  for (int c = 0; c < chunks; ++c) {
-    const float scale = std::exp(partials[c * stride] - max) / sum;
+    const float scale = std::exp(partials[c * stride] - merged.max) / merged.sum;
     for (int t = c * chunk; t < std::min(n_tokens, (c + 1) * chunk); ++t) total[t] += p[t] * scale;
   }
 }
