@@ -12,6 +12,7 @@
 #include "core/formats/model_writer.h"
 #include "core/model/random_model.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
@@ -127,8 +128,8 @@ TEST(LlamaEngineTest, ScaledRopeIsWrittenAsHuggingFaceAndGguf) {
                     .high_freq_factor = 4.0f,
                     .original_max_positions = 16};
   ModelWeights w = MakeRandomModel(c, 17);
-  const fs::path dir = fs::temp_directory_path() / ("pdserve_scaled_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const ScratchDir scratch("llama_engine_test_scaled");
+  const fs::path& dir = scratch.path();
   const Vocabulary vocab = SyntheticVocabulary(c.vocab_size);
   absl::Status s = WriteModel((dir / "m").string(), w, vocab, {ModelFormat::kLlama2c});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -146,7 +147,6 @@ TEST(LlamaEngineTest, ScaledRopeIsWrittenAsHuggingFaceAndGguf) {
         1e-5)
         << name;
   }
-  fs::remove_all(dir);
 }
 
 TEST(LlamaEngineTest, SixteenBitWeightsMatchReferenceOnTheSameRoundedWeights) {
@@ -254,8 +254,8 @@ TEST(LlamaEngineTest, DecodePastOneAttentionChunkMatchesReference) {
 
 TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
   ModelWeights w = MakeRandomModel(SmallGqaConfig(), 11);
-  const fs::path dir = fs::temp_directory_path() / ("pdserve_formats_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const ScratchDir scratch("llama_engine_test_formats");
+  const fs::path& dir = scratch.path();
   const Vocabulary vocab = SyntheticVocabulary(w.config.vocab_size);
   ASSERT_TRUE(WriteModel((dir / "m.bin").string(), w, vocab, {ModelFormat::kLlama2c}).ok());
   ASSERT_TRUE(WriteModel((dir / "m.gguf").string(), w, vocab, {ModelFormat::kGguf}).ok());
@@ -278,7 +278,6 @@ TEST(LlamaEngineTest, SameWeightsInEveryFormatGiveTheSameLogits) {
       EXPECT_EQ(got, expected) << name;
     }
   }
-  fs::remove_all(dir);
 }
 
 TEST(LlamaEngineTest, RejectsBadBatchesWithoutChangingState) {

@@ -15,6 +15,7 @@
 #include "core/model/swiftkv_weights.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
@@ -133,10 +134,8 @@ TEST_P(FamilyTest, EngineMatchesReferenceInBothPairings) {
 // GGUF (Mistral as llama.cpp's "llama") and safetensors keep the family and its tensors.
 TEST_P(FamilyTest, FilesKeepTheFamily) {
   const ModelWeights w = MakeRandomModel(GetParam().config(), 23);
-  const fs::path dir =
-      fs::temp_directory_path() / ("pdserve_family_" + std::to_string(getpid()) +
-                                   w.config.traits().name + std::to_string(GetParam().head_dim));
-  fs::create_directories(dir);
+  const ScratchDir scratch("model_family_test");
+  const fs::path& dir = scratch.path();
   const Vocabulary vocab = SyntheticVocabulary(w.config.vocab_size);
   const auto tokens = Tokens(20, w.config.vocab_size);
   const std::vector<float> expected = ReferenceLogits(w, tokens);
@@ -155,7 +154,6 @@ TEST_P(FamilyTest, FilesKeepTheFamily) {
               1e-5)
         << name;
   }
-  fs::remove_all(dir);
 }
 
 // Full-rank ZACK bases that mix a head's dimensions (a signed permutation) fold the V bias with

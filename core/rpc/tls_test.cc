@@ -1,7 +1,6 @@
 #include "core/rpc/tls.h"
 
 #include <grpcpp/grpcpp.h>
-#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
@@ -13,28 +12,30 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pdserve/v1/router.grpc.pb.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
 
 using ::testing::HasSubstr;
 
-// A fresh directory name under the test's temporary directory.
-std::string FreshDir(const std::string& name) {
-  static int counter = 0;
-  return absl::StrCat(::testing::TempDir(), "/tls_test_", getpid(), "_", counter++, "_", name);
-}
-
 class TlsTest : public ::testing::Test {
  protected:
   // A failed set-up fails every test (in SetUp): an assertion failing in SetUpTestSuite makes
   // gtest skip the tests, and ctest then counts them as skipped, not failed.
   static void SetUpTestSuite() {
-    dir_ = new std::string(FreshDir("ca"));
-    other_ = new std::string(FreshDir("other"));
+    scratch_ = new ScratchDir("tls_test");
+    dir_ = new std::string(*scratch_ / "ca");
+    other_ = new std::string(*scratch_ / "other");
     absl::Status written = WriteLocalCa(*dir_);
     if (written.ok()) written = WriteLocalCa(*other_);
     set_up_ = new absl::Status(written);
+  }
+  static void TearDownTestSuite() {
+    delete set_up_;
+    delete other_;
+    delete dir_;
+    delete scratch_;
   }
   void SetUp() override { ASSERT_TRUE(set_up_->ok()) << *set_up_; }
   static std::shared_ptr<const Tls> Load(ComponentRole role) {
@@ -42,10 +43,12 @@ class TlsTest : public ::testing::Test {
     EXPECT_TRUE(tls.ok()) << tls.status();
     return tls.ok() ? *tls : Tls::Insecure();
   }
+  static ScratchDir* scratch_;
   static std::string* dir_;
   static std::string* other_;
   static absl::Status* set_up_;
 };
+ScratchDir* TlsTest::scratch_ = nullptr;
 std::string* TlsTest::dir_ = nullptr;
 std::string* TlsTest::other_ = nullptr;
 absl::Status* TlsTest::set_up_ = nullptr;
@@ -174,8 +177,8 @@ TEST_F(TlsTest, PeersAreVerifiedByRoleNotByTheAddressTheyDial) {
 // Certificates from another CA (cert-manager, an operator's own) must carry the role's name.
 TEST_F(TlsTest, AServingRolesCertificateMustNameItsRole) {
   if (std::system("command -v openssl >/dev/null") != 0) GTEST_SKIP() << "no openssl command";
-  const std::string dir = FreshDir("own");
-  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const ScratchDir scratch("tls_test_own");
+  const std::string dir = scratch.path().string();
   std::ofstream(dir + "/make.sh") << R"(set -e
 k="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
 openssl req -x509 $k -keyout ca-key.pem -out ca.pem -subj /CN=own-ca -days 1

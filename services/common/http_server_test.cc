@@ -3,9 +3,6 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -14,6 +11,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "pdserve/v1/router.grpc.pb.h"
 #include "services/common/service_server.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
@@ -170,8 +168,8 @@ TEST(HttpServerTest, ReadyzMirrorsTheServiceServersGrpcHealth) {
 // With the process's TLS identity the health routes are HTTPS, and answer a client that verifies
 // the server under the CA but presents no certificate (as a kubelet probe, which verifies nothing).
 TEST(HttpServerTest, HealthRoutesOverHttpsWithoutAClientCertificate) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/http_server_test_ca_", getpid());
-  std::filesystem::remove_all(dir);
+  const ScratchDir scratch("http_server_test");
+  const std::string dir = scratch / "ca";
   ASSERT_TRUE(WriteLocalCa(dir).ok());
   absl::StatusOr<std::shared_ptr<const Tls>> tls =
       Tls::Load(LocalCaFiles(dir, ComponentRole::kDecode), ComponentRole::kDecode);
@@ -200,7 +198,6 @@ TEST(HttpServerTest, HealthRoutesOverHttpsWithoutAClientCertificate) {
   httplib::Result refused = plain.Get("/healthz");
   EXPECT_FALSE(refused && refused->status == 200);
   (*server)->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(HttpServerTest, StopsPromptlyAndRefusesTakenOrBadAddresses) {
