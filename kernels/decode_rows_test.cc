@@ -101,7 +101,9 @@ struct Shape {
 std::vector<Shape> Shapes() {
   std::vector<Shape> shapes;
   for (int count : {1, 7, 8, 9, 16}) {
-    for (int dim : {1, 7, 8, 9, 16, 17, 25, 31, 32, 33, 49, 61, 63, 64, 70, 125, 128}) {
+    // Whole vectors of either lane width (8, 16, 24, 32, 48, 64, 128) take the kernels compiled
+    // for that many vectors; the others read the dimension at run time.
+    for (int dim : {1, 7, 8, 9, 16, 17, 24, 25, 31, 32, 33, 48, 49, 61, 63, 64, 70, 125, 128}) {
       for (int nq : {1, 2, 3, 4, 5, 7, 16}) shapes.push_back({count, dim, nq});
     }
   }
