@@ -108,13 +108,17 @@ function(pdserve_cc_test)
   endif()
   # One label per test (a list would be split into separate properties by gtest_discover_tests):
   # "unit" unless the caller names another (e.g. integration).
+  # TSan's options travel with each test, so that a plain `ctest` in the tree applies them too.
   set(_label unit)
+  set(_environment "")
   if(PDSERVE_TSAN)
     set(_label tsan)
+    set(_environment ENVIRONMENT
+      "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp")
   elseif(ARG_LABELS)
     list(GET ARG_LABELS 0 _label)
   endif()
-  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${_label})
+  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${_label} ${_environment})
 endfunction()
 
 # pdserve_cc_benchmark(NAME name SRCS ... [DEPS ...])
