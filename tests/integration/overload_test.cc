@@ -7,7 +7,6 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -21,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve::integration {
 namespace {
@@ -46,17 +46,14 @@ double SumOfSeries(const std::string& http_address, const std::string& name) {
 // Runs `pdserve loadgen --router=<cluster's> <args> --json=F`; its JSON report (discarded when the
 // run failed or wrote none).
 nlohmann::json RunLoadgen(const Cluster& cluster, const std::string& args) {
-  const std::string json = (std::filesystem::temp_directory_path() /
-                            absl::StrCat("pdserve-overload-test-", getpid(), ".json"))
-                               .string();
+  const ScratchDir scratch("overload_test");
+  const std::string json = scratch / "report.json";
   const std::string command =
       absl::StrCat(PdserveBinary(), " loadgen --router=", cluster.router_address(), " ", args,
                    " --json=", json, " > /dev/null");
   if (std::system(command.c_str()) != 0) return nlohmann::json::value_t::discarded;
   std::ifstream in(json);
-  nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
-  std::filesystem::remove(json);
-  return report;
+  return nlohmann::json::parse(in, nullptr, false);
 }
 
 // Every KV page is back in the store's pool: none allocated, none sealed.
