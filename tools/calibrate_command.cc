@@ -18,6 +18,9 @@
 ABSL_FLAG(double, ridge, 1e-4, "calibrate: ridge λ relative to the mean diagonal of XᵀX");
 ABSL_FLAG(double, zack_kept_fraction, 0.0,
           "calibrate: choose ZACK ranks keeping this fraction of the K/V dimensions (0 = by ρ)");
+ABSL_FLAG(int, zack_rank_multiple, 1,
+          "calibrate: round each ZACK rank to the nearest multiple of this (16: whole AVX-512 "
+          "vectors, which decode reads fastest); 1 = as chosen");
 ABSL_FLAG(int, calibration_chunks, 0, "calibrate: chunks of the text to stream; 0 = all");
 
 namespace pdserve::cli {
@@ -31,6 +34,7 @@ absl::StatusOr<CalibrateOptions> CalibrateOptionsFromFlags() {
   o.zack = absl::GetFlag(FLAGS_zack);
   o.zack_rho = std::max(0.0, absl::GetFlag(FLAGS_zack_rho));
   o.zack_kept_fraction = absl::GetFlag(FLAGS_zack_kept_fraction);
+  o.zack_rank_multiple = absl::GetFlag(FLAGS_zack_rank_multiple);
   o.num_threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_out).empty()) return absl::InvalidArgumentError("--out is required");
   if (absl::GetFlag(FLAGS_calibration_chunks) < 0) {

@@ -84,6 +84,12 @@ int RankForRemovalRate(std::span<const double> eigenvalues, double rho) {
   return RankOf(DroppedMass(eigenvalues), static_cast<int>(eigenvalues.size()), rho);
 }
 
+int RoundRankToMultiple(int rank, int d, int multiple) {
+  if (multiple <= 1) return rank;
+  const int rounded = (rank + multiple / 2) / multiple * multiple;
+  return std::clamp(rounded, std::min(multiple, d), d);
+}
+
 double KeptFraction(std::span<const WeightedSpectrum> spectra, double rho) {
   double kept = 0.0;
   double total = 0.0;

@@ -19,6 +19,11 @@ namespace pdserve {
 // Non-increasing in ρ.
 int RankForRemovalRate(std::span<const double> eigenvalues, double rho);
 
+// `rank` rounded to the nearest multiple of `multiple` (halves up) within [min(multiple, d), d]:
+// a head's rank in whole vectors of `multiple` elements, which the decode kernels read without a
+// partial last vector; d itself when d < multiple. `multiple` ≤ 1 returns rank unchanged.
+int RoundRankToMultiple(int rank, int d, int multiple);
+
 // One head's spectrum and the cost of one kept dimension (e.g. bytes per token; equal weights
 // count dimensions).
 struct WeightedSpectrum {

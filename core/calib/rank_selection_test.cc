@@ -68,6 +68,19 @@ TEST(RankForRemovalRateTest, NonIncreasingInRho) {
   }
 }
 
+TEST(RoundRankToMultipleTest, NearestMultipleWithinTheHead) {
+  EXPECT_EQ(RoundRankToMultiple(37, 64, 16), 32);
+  EXPECT_EQ(RoundRankToMultiple(40, 64, 16), 48);  // halves up
+  EXPECT_EQ(RoundRankToMultiple(26, 64, 16), 32);
+  EXPECT_EQ(RoundRankToMultiple(3, 64, 16), 16);  // at least one vector
+  EXPECT_EQ(RoundRankToMultiple(64, 64, 16), 64);
+  EXPECT_EQ(RoundRankToMultiple(70, 72, 16), 64);
+  EXPECT_EQ(RoundRankToMultiple(72, 72, 16), 72);  // never past the head
+  EXPECT_EQ(RoundRankToMultiple(3, 8, 16), 8);     // a head narrower than one multiple: d
+  EXPECT_EQ(RoundRankToMultiple(37, 64, 1), 37);
+  EXPECT_EQ(RoundRankToMultiple(37, 64, 0), 37);
+}
+
 TEST(KeptFractionTest, WeightsCountBytes) {
   const std::vector<double> flat = {1, 1, 1, 1};
   const std::vector<WeightedSpectrum> spectra = {{kSpectrum, 1.0}, {flat, 2.0}};

@@ -253,8 +253,12 @@ class ZackObserver final : public ForwardObserver {
     }
     for (auto& layer : bases.heads) {
       for (ZackHeadBasis& head : layer) {
-        head.qk_rank = RankForRemovalRate(head.qk_eigenvalues, bases.removal_rate);
-        head.vo_rank = RankForRemovalRate(head.vo_eigenvalues, bases.removal_rate);
+        head.qk_rank =
+            RoundRankToMultiple(RankForRemovalRate(head.qk_eigenvalues, bases.removal_rate), d,
+                                options.zack_rank_multiple);
+        head.vo_rank =
+            RoundRankToMultiple(RankForRemovalRate(head.vo_eigenvalues, bases.removal_rate), d,
+                                options.zack_rank_multiple);
       }
     }
     return bases;
@@ -282,6 +286,10 @@ absl::Status ValidateOptions(const ModelConfig& c, const CalibrateOptions& o, si
       !(o.zack_kept_fraction >= 0.0) || o.zack_kept_fraction > 1.0) {
     return absl::InvalidArgumentError(
         "calibrate: the ridge must be ≥ 0, ZACK ρ in [0, 1] and the kept fraction in (0, 1]");
+  }
+  if (o.zack_rank_multiple < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibrate: --zack-rank-multiple ", o.zack_rank_multiple, " must be ≥ 1"));
   }
   return absl::OkStatus();
 }

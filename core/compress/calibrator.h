@@ -32,7 +32,10 @@ struct CalibrateOptions {
   bool zack = false;
   double zack_rho = 0.0;  // removal rate; 0 keeps full rank (ranks can be re-chosen at serve time)
   double zack_kept_fraction = 0.0;  // target fraction of K/V dimensions kept, in (0, 1]
-  int num_threads = 0;              // 0 = automatic
+  // Ranks rounded to the nearest multiple of this (RoundRankToMultiple) after ρ chose them; 1
+  // keeps them as chosen. The kept fraction then only approximates the target.
+  int zack_rank_multiple = 1;
+  int num_threads = 0;  // 0 = automatic
   // Called after each sequence of each pass: (phase, sequences done, sequences in the pass).
   std::function<void(const char* phase, int done, int total)> progress;
 };

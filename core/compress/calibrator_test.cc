@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/calib/rank_selection.h"
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -121,6 +122,34 @@ TEST(CalibratorTest, KeptFractionTargetShrinksTheRanks) {
   }
   EXPECT_LE(kept, total / 2);
   EXPECT_GT(c->zack->removal_rate, 0.0);
+}
+
+// Rounded ranks are the unrounded calibration's, each rounded to the nearest multiple.
+TEST(CalibratorTest, RankMultipleRoundsEveryRank) {
+  const ModelWeights w = Model();
+  CalibrateOptions o;
+  o.zack = true;
+  o.zack_kept_fraction = 0.4;
+  absl::StatusOr<Calibration> exact = Calibrate(w, Sequences(3, 64), o, "test");
+  o.zack_rank_multiple = 4;
+  absl::StatusOr<Calibration> rounded = Calibrate(w, Sequences(3, 64), o, "test");
+  ASSERT_TRUE(exact.ok() && rounded.ok()) << exact.status() << rounded.status();
+  bool any_changed = false;
+  for (size_t l = 0; l < exact->zack->heads.size(); ++l) {
+    for (size_t g = 0; g < exact->zack->heads[l].size(); ++g) {
+      const ZackHeadBasis& e = exact->zack->heads[l][g];
+      const ZackHeadBasis& r = rounded->zack->heads[l][g];
+      EXPECT_EQ(r.qk_rank, RoundRankToMultiple(e.qk_rank, 8, 4));
+      EXPECT_EQ(r.vo_rank, RoundRankToMultiple(e.vo_rank, 8, 4));
+      EXPECT_EQ(r.qk_rank % 4, 0);
+      EXPECT_EQ(r.vo_rank % 4, 0);
+      any_changed |= r.qk_rank != e.qk_rank || r.vo_rank != e.vo_rank;
+    }
+  }
+  EXPECT_TRUE(any_changed) << "no rank was ragged: the test checks nothing";
+  o.zack_rank_multiple = 0;
+  EXPECT_THAT(std::string(Calibrate(w, Sequences(1, 8), o, "t").status().message()),
+              HasSubstr("--zack-rank-multiple 0"));
 }
 
 TEST(CalibratorTest, RejectsNothingToDoAndBadLayers) {

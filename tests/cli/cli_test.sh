@@ -167,12 +167,18 @@ expect_clean_error zack-for-another-swiftkv "$MODEL" --zack --calibration "$WORK
 expect_clean_error kcache-recent-zero "$MODEL" --kcache-topn 4 --kcache-recent 0 --log-level warn
 expect_clean_error swiftkv-beyond-layers "$MODEL" --swiftkv-layer 9 --log-level warn
 expect_clean_error across-kv-not-dividing "$MODEL" --swiftkv-layer 2 --across-kv 2 --log-level warn
-rc=0
-"$PDSERVE" calibrate --model "$MODEL" --text "$WORK/corpus.txt" --swiftkv-layer 1 --across-kv 0 \
-  --out "$WORK/x.cal" > "$WORK/out" 2> "$WORK/err" || rc=$?
-if [ "$rc" -ne 1 ] || [ -s "$WORK/out" ] || [ -e "$WORK/x.cal" ] || ! tail -1 "$WORK/err" | grep -q '^error: '; then
-  fail "calibrate --across-kv 0: rc=$rc"; cat "$WORK/err" >&2
-fi
+# Bad calibrate options: a one-line error naming the flag, no output, no file.
+for bad in "--swiftkv-layer 1 --across-kv 0" "--zack --zack-rank-multiple 0"; do
+  rc=0
+  # shellcheck disable=SC2086  # $bad is the flags, split on purpose
+  "$PDSERVE" calibrate --model "$MODEL" --text "$WORK/corpus.txt" $bad \
+    --out "$WORK/x.cal" > "$WORK/out" 2> "$WORK/err" || rc=$?
+  flag=${bad##* --}; flag=--${flag%% *}
+  if [ "$rc" -ne 1 ] || [ -s "$WORK/out" ] || [ -e "$WORK/x.cal" ] ||
+    ! tail -1 "$WORK/err" | grep -q "^error: .*$flag"; then
+    fail "calibrate $bad: rc=$rc"; cat "$WORK/err" >&2
+  fi
+done
 
 # --- dashed bool flags take no value: --no-bos must not swallow the flag after it -------------
 with=$("$PDSERVE" tokenize --model "$MODEL" --prompt hi --log-level warn)
