@@ -26,8 +26,8 @@ constexpr std::string_view kNotServiceFlags[] = {
     "gen_tokens", "repetitions", "shape", "family", "dim", "hidden_dim", "layers", "heads",
     "kv_heads", "head_dim", "vocab", "seq_len", "untied", "rope_theta", "rope_scaling_factor",
     "out", "format", "dtype", "shards", "type", "decode_context", "batch", "ridge",
-    "zack_kept_fraction", "calibration_chunks", "compare_to_baseline", "file", "json_inputs",
-    "no_bos", "chat",
+    "zack_kept_fraction", "zack_rank_multiple", "calibration_chunks", "compare_to_baseline", "file",
+    "json_inputs", "no_bos", "chat",
     // client and loadgen
     "timings", "timeout_seconds", "protocol", "url", "api_model", "rate", "arrival", "concurrency",
     "requests", "warmup", "prompt_tokens_max", "gen_tokens_max", "shared_prefix_tokens",
