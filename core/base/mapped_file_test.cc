@@ -9,11 +9,11 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
@@ -23,27 +23,15 @@ using ::testing::HasSubstr;
 // A fresh directory under the test temp dir, removed with its files at the end of the test.
 class MappedFileTest : public testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = testing::TempDir() + "mapped_file_test_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    for (const std::string& path : created_) ::unlink(path.c_str());
-    ::rmdir((dir_ + "/subdir").c_str());
-    ::rmdir(dir_.c_str());
-  }
-
   std::string WriteFile(const std::string& name, const std::string& contents) {
     std::string path = dir_ + "/" + name;
     std::ofstream out(path, std::ios::binary);
     out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    created_.push_back(path);
     return path;
   }
 
-  std::string dir_;
-  std::vector<std::string> created_;
+  const ScratchDir scratch_{"mapped_file_test"};
+  const std::string dir_ = scratch_.path().string();
 };
 
 TEST_F(MappedFileTest, MissingFileIsNotFound) {

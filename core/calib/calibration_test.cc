@@ -3,8 +3,6 @@
 // bytes, hostile counts behind a valid hash; ValidateCalibration catches each inconsistency.
 #include "core/calib/calibration.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +18,7 @@
 #include "core/base/hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
@@ -375,13 +374,8 @@ TEST(CalibrationTest, ValidateCatchesEachInconsistency) {
 
 class CalibrationFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ =
-        std::filesystem::temp_directory_path() / ("calibration_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  const ScratchDir scratch_{"calibration_test"};
+  const std::filesystem::path& dir_ = scratch_.path();
 };
 
 TEST_F(CalibrationFileTest, WritesAtomicallyAndReadsBack) {

@@ -1,7 +1,6 @@
 // Tests of the GGUF reader, writer and llama model mapping: round trips of a small random model in
 // every dtype, metadata values of every type, and malformed files (hand-built or derived from a
 // valid one), each of which must fail with a message naming the file.
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +21,7 @@
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
@@ -116,14 +116,7 @@ void ExpectSameWeights(const ModelWeights& actual, const ModelWeights& expected)
 
 class GgufTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::path(::testing::TempDir()) / "gguf_test.XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Path(const std::string& name) const { return scratch_ / name; }
 
   std::string WriteBytes(const std::string& name, const std::string& bytes) const {
     std::string path = Path(name);
@@ -144,7 +137,7 @@ class GgufTest : public ::testing::Test {
     return path;
   }
 
-  std::filesystem::path dir_;
+  const ScratchDir scratch_{"gguf_test"};
 };
 
 // Loading `path` must fail with a message naming the path and containing `expected`.

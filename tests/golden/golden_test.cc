@@ -2,7 +2,6 @@
 // and text for five prompts, from the llama2.c checkpoint and from GGUF and Hugging Face copies
 // of the same weights, and llama.cpp's perplexity on the evaluation text.
 #include <cmath>
-#include <filesystem>
 
 #include "absl/status/status.h"
 #include "core/base/status_macros.h"
@@ -13,11 +12,10 @@
 #include "core/tokenizer/text_stream.h"
 #include "gtest/gtest.h"
 #include "tests/golden/reference_file.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve {
 namespace {
-
-namespace fs = std::filesystem;
 
 const std::string kShared = PDSERVE_SHARED_DIR;
 const std::string kModel = kShared + "/models/stories260K/stories260K.bin";
@@ -55,21 +53,18 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
   // A failed set-up fails every test (in SetUp): an assertion failing in SetUpTestSuite makes
   // gtest skip the tests, and ctest then counts them as skipped, not failed.
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("pdserve_golden_" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
+    dir_ = new ScratchDir("golden_test");
     set_up_ = new absl::Status(WriteVariants());
   }
   static absl::Status WriteVariants() {
     PDSERVE_ASSIGN_OR_RETURN(LoadedModel source, LoadModel(kModel, kTokenizer));
     const Vocabulary vocab = source.tokenizer->ExportVocabulary();
     WriteOptions gguf{ModelFormat::kGguf, DType::kF32, 1};
-    PDSERVE_RETURN_IF_ERROR(
-        WriteModel((*dir_ / "model.gguf").string(), source.weights, vocab, gguf));
+    PDSERVE_RETURN_IF_ERROR(WriteModel(*dir_ / "model.gguf", source.weights, vocab, gguf));
     WriteOptions hf{ModelFormat::kHuggingFace, DType::kF32, 2};
-    return WriteModel((*dir_ / "hf").string(), source.weights, vocab, hf);
+    return WriteModel(*dir_ / "hf", source.weights, vocab, hf);
   }
   static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
     delete dir_;
     delete set_up_;
   }
@@ -78,16 +73,15 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
   LoadedModel Load() {
     const std::string& variant = GetParam();
     absl::StatusOr<LoadedModel> model = variant == "llama2c" ? LoadModel(kModel, kTokenizer)
-                                        : variant == "gguf"
-                                            ? LoadModel((*dir_ / "model.gguf").string())
-                                            : LoadModel((*dir_ / "hf").string());
+                                        : variant == "gguf"  ? LoadModel(*dir_ / "model.gguf")
+                                                             : LoadModel(*dir_ / "hf");
     EXPECT_TRUE(model.ok()) << model.status();
     return std::move(*model);
   }
-  static fs::path* dir_;
+  static ScratchDir* dir_;
   static absl::Status* set_up_;
 };
-fs::path* GoldenTest::dir_ = nullptr;
+ScratchDir* GoldenTest::dir_ = nullptr;
 absl::Status* GoldenTest::set_up_ = nullptr;
 
 TEST_P(GoldenTest, GreedyMatchesLlama2cForAllPrompts) {

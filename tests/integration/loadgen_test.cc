@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster.h"
+#include "tests/support/scratch_dir.h"
 
 namespace pdserve::integration {
 namespace {
@@ -70,12 +71,7 @@ class LoadgenTest : public ::testing::Test {
         Cluster::Start({"--swiftkv-layer=4", "--fp8=per-token", "--kcache-topn=32"});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    directory_ = std::filesystem::temp_directory_path() /
-                 absl::StrCat("pdserve-loadgen-test-", getpid(), "-",
-                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(directory_);
   }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
 
   // Runs loadgen with `protocol_args` and checks its report against the router's histograms.
   void ExpectAgreement(const std::vector<std::string>& protocol_args) {
@@ -111,7 +107,8 @@ class LoadgenTest : public ::testing::Test {
   }
 
   std::unique_ptr<Cluster> cluster_;
-  std::filesystem::path directory_;
+  const ScratchDir scratch_{"loadgen_test"};
+  const std::filesystem::path& directory_ = scratch_.path();
 };
 
 TEST_F(LoadgenTest, GrpcReportAgreesWithTheRoutersHistograms) {
