@@ -218,44 +218,50 @@ TEST(GemvKernelTest, Avx512) {
 
 // The batched GEMV kernels called directly: empty calls, every x-row count up to three tiles and
 // a partial one, row counts that leave 1 to 3 rows of a last tile, columns off the vector width,
-// padded x, w and y rows, overwriting and accumulating, with and without a prefetch range; each
-// y[b, j] against a double-precision dot product, padding untouched.
+// padded x, w and y rows, f32, f16 and bf16 weights (the last row ending the allocation, so a read
+// past it is caught under ASan), overwriting and accumulating, with and without a prefetch range;
+// each y[b, j] against a double-precision dot product, padding untouched.
 void CheckBatchGemvKernel(void (*kernel)(const BatchGemvArgs&)) {
   // No x rows or no weight rows: nothing to compute, nothing written.
   float untouched = kGuard;
-  kernel({nullptr, 1, 0, nullptr, 1, 3, 1, &untouched, 1, false, nullptr, 0});
-  kernel({nullptr, 1, 3, nullptr, 1, 0, 1, &untouched, 1, false, nullptr, 0});
+  kernel({nullptr, 1, 0, nullptr, DType::kF32, 1, 3, 1, &untouched, 1, false, nullptr, 0});
+  kernel({nullptr, 1, 3, nullptr, DType::kF16, 1, 0, 1, &untouched, 1, false, nullptr, 0});
   ASSERT_EQ(untouched, kGuard);
   uint32_t seed = 200;
-  for (int64_t rows : {1, 2, 3, 4, 7, 18}) {
-    for (int64_t cols : {1, 7, 16, 33, 172}) {
-      for (int64_t n = 1; n <= 19; n += (n < 8 ? 1 : 5)) {
-        const bool accumulate = (rows + cols + n) % 2 == 1;
-        SCOPED_TRACE(
-            absl::StrCat("rows ", rows, " cols ", cols, " n ", n, " accumulate ", accumulate));
-        const int64_t ldx = cols + 5, ldw = cols + 3, ldy = rows + 2;
-        std::vector<float> x = RandomVector(n * ldx, seed++);
-        std::vector<float> w = RandomVector(rows * ldw, seed++);
-        std::vector<float> y = RandomVector(n * ldy, seed++);
-        for (int64_t b = 0; b < n; ++b) {
-          for (int64_t j = rows; j < ldy; ++j) y[b * ldy + j] = kGuard;
-        }
-        const std::vector<float> before = y;
-        const std::vector<float> next = RandomVector(300, seed++);
-        kernel({x.data(), ldx, n, w.data(), ldw, rows, cols, y.data(), ldy, accumulate, next.data(),
-                n % 3 == 0 ? 0 : static_cast<int64_t>(next.size() * sizeof(float))});
-        for (int64_t b = 0; b < n; ++b) {
-          for (int64_t j = 0; j < ldy; ++j) {
-            if (j >= rows) {
-              ASSERT_EQ(y[b * ldy + j], kGuard) << "wrote past the rows at " << b << ", " << j;
-              continue;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t rows : {1, 2, 3, 4, 7, 18}) {
+      for (int64_t cols : {1, 7, 16, 33, 172}) {
+        for (int64_t n = 1; n <= 19; n += (n < 8 ? 1 : 5)) {
+          const bool accumulate = (rows + cols + n) % 2 == 1;
+          SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " rows ", rows, " cols ", cols, " n ", n,
+                                    " accumulate ", accumulate));
+          const int64_t ldx = cols + 5, ldw = cols + 3, ldy = rows + 2;
+          const int64_t w_len = (rows - 1) * ldw + cols;
+          std::vector<float> x = RandomVector(n * ldx, seed++);
+          const Tensor w =
+              ConvertTensor(MakeF32Tensor(RandomVector(w_len, seed++), {w_len}), dtype);
+          std::vector<float> y = RandomVector(n * ldy, seed++);
+          for (int64_t b = 0; b < n; ++b) {
+            for (int64_t j = rows; j < ldy; ++j) y[b * ldy + j] = kGuard;
+          }
+          const std::vector<float> before = y;
+          const std::vector<float> next = RandomVector(300, seed++);
+          kernel({x.data(), ldx, n, w.data, dtype, ldw, rows, cols, y.data(), ldy, accumulate,
+                  next.data(), n % 3 == 0 ? 0 : static_cast<int64_t>(next.size() * sizeof(float))});
+          for (int64_t b = 0; b < n; ++b) {
+            for (int64_t j = 0; j < ldy; ++j) {
+              if (j >= rows) {
+                ASSERT_EQ(y[b * ldy + j], kGuard) << "wrote past the rows at " << b << ", " << j;
+                continue;
+              }
+              double want = accumulate ? before[b * ldy + j] : 0.0, scale = std::abs(want);
+              for (int64_t c = 0; c < cols; ++c) {
+                const double product = double{x[b * ldx + c]} * ElementAsFloat(w, j * ldw + c);
+                want += product;
+                scale += std::abs(product);
+              }
+              ASSERT_NEAR(y[b * ldy + j], want, 1e-6 * scale) << b << ", " << j;
             }
-            double want = accumulate ? before[b * ldy + j] : 0.0, scale = std::abs(want);
-            for (int64_t c = 0; c < cols; ++c) {
-              want += double{x[b * ldx + c]} * w[j * ldw + c];
-              scale += std::abs(double{x[b * ldx + c]} * w[j * ldw + c]);
-            }
-            ASSERT_NEAR(y[b * ldy + j], want, 1e-6 * scale) << b << ", " << j;
           }
         }
       }

@@ -10,6 +10,7 @@ void ProjectRows(const float* basis, int rank, int dim, const float* x, float* o
                        .ldx = dim,
                        .n = 1,
                        .w = basis,
+                       .w_dtype = DType::kF32,
                        .ldw = dim,
                        .rows = rank,
                        .cols = dim,

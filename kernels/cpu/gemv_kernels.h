@@ -22,13 +22,14 @@ struct GemvArgs {
 };
 
 // Batches of x rows too many for GemvArgs (decode steps of many sequences): y[b, j] =
-// Σ_c x[b, c]·w[j, c] for b < n and j < rows, over fp32 weight rows (16-bit ones widened by the
-// caller, once per call, into a block that stays in cache) `ldw` floats apart. Any n, rows, cols.
+// Σ_c x[b, c]·w[j, c] for b < n and j < rows, over weight rows of `w_dtype` (f32, f16 or bf16;
+// 16-bit weights are widened in registers) `ldw` elements apart. Any n, rows, cols.
 struct BatchGemvArgs {
   const float* x;
   int64_t ldx;
   int64_t n;
-  const float* w;
+  const void* w;
+  DType w_dtype;
   int64_t ldw;
   int64_t rows;
   int64_t cols;

@@ -16,8 +16,8 @@ namespace {
 static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4");
 
 // Activation rows from which the GEMM beats BatchGemvRange, for 16-bit and f32 weights: the batched
-// GEMV widens each block of weight rows once and sweeps every x row over it in register tiles,
-// without the GEMM's packing. For quantized weights each GEMV kernel says
+// GEMV sweeps every x row over each block of weight rows in register tiles, without the GEMM's
+// packing. For quantized weights each GEMV kernel says
 // (QuantGemvKernel::gemm_from_rows).
 constexpr int64_t kGemmMinRowsFloat = 64;
 // The int8 GEMM quantizes x in slabs of at least this many rows.
@@ -54,25 +54,19 @@ void GemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy
   }
 }
 
-// Rows [begin, end) for n > kGemvMaxBatch x rows, by blocks of kGemvRowBlock weight rows: a block
-// widened to fp32 into `block` in one sequential pass (f32 rows are used in place), then, column
+// Rows [begin, end) for n > kGemvMaxBatch x rows, by blocks of kGemvRowBlock weight rows: column
 // slice by column slice of at most kBatchGemvKc, the batched GEMV kernel sweeps every x row's slice
-// over the block's slice while both are in L1, slices after the first adding to y.
+// over the block's slice (16-bit weights widened in registers) while both are in L1, slices after
+// the first adding to y.
 void BatchGemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
-                    int64_t begin, int64_t end, float* block) {
+                    int64_t begin, int64_t end) {
   const int64_t cols = w.cols();
   const int64_t kc = (cols / ((cols + kBatchGemvKc - 1) / kBatchGemvKc) + 15) / 16 * 16;
   const int64_t slices = (cols + kc - 1) / kc;
-  const size_t row_bytes = cols * DTypeSize(w.dtype);
+  const size_t elem_bytes = DTypeSize(w.dtype), row_bytes = cols * elem_bytes;
   const auto* bytes = static_cast<const uint8_t*>(w.data);
   for (int64_t r = begin; r < end; r += kGemvRowBlock) {
     const int64_t rows = std::min(end, r + kGemvRowBlock) - r;
-    const float* rows_f32 = block;
-    if (w.dtype == DType::kF32) {
-      rows_f32 = w.as<float>() + r * cols;
-    } else {
-      avx2::WidenRow(bytes + r * row_bytes, w.dtype, rows * cols, block);
-    }
     // The next block's weights come into L2 while this one computes, a share per slice.
     const int64_t next_rows = std::clamp<int64_t>(end - r - rows, 0, kGemvRowBlock);
     const int64_t share = (next_rows * row_bytes + slices - 1) / slices;
@@ -81,7 +75,8 @@ void BatchGemvRange(const float* x, int64_t n, const Tensor& w, float* y, int64_
       const BatchGemvArgs args{.x = x + k0,
                                .ldx = cols,
                                .n = n,
-                               .w = rows_f32 + k0,
+                               .w = bytes + r * row_bytes + k0 * elem_bytes,
+                               .w_dtype = w.dtype,
                                .ldw = cols,
                                .rows = rows,
                                .cols = width,
@@ -302,21 +297,21 @@ void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, fl
     QuantizedGemv(pool, x, n, std::span<const Tensor>(&w, 1), y, ldy, workspace);
     return;
   }
-  const size_t per_thread = (kGemmChunkRows + kGemmMaxNr) * w.cols();
   if (n < kGemmMinRowsFloat && !IsQuantized(w.dtype)) {
     const int64_t chunk =
         std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
-    pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int thread) {
+    pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int) {
       if (n <= kGemvMaxBatch) {
         GemvRange(x, n, w, y, ldy, begin, end);
       } else {
-        BatchGemvRange(x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);
+        BatchGemvRange(x, n, w, y, ldy, begin, end);
       }
     });
     return;
   }
   if (IsQuantized(w.dtype) && Int8Gemm(pool, x, n, w, y, ldy, workspace)) return;
   const GemmKernel kernel = ActiveGemmKernel();
+  const size_t per_thread = (kGemmChunkRows + kGemmMaxNr) * w.cols();
   pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
     GemmChunk(kernel, x, n, w, y, ldy, begin, end, workspace.data() + thread * per_thread);
   });

@@ -106,6 +106,17 @@ struct BatchSimd {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
   }
+  template <DType D>
+  static V LoadW(const void* row, int64_t c, int n) {
+    if constexpr (D == DType::kF32) {
+      return LoadF32(static_cast<const float*>(row) + c, n);
+    } else {
+      if (n == kLanes) return Load8<D>(row, c);
+      uint16_t part[kLanes] = {};  // the last columns: n < 8 halves, zeros after them
+      std::memcpy(part, static_cast<const uint16_t*>(row) + c, n * sizeof(uint16_t));
+      return Load8<D>(part, 0);
+    }
+  }
   static __m128 Sums4(V a0, V a1, V a2, V a3) {
     const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));

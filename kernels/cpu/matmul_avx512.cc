@@ -85,9 +85,13 @@ struct BatchSimd {
 
   static V Zero() { return _mm512_setzero_ps(); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V LoadF32(const float* p, int n) {
-    return n == kLanes ? _mm512_loadu_ps(p)
-                       : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+  static __mmask16 Mask(int n) {
+    return n == kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+  }
+  static V LoadF32(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+  template <DType D>
+  static V LoadW(const void* row, int64_t c, int n) {
+    return Load16<D>(row, c, Mask(n));
   }
   // Each accumulator's halves added, then the four 8-lane sums by horizontal adds.
   static __m256 Halves(V v) {
