@@ -9,7 +9,8 @@
 # comes to it.
 #
 # The model: the stories110M shape with random weights in f16 (make-model, seeded), its context
-# raised to cover the longest run; ZACK's bases are calibrated on it (half the dimensions kept).
+# raised to cover the longest run; ZACK's bases are calibrated on it (half the dimensions kept, in
+# calibrate's default whole-vector ranks; the file's name changed when that default came in).
 # Usage: scripts/bench_batched_decode.sh [build/release]
 #   RUNS="16x2048 1x8192" (B x context) GEN=32 THREADS=2 BENCH_DIR=/tmp/pdserve-bench
 #   PEER_BIN=DIR: a llama.cpp bin folder (default: ../shared/peers/build-llama-server.sh's)
@@ -25,7 +26,7 @@ shared=${PDSERVE_SHARED_DIR:-../shared}
 peer=${PEER_BIN:-$("$shared/peers/build-llama-server.sh" | tail -1)}
 mkdir -p "$DIR"
 model=$DIR/stories110M-8k-f16.gguf
-calibration=$DIR/stories110M-8k-zack-half.cal
+calibration=$DIR/stories110M-8k-zack-half-whole-vectors.cal
 log=$DIR/bench_batched_decode.log
 : > "$log"
 

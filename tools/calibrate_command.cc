@@ -18,9 +18,10 @@
 ABSL_FLAG(double, ridge, 1e-4, "calibrate: ridge λ relative to the mean diagonal of XᵀX");
 ABSL_FLAG(double, zack_kept_fraction, 0.0,
           "calibrate: choose ZACK ranks keeping this fraction of the K/V dimensions (0 = by ρ)");
-ABSL_FLAG(int, zack_rank_multiple, 1,
-          "calibrate: round each ZACK rank to the nearest multiple of this (16: whole AVX-512 "
-          "vectors, which decode reads fastest); 1 = as chosen");
+ABSL_FLAG(int, zack_rank_multiple, 0,
+          "calibrate: ZACK ranks in multiples of this, rounded up, the removal rate chosen so that "
+          "they meet --zack-kept-fraction (whole vectors, which decode reads fastest); 1 = as "
+          "chosen; 0 = automatic (16 for heads of ≥ 64 dimensions in multiples of 16, else 1)");
 ABSL_FLAG(int, calibration_chunks, 0, "calibrate: chunks of the text to stream; 0 = all");
 
 namespace pdserve::cli {

@@ -84,41 +84,41 @@ int RankForRemovalRate(std::span<const double> eigenvalues, double rho) {
   return RankOf(DroppedMass(eigenvalues), static_cast<int>(eigenvalues.size()), rho);
 }
 
-int RoundRankToMultiple(int rank, int d, int multiple) {
+int RoundRankUpToMultiple(int rank, int d, int multiple) {
   if (multiple <= 1) return rank;
-  const int rounded = (rank + multiple / 2) / multiple * multiple;
-  return std::clamp(rounded, std::min(multiple, d), d);
+  return std::min((rank + multiple - 1) / multiple * multiple, d);
 }
 
-double KeptFraction(std::span<const WeightedSpectrum> spectra, double rho) {
+double KeptFraction(std::span<const WeightedSpectrum> spectra, double rho, int multiple) {
   double kept = 0.0;
   double total = 0.0;
   for (const WeightedSpectrum& spectrum : spectra) {
-    const double d = static_cast<double>(spectrum.eigenvalues.size());
-    kept += spectrum.weight * RankForRemovalRate(spectrum.eigenvalues, rho);
+    const int d = static_cast<int>(spectrum.eigenvalues.size());
+    kept += spectrum.weight *
+            RoundRankUpToMultiple(RankForRemovalRate(spectrum.eigenvalues, rho), d, multiple);
     total += spectrum.weight * d;
   }
   return total > 0.0 ? kept / total : 1.0;
 }
 
 absl::StatusOr<double> RemovalRateForTarget(std::span<const WeightedSpectrum> spectra,
-                                            double kept_fraction) {
+                                            double kept_fraction, int multiple) {
   if (!(kept_fraction > 0.0 && kept_fraction <= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank selection: kept fraction ", kept_fraction, " not in (0, 1]"));
   }
   absl::Status status = CheckSpectra(spectra);
   if (!status.ok()) return status;
-  const double floor = KeptFraction(spectra, 1.0);
+  const double floor = KeptFraction(spectra, 1.0, multiple);
   if (floor > kept_fraction) {
     return absl::InvalidArgumentError(absl::StrCat("rank selection: kept fraction ", kept_fraction,
-                                                   " unattainable; rank 1 in every head keeps ",
-                                                   floor));
+                                                   " unattainable; rank ", std::max(1, multiple),
+                                                   " in every head keeps ", floor));
   }
   const std::vector<double> rhos = Breakpoints(spectra);
   // KeptFraction is non-increasing in ρ: find the first breakpoint that meets the target.
   auto first = std::partition_point(rhos.begin(), rhos.end(), [&](double rho) {
-    return KeptFraction(spectra, rho) > kept_fraction;
+    return KeptFraction(spectra, rho, multiple) > kept_fraction;
   });
   return first == rhos.end() ? 1.0 : *first;
 }

@@ -19,10 +19,10 @@ namespace pdserve {
 // Non-increasing in ρ.
 int RankForRemovalRate(std::span<const double> eigenvalues, double rho);
 
-// `rank` rounded to the nearest multiple of `multiple` (halves up) within [min(multiple, d), d]:
-// a head's rank in whole vectors of `multiple` elements, which the decode kernels read without a
-// partial last vector; d itself when d < multiple. `multiple` ≤ 1 returns rank unchanged.
-int RoundRankToMultiple(int rank, int d, int multiple);
+// `rank` rounded up to a multiple of `multiple`, at most d: a head's rank in whole vectors of
+// `multiple` elements, which the decode kernels read without a partial last vector, and never below
+// `rank`, so the head drops no more of its mass than the rank allowed. `multiple` ≤ 1 returns rank.
+int RoundRankUpToMultiple(int rank, int d, int multiple);
 
 // One head's spectrum and the cost of one kept dimension (e.g. bytes per token; equal weights
 // count dimensions).
@@ -31,18 +31,20 @@ struct WeightedSpectrum {
   double weight = 1.0;                  // > 0
 };
 
-// Σ_h weight_h·RankForRemovalRate(h, ρ) / Σ_h weight_h·d_h: the kept fraction of the cache at ρ.
-// Non-increasing in ρ; 1 at ρ = 0. Requires non-empty spectra with positive weights.
-double KeptFraction(std::span<const WeightedSpectrum> spectra, double rho);
+// Σ_h weight_h·r_h / Σ_h weight_h·d_h with r_h = RoundRankUpToMultiple(RankForRemovalRate(h, ρ),
+// d_h, multiple): the kept fraction of the cache at ρ. Non-increasing in ρ; 1 at ρ = 0. Requires
+// non-empty spectra with positive weights.
+double KeptFraction(std::span<const WeightedSpectrum> spectra, double rho, int multiple = 1);
 
-// The smallest ρ ∈ [0, 1] with KeptFraction(spectra, ρ) ≤ kept_fraction. Exact: the kept fraction
-// only changes where some head's dropped mass equals ρ, so this is a binary search over those
-// breakpoints (ρ = the smallest positive double where dropping exactly-zero tails is what is
+// The smallest ρ ∈ [0, 1] with KeptFraction(spectra, ρ, multiple) ≤ kept_fraction. Exact: the kept
+// fraction only changes where some head's dropped mass equals ρ, so this is a binary search over
+// those breakpoints (ρ = the smallest positive double where dropping exactly-zero tails is what is
 // needed). InvalidArgument when kept_fraction ∉ (0, 1], the list or a spectrum is empty, an
-// eigenvalue or weight is not finite, a weight is ≤ 0, or the target is unattainable (rank 1 in
-// every head keeps more than kept_fraction; the message says how much).
+// eigenvalue or weight is not finite, a weight is ≤ 0, or the target is unattainable (the smallest
+// rank, 1 rounded up to `multiple`, in every head keeps more than kept_fraction; the message says
+// how much).
 absl::StatusOr<double> RemovalRateForTarget(std::span<const WeightedSpectrum> spectra,
-                                            double kept_fraction);
+                                            double kept_fraction, int multiple = 1);
 
 }  // namespace pdserve
 

@@ -68,17 +68,49 @@ TEST(RankForRemovalRateTest, NonIncreasingInRho) {
   }
 }
 
-TEST(RoundRankToMultipleTest, NearestMultipleWithinTheHead) {
-  EXPECT_EQ(RoundRankToMultiple(37, 64, 16), 32);
-  EXPECT_EQ(RoundRankToMultiple(40, 64, 16), 48);  // halves up
-  EXPECT_EQ(RoundRankToMultiple(26, 64, 16), 32);
-  EXPECT_EQ(RoundRankToMultiple(3, 64, 16), 16);  // at least one vector
-  EXPECT_EQ(RoundRankToMultiple(64, 64, 16), 64);
-  EXPECT_EQ(RoundRankToMultiple(70, 72, 16), 64);
-  EXPECT_EQ(RoundRankToMultiple(72, 72, 16), 72);  // never past the head
-  EXPECT_EQ(RoundRankToMultiple(3, 8, 16), 8);     // a head narrower than one multiple: d
-  EXPECT_EQ(RoundRankToMultiple(37, 64, 1), 37);
-  EXPECT_EQ(RoundRankToMultiple(37, 64, 0), 37);
+TEST(RoundRankUpToMultipleTest, NextMultipleWithinTheHead) {
+  EXPECT_EQ(RoundRankUpToMultiple(37, 64, 16), 48);
+  EXPECT_EQ(RoundRankUpToMultiple(32, 64, 16), 32);  // already whole
+  EXPECT_EQ(RoundRankUpToMultiple(33, 64, 16), 48);
+  EXPECT_EQ(RoundRankUpToMultiple(1, 64, 16), 16);  // at least one vector
+  EXPECT_EQ(RoundRankUpToMultiple(64, 64, 16), 64);
+  EXPECT_EQ(RoundRankUpToMultiple(65, 72, 16), 72);  // never past the head
+  EXPECT_EQ(RoundRankUpToMultiple(3, 8, 16), 8);     // a head narrower than one multiple: d
+  EXPECT_EQ(RoundRankUpToMultiple(37, 64, 1), 37);
+  EXPECT_EQ(RoundRankUpToMultiple(37, 64, 0), 37);
+}
+
+// Rounded up, a head keeps at least the rank ρ gave it; the target is met with whole multiples, by
+// the smallest ρ that does, and a target below one multiple per head is refused.
+TEST(RemovalRateForTargetTest, RankMultiplesMeetTheTarget) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::vector<double>> heads(6, std::vector<double>(64));
+  for (auto& h : heads) {
+    for (double& e : h) e = std::pow(u(rng), 4.0) * 100.0;
+    std::sort(h.begin(), h.end(), std::greater<>());
+  }
+  std::vector<WeightedSpectrum> spectra;
+  for (const auto& h : heads) spectra.push_back({h, 1.0});
+  for (double target : {0.3, 0.5, 0.75}) {
+    SCOPED_TRACE(target);
+    const absl::StatusOr<double> rho = RemovalRateForTarget(spectra, target, 16);
+    ASSERT_TRUE(rho.ok()) << rho.status();
+    EXPECT_LE(KeptFraction(spectra, *rho, 16), target);
+    int kept = 0;
+    for (const auto& h : heads) {
+      const int rank = RoundRankUpToMultiple(RankForRemovalRate(h, *rho), 64, 16);
+      EXPECT_EQ(rank % 16, 0);
+      EXPECT_GE(rank, RankForRemovalRate(h, *rho));
+      kept += rank;
+    }
+    EXPECT_DOUBLE_EQ(KeptFraction(spectra, *rho, 16), kept / (6.0 * 64));
+    // Any smaller ρ (the largest breakpoint below it among the heads' dropped masses) keeps more.
+    EXPECT_GT(KeptFraction(spectra, std::nextafter(*rho, 0.0), 16), target);
+  }
+  const absl::StatusOr<double> below = RemovalRateForTarget(spectra, 0.2, 16);
+  ASSERT_FALSE(below.ok());
+  EXPECT_THAT(std::string(below.status().message()), HasSubstr("rank 16 in every head keeps 0.25"));
 }
 
 TEST(KeptFractionTest, WeightsCountBytes) {

@@ -224,6 +224,7 @@ class ZackObserver final : public ForwardObserver {
   absl::StatusOr<ZackBases> Solve(const CalibrateOptions& options) const {
     ZackBases bases;
     const int d = c_.head_dim();
+    const int multiple = ZackRankMultipleFor(options.zack_rank_multiple, d);
     for (size_t cache = 0; cache < qk_.size(); ++cache) {
       bases.heads.emplace_back();
       for (int g = 0; g < c_.n_kv_heads; ++g) {
@@ -249,16 +250,14 @@ class ZackObserver final : public ForwardObserver {
         }
       }
       PDSERVE_ASSIGN_OR_RETURN(bases.removal_rate,
-                               RemovalRateForTarget(spectra, options.zack_kept_fraction));
+                               RemovalRateForTarget(spectra, options.zack_kept_fraction, multiple));
     }
     for (auto& layer : bases.heads) {
       for (ZackHeadBasis& head : layer) {
-        head.qk_rank =
-            RoundRankToMultiple(RankForRemovalRate(head.qk_eigenvalues, bases.removal_rate), d,
-                                options.zack_rank_multiple);
-        head.vo_rank =
-            RoundRankToMultiple(RankForRemovalRate(head.vo_eigenvalues, bases.removal_rate), d,
-                                options.zack_rank_multiple);
+        head.qk_rank = RoundRankUpToMultiple(
+            RankForRemovalRate(head.qk_eigenvalues, bases.removal_rate), d, multiple);
+        head.vo_rank = RoundRankUpToMultiple(
+            RankForRemovalRate(head.vo_eigenvalues, bases.removal_rate), d, multiple);
       }
     }
     return bases;
@@ -287,14 +286,21 @@ absl::Status ValidateOptions(const ModelConfig& c, const CalibrateOptions& o, si
     return absl::InvalidArgumentError(
         "calibrate: the ridge must be ≥ 0, ZACK ρ in [0, 1] and the kept fraction in (0, 1]");
   }
-  if (o.zack_rank_multiple < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibrate: --zack-rank-multiple ", o.zack_rank_multiple, " must be ≥ 1"));
+  if (o.zack_rank_multiple < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibrate: --zack-rank-multiple ", o.zack_rank_multiple, " must be ≥ 0 (0: automatic)"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+int ZackRankMultipleFor(int option, int head_dim) {
+  if (option > 0) return option;
+  return head_dim >= 4 * kZackAutoRankMultiple && head_dim % kZackAutoRankMultiple == 0
+             ? kZackAutoRankMultiple
+             : 1;
+}
 
 absl::StatusOr<Calibration> Calibrate(const ModelWeights& weights,
                                       std::span<const std::vector<int32_t>> sequences,

@@ -32,13 +32,22 @@ struct CalibrateOptions {
   bool zack = false;
   double zack_rho = 0.0;  // removal rate; 0 keeps full rank (ranks can be re-chosen at serve time)
   double zack_kept_fraction = 0.0;  // target fraction of K/V dimensions kept, in (0, 1]
-  // Ranks rounded to the nearest multiple of this (RoundRankToMultiple) after ρ chose them; 1
-  // keeps them as chosen. The kept fraction then only approximates the target.
-  int zack_rank_multiple = 1;
+  // Ranks in multiples of this (RoundRankUpToMultiple), ρ chosen so that the rounded ranks meet
+  // zack_kept_fraction; 1 keeps them as ρ chose them; 0 picks ZackRankMultipleFor's.
+  int zack_rank_multiple = 0;
   int num_threads = 0;  // 0 = automatic
   // Called after each sequence of each pass: (phase, sequences done, sequences in the pass).
   std::function<void(const char* phase, int done, int total)> progress;
 };
+
+// What ZACK ranks are whole multiples of by default: 16 floats, one AVX-512 vector (two AVX2 ones).
+inline constexpr int kZackAutoRankMultiple = 16;
+
+// The rank multiple calibration uses for heads of `head_dim` dimensions: `option` when > 0; for 0
+// (automatic) kZackAutoRankMultiple where a head holds at least four such vectors and a whole
+// number of them (64, 80, 128, … dimensions: the decode kernels then read no partial vector, and a
+// rank can still be a quarter of the head), else 1 (narrow heads keep every rank).
+int ZackRankMultipleFor(int option, int head_dim);
 
 // `sequences`: token ids, each at most the model's context (typically BOS + a window of text).
 // InvalidArgument for options that do not fit the model, no sequences, or nothing to calibrate.

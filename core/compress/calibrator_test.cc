@@ -124,32 +124,52 @@ TEST(CalibratorTest, KeptFractionTargetShrinksTheRanks) {
   EXPECT_GT(c->zack->removal_rate, 0.0);
 }
 
-// Rounded ranks are the unrounded calibration's, each rounded to the nearest multiple.
-TEST(CalibratorTest, RankMultipleRoundsEveryRank) {
+// With a rank multiple every rank is a whole multiple and together they meet the kept fraction;
+// the automatic multiple leaves this model's 8-dimension heads as ρ chose them.
+TEST(CalibratorTest, RankMultipleMakesWholeMultiplesThatMeetTheTarget) {
   const ModelWeights w = Model();
   CalibrateOptions o;
   o.zack = true;
-  o.zack_kept_fraction = 0.4;
+  o.zack_kept_fraction = 0.6;
+  o.zack_rank_multiple = 1;
   absl::StatusOr<Calibration> exact = Calibrate(w, Sequences(3, 64), o, "test");
+  o.zack_rank_multiple = 0;
+  absl::StatusOr<Calibration> automatic = Calibrate(w, Sequences(3, 64), o, "test");
   o.zack_rank_multiple = 4;
   absl::StatusOr<Calibration> rounded = Calibrate(w, Sequences(3, 64), o, "test");
-  ASSERT_TRUE(exact.ok() && rounded.ok()) << exact.status() << rounded.status();
-  bool any_changed = false;
+  ASSERT_TRUE(exact.ok() && automatic.ok() && rounded.ok())
+      << exact.status() << automatic.status() << rounded.status();
+  bool any_ragged = false;
+  int kept = 0, total = 0;
   for (size_t l = 0; l < exact->zack->heads.size(); ++l) {
     for (size_t g = 0; g < exact->zack->heads[l].size(); ++g) {
       const ZackHeadBasis& e = exact->zack->heads[l][g];
+      const ZackHeadBasis& a = automatic->zack->heads[l][g];
       const ZackHeadBasis& r = rounded->zack->heads[l][g];
-      EXPECT_EQ(r.qk_rank, RoundRankToMultiple(e.qk_rank, 8, 4));
-      EXPECT_EQ(r.vo_rank, RoundRankToMultiple(e.vo_rank, 8, 4));
+      EXPECT_EQ(a.qk_rank, e.qk_rank);
+      EXPECT_EQ(a.vo_rank, e.vo_rank);
       EXPECT_EQ(r.qk_rank % 4, 0);
       EXPECT_EQ(r.vo_rank % 4, 0);
-      any_changed |= r.qk_rank != e.qk_rank || r.vo_rank != e.vo_rank;
+      any_ragged |= e.qk_rank % 4 != 0 || e.vo_rank % 4 != 0;
+      kept += r.qk_rank + r.vo_rank;
+      total += 16;
     }
   }
-  EXPECT_TRUE(any_changed) << "no rank was ragged: the test checks nothing";
-  o.zack_rank_multiple = 0;
+  EXPECT_TRUE(any_ragged) << "no rank was ragged: the test checks nothing";
+  EXPECT_LE(kept, 0.6 * total);
+  o.zack_rank_multiple = -1;
   EXPECT_THAT(std::string(Calibrate(w, Sequences(1, 8), o, "t").status().message()),
-              HasSubstr("--zack-rank-multiple 0"));
+              HasSubstr("--zack-rank-multiple -1"));
+}
+
+TEST(CalibratorTest, AutomaticRankMultipleIsWholeVectorsOnWideHeads) {
+  EXPECT_EQ(ZackRankMultipleFor(0, 8), 1);
+  EXPECT_EQ(ZackRankMultipleFor(0, 48), 1);  // fewer than four vectors
+  EXPECT_EQ(ZackRankMultipleFor(0, 64), kZackAutoRankMultiple);
+  EXPECT_EQ(ZackRankMultipleFor(0, 72), 1);  // not whole vectors
+  EXPECT_EQ(ZackRankMultipleFor(0, 128), kZackAutoRankMultiple);
+  EXPECT_EQ(ZackRankMultipleFor(4, 8), 4);
+  EXPECT_EQ(ZackRankMultipleFor(1, 128), 1);
 }
 
 TEST(CalibratorTest, RejectsNothingToDoAndBadLayers) {

@@ -168,7 +168,7 @@ expect_clean_error kcache-recent-zero "$MODEL" --kcache-topn 4 --kcache-recent 0
 expect_clean_error swiftkv-beyond-layers "$MODEL" --swiftkv-layer 9 --log-level warn
 expect_clean_error across-kv-not-dividing "$MODEL" --swiftkv-layer 2 --across-kv 2 --log-level warn
 # Bad calibrate options: a one-line error naming the flag, no output, no file.
-for bad in "--swiftkv-layer 1 --across-kv 0" "--zack --zack-rank-multiple 0"; do
+for bad in "--swiftkv-layer 1 --across-kv 0" "--zack --zack-rank-multiple -1"; do
   rc=0
   # shellcheck disable=SC2086  # $bad is the flags, split on purpose
   "$PDSERVE" calibrate --model "$MODEL" --text "$WORK/corpus.txt" $bad \
