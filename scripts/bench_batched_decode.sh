@@ -12,7 +12,7 @@
 # raised to cover the longest run; ZACK's bases are calibrated on it (half the dimensions kept, in
 # calibrate's default whole-vector ranks; the file's name changed when that default came in).
 # Usage: scripts/bench_batched_decode.sh [build/release]
-#   RUNS="16x2048 1x8192" (B x context) GEN=32 THREADS=2 BENCH_DIR=/tmp/pdserve-bench
+#   RUNS="16x2048 1x8192" (B x context) GEN=32 ROUNDS=3 THREADS=2 BENCH_DIR=/tmp/pdserve-bench
 #   PEER_BIN=DIR: a llama.cpp bin folder (default: ../shared/peers/build-llama-server.sh's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,7 @@ PDSERVE=$BUILD/tools/pdserve
 DIR=${BENCH_DIR:-/tmp/pdserve-bench}
 RUNS=${RUNS:-16x2048 1x8192}
 GEN=${GEN:-32}
+ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 shared=${PDSERVE_SHARED_DIR:-../shared}
 peer=${PEER_BIN:-$("$shared/peers/build-llama-server.sh" | tail -1)}
@@ -45,7 +46,7 @@ bandwidth=$("$BUILD/kernels/kernels_benchmark" --benchmark_filter="BM_MemoryRead
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "CPU: $cpu, $THREADS threads; read bandwidth $(python3 -c "print(f'{$bandwidth/1e9:.1f}')") GB/s (BM_MemoryRead); peer: $peer"
 echo
-echo "| B × context | engine, KV | decode tok/s | step ms | GB a step reads (W + K + V) | byte bound ms | of bound |"
+echo "| B × context | engine, KV | decode tok/s | step ms, median (rounds) | GB a step reads (W + K + V) | byte bound ms | of bound |"
 echo "|---|---|---|---|---|---|---|"
 
 declare -A PROFILES=(
@@ -57,21 +58,32 @@ declare -A PROFILES=(
 for run in $RUNS; do
   batch=${run%x*}
   context=${run#*x}
+  # The configurations take turns, ROUNDS times, so that the VM's drift spreads over all of them;
+  # each row is the median step of its rounds.
+  for kv in f32 f16 fp8 default; do : > "$DIR/steps-$kv.jsonl"; done
+  for round in $(seq "$ROUNDS"); do
+    for kv in f32 f16 fp8 default; do
+      echo "pdserve $run $kv, round $round of $ROUNDS ..." >&2
+      # shellcheck disable=SC2086
+      "$PDSERVE" bench --model "$model" --weights f16 --threads "$THREADS" \
+        --prompt-tokens "$context" --decode-context "$context" --gen-tokens "$GEN" \
+        --batch "$batch" --repetitions 1 ${PROFILES[$kv]} 2>> "$log" | tail -1 >> "$DIR/steps-$kv.jsonl"
+    done
+  done
   for kv in f32 f16 fp8 default; do
-    echo "pdserve $run $kv ..." >&2
-    # shellcheck disable=SC2086
-    json=$("$PDSERVE" bench --model "$model" --weights f16 --threads "$THREADS" \
-      --prompt-tokens "$context" --decode-context "$context" --gen-tokens "$GEN" --batch "$batch" \
-      --repetitions 1 ${PROFILES[$kv]} 2>> "$log" | tail -1)
-    python3 - "$json" "$run" "$kv" "$bandwidth" <<'EOF'
-import json, sys
-d, run, kv, bw = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
-b = d["decode_step_bytes"]
+    python3 - "$DIR/steps-$kv.jsonl" "$run" "$kv" "$bandwidth" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+run, kv, bw = sys.argv[2], sys.argv[3], float(sys.argv[4])
+steps = [d["decode_step_ms"] for d in runs]
+step_ms = statistics.median(steps)
+b = runs[0]["decode_step_bytes"]
 total = b["weights"] + b["k"] + b["v"]
 bound_ms = total / bw * 1e3
-print(f"| {run.replace('x', ' × ')} | pdserve, {kv} | {d['decode_tokens_per_s']:.1f} | "
-      f"{d['decode_step_ms']:.1f} | {b['weights']/1e9:.2f} + {b['k']/1e9:.2f} + {b['v']/1e9:.2f} | "
-      f"{bound_ms:.1f} | {bound_ms / d['decode_step_ms']:.0%} |")
+print(f"| {run.replace('x', ' × ')} | pdserve, {kv} | {runs[0]['batch'] * 1e3 / step_ms:.1f} | "
+      f"{step_ms:.1f} ({', '.join(f'{s:.1f}' for s in steps)}) | "
+      f"{b['weights']/1e9:.2f} + {b['k']/1e9:.2f} + {b['v']/1e9:.2f} | "
+      f"{bound_ms:.1f} | {bound_ms / step_ms:.0%} |")
 EOF
   done
   for peer_kv in "f16:" "fa-q8_0:-fa on -ctk q8_0 -ctv q8_0"; do

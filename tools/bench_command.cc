@@ -1,10 +1,10 @@
 // pdserve bench: prefill and decode throughput of the engine, llama-bench style. Prefill runs one
 // prompt of --prompt-tokens random tokens as a single batch (pp); decode generates --gen-tokens
-// tokens one at a time (tg) for --batch sequences together, each after an untimed prefill of
-// --decode-context tokens, one Forward over every sequence per step as the decode worker's
-// continuous batching runs it. One warm-up, then --repetitions timed runs; medians reported, with
-// the bytes one decode step reads (weights, K and V apart) and the bandwidth they come to. Last
-// stdout line: JSON.
+// tokens one at a time (tg) for --batch sequences together, each holding --decode-context tokens
+// first (untimed: one prefill, copied into every other sequence's own pages on the CPU engine), one
+// Forward over every sequence per step as the decode worker's continuous batching runs it. One
+// warm-up, then --repetitions timed runs; medians reported, with the bytes one decode step reads
+// (weights, K and V apart) and the bandwidth they come to. Last stdout line: JSON.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include "core/compress/flops.h"
 #include "core/engine/create_engine.h"
 #include "core/engine/generator.h"
+#include "core/engine/kv_transfer.h"
 #include "core/engine/sampler.h"
 #include "core/formats/model_loader.h"
 #include "kernels/cpu_features.h"
@@ -54,8 +55,26 @@ absl::StatusOr<double> TimePrefill(Engine& engine, std::span<const int32_t> prom
   return seconds;
 }
 
+// A sequence holding `context` (empty or not), untimed: the first prefilled, the rest copies of
+// `first` (CopySequence: the same cache, one prefill for the whole batch) where the engine can
+// copy, else prefilled too.
+absl::StatusOr<int> ContextSequence(Engine& engine, std::span<const int32_t> context,
+                                    const std::vector<int>& earlier) {
+  if (!earlier.empty() && !context.empty() && engine.options().device == Device::kCpu) {
+    return CopySequence(engine, earlier.front());
+  }
+  PDSERVE_ASSIGN_OR_RETURN(const int sequence, engine.AddSequence());
+  if (context.empty()) return sequence;
+  absl::StatusOr<std::span<const float>> logits = Prefill(engine, sequence, context);
+  if (!logits.ok()) {
+    (void)engine.RemoveSequence(sequence);
+    return logits.status();
+  }
+  return sequence;
+}
+
 // Decodes `tokens` greedy steps of `batch` sequences together, one Forward over all of them per
-// step, after an untimed prefill of `context` (empty or not) into each.
+// step, each sequence holding `context` first (ContextSequence, untimed).
 absl::StatusOr<double> TimeDecode(Engine& engine, std::span<const int32_t> context, int tokens,
                                   int32_t first, int batch) {
   std::vector<int> sequences;
@@ -63,18 +82,12 @@ absl::StatusOr<double> TimeDecode(Engine& engine, std::span<const int32_t> conte
     for (int s : sequences) (void)engine.RemoveSequence(s);
   };
   for (int b = 0; b < batch; ++b) {
-    absl::StatusOr<int> sequence = engine.AddSequence();
+    absl::StatusOr<int> sequence = ContextSequence(engine, context, sequences);
     if (!sequence.ok()) {
       remove_all();
       return sequence.status();
     }
     sequences.push_back(*sequence);
-    if (context.empty()) continue;
-    absl::StatusOr<std::span<const float>> logits = Prefill(engine, *sequence, context);
-    if (!logits.ok()) {
-      remove_all();
-      return logits.status();
-    }
   }
   const int vocab = engine.config().vocab_size;
   std::vector<int32_t> next(batch, first);

@@ -111,4 +111,41 @@ absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, 
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> CopySequence(Engine& engine, int sequence) {
+  const int length = engine.SequenceLength(sequence);
+  if (length < 0) {
+    return absl::NotFoundError(absl::StrCat("kv copy: no live sequence ", sequence));
+  }
+  if (engine.options().device != Device::kCpu) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kv copy: needs the CPU engine, not ", DeviceName(engine.options().device)));
+  }
+  if (engine.SequencePosition(sequence) != length) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv copy: sequence ", sequence, " kept ", length, " of its tokens (retention moved it)"));
+  }
+  if (length == 0) return engine.AddSequence();
+  PDSERVE_ASSIGN_OR_RETURN(const int copy, engine.AddSequenceWithTokens(length));
+  auto copy_page = [&](int cache_layer, int page_index) -> absl::Status {
+    PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots from,
+                             engine.SequencePage(sequence, cache_layer, page_index));
+    PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots to,
+                             engine.SequencePage(copy, cache_layer, page_index));
+    const KvLayerLayout& layout = engine.plan().caches[cache_layer].layout;
+    std::memcpy(to.k, from.k, layout.k.bytes());
+    std::memcpy(to.v, from.v, layout.v.bytes());
+    return absl::OkStatus();
+  };
+  const int pages = NumKvPages(length, engine.options().kv_page_size);
+  for (int c = 0; c < static_cast<int>(engine.plan().caches.size()); ++c) {
+    for (int p = 0; p < pages; ++p) {
+      if (absl::Status status = copy_page(c, p); !status.ok()) {
+        (void)engine.RemoveSequence(copy);
+        return status;
+      }
+    }
+  }
+  return copy;
+}
+
 }  // namespace pdserve

@@ -4,7 +4,8 @@
 // [i·P, (i+1)·P), P = the engine's kv_page_size); the importer starts a sequence of the same
 // length (Engine::AddSequenceWithTokens) and copies each decoded page into it. Both engines
 // must run the same weights and compression (checked per page through its layout; the
-// calibration hash is the caller's to check). Functions take the engine by reference and are as
+// calibration hash is the caller's to check). Within one engine, CopySequence copies a sequence's
+// cache into a new sequence. Functions take the engine by reference and are as
 // thread-safe as the engine: not at all, and only on the thread that drives it.
 #ifndef PDSERVE_CORE_ENGINE_KV_TRANSFER_H_
 #define PDSERVE_CORE_ENGINE_KV_TRANSFER_H_
@@ -51,6 +52,15 @@ absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int
 // sequence's next one (SequencePosition: call SetSequencePosition first for retained tokens) or
 // the last page's last position is not right before it, or the section sizes are wrong.
 absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v);
+
+// A new sequence of `engine` whose cache is a copy of live sequence `sequence`'s — the same length,
+// every page of every cache layer copied, K and V — so that it continues exactly as `sequence`
+// would: many sequences of one long context for the cost of one prefill (pdserve bench --batch).
+// NotFound for an unknown sequence; FailedPrecondition for a sequence SetSequencePosition moved
+// (retained tokens' positions are not copied) or an engine other than the CPU one (its pool is the
+// cache itself, not a mirror); ResourceExhausted when no sequence slot or not enough pages are
+// free. On any error nothing stays taken.
+absl::StatusOr<int> CopySequence(Engine& engine, int sequence);
 
 }  // namespace pdserve
 

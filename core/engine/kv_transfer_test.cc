@@ -3,7 +3,8 @@
 // bit equal to the prefill engine's own decode steps — plain and under the default compression
 // profile (SwiftKV l=4, FP8 per-token, KCache top-32), the latter with a value tier from
 // value_tier_factory. Also: CacheLayerStored order and streaming export from it, refused
-// layouts and page counts, decode-only factory engines, and AddSequenceWithTokens accounting.
+// layouts and page counts, decode-only factory engines, AddSequenceWithTokens accounting, and
+// copies of a sequence within one engine.
 #include "core/engine/kv_transfer.h"
 
 #include <span>
@@ -131,6 +132,52 @@ void ExpectTransferContinuesBitForBit(const ModelWeights& w, const EngineOptions
   EXPECT_EQ(b->kv_bytes_fetched(), a->kv_bytes_fetched());
   // The continued caches agree too: 48 tokens, the third page now full.
   EXPECT_EQ(ExportSequence(*b, sb), ExportSequence(*a, sa));
+}
+
+// A copy of a prefilled sequence continues as the sequence does, bit for bit, and holds the same
+// pages; plain and under the default profile (whose KCache V lives in the value tier).
+void ExpectCopyContinuesBitForBit(const ModelWeights& w, EngineOptions o) {
+  o.max_sequences = 3;
+  auto engine = MakeEngine(w, o);
+  ASSERT_TRUE(engine);
+  const std::vector<int32_t> prompt = Tokens(40, w.config.vocab_size);
+  const int s = *engine->AddSequence();
+  ForwardChunk chunk{s, prompt};
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  const absl::StatusOr<int> copy = CopySequence(*engine, s);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_NE(*copy, s);
+  EXPECT_EQ(engine->SequenceLength(*copy), 40);
+  EXPECT_EQ(ExportSequence(*engine, *copy), ExportSequence(*engine, s));
+  const std::vector<int32_t> next = Tokens(8, w.config.vocab_size, 3);
+  for (size_t i = 0; i < next.size(); ++i) {
+    const std::vector<float> original = Step(*engine, s, next[i]);
+    ASSERT_FALSE(original.empty());
+    EXPECT_EQ(Step(*engine, *copy, next[i]), original) << "decode step " << i;
+  }
+}
+
+TEST(KvTransferTest, CopiedSequenceContinuesBitForBit) {
+  ExpectCopyContinuesBitForBit(Stories260K(), Options({}));
+  const Prepared p = DefaultProfile(Stories260K());
+  ExpectCopyContinuesBitForBit(p.weights, Options(p.compression));
+}
+
+TEST(KvTransferTest, CopyRefusesUnknownSequencesAndFullEngines) {
+  const ModelWeights w = Stories260K();
+  auto engine = MakeEngine(w, Options({}));  // two sequence slots
+  ASSERT_TRUE(engine);
+  EXPECT_EQ(CopySequence(*engine, 5).status().code(), absl::StatusCode::kNotFound);
+  const std::vector<int32_t> prompt = Tokens(20, w.config.vocab_size);
+  const int s = *engine->AddSequence();
+  ForwardChunk chunk{s, prompt};
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  const absl::StatusOr<int> copy = CopySequence(*engine, s);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(CopySequence(*engine, s).status().code(), absl::StatusCode::kResourceExhausted);
+  // Removing the copy gives its slot and pages back: copying again succeeds.
+  ASSERT_TRUE(engine->RemoveSequence(*copy).ok());
+  EXPECT_TRUE(CopySequence(*engine, s).ok());
 }
 
 TEST(KvTransferTest, PlainModelContinuesBitForBit) {

@@ -52,6 +52,23 @@ SumCount ReadHistogram(const std::string& http_address, const std::string& name)
   return result;
 }
 
+// Seconds of slack for the loopback hop between the client's and the router's TTFT: every process
+// of a sanitized build runs several times slower, and under TSan on 2 shared cores the hop alone
+// measured above 20 ms.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define PDSERVE_LOADGEN_TEST_SANITIZED
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define PDSERVE_LOADGEN_TEST_SANITIZED
+#endif
+#ifdef PDSERVE_LOADGEN_TEST_SANITIZED
+constexpr double kHopSlackS = 0.1;
+#else
+constexpr double kHopSlackS = 0.02;
+#endif
+
 // Runs `pdserve loadgen <args>`; its exit status.
 int RunLoadgen(const std::vector<std::string>& args) {
   const std::string command =
@@ -100,7 +117,7 @@ class LoadgenTest : public ::testing::Test {
     EXPECT_GE(client_ttft, ttft.mean() * 0.98);
     // Slack for the loopback hop and, over HTTP, connection setup and JSON/SSE handling, on a
     // loaded 2-core machine.
-    EXPECT_LE(client_ttft - ttft.mean(), 0.25 * ttft.mean() + 0.02)
+    EXPECT_LE(client_ttft - ttft.mean(), 0.25 * ttft.mean() + kHopSlackS)
         << "loadgen " << client_ttft << " s vs router " << ttft.mean() << " s";
     EXPECT_NEAR(client_tpot, tpot.mean(), 0.25 * tpot.mean() + 0.002)
         << "loadgen " << client_tpot << " s vs router " << tpot.mean() << " s";
