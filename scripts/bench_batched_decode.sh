@@ -22,6 +22,7 @@ DIR=${BENCH_DIR:-/tmp/pdserve-bench}
 RUNS=${RUNS:-16x2048 1x8192}
 GEN=${GEN:-32}
 ROUNDS=${ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench_batched_decode.sh: ROUNDS=$ROUNDS must be ≥ 1" >&2; exit 2; }
 THREADS=${THREADS:-2}
 shared=${PDSERVE_SHARED_DIR:-../shared}
 peer=${PEER_BIN:-$("$shared/peers/build-llama-server.sh" | tail -1)}
@@ -59,7 +60,8 @@ for run in $RUNS; do
   batch=${run%x*}
   context=${run#*x}
   # The configurations take turns, ROUNDS times, so that the VM's drift spreads over all of them;
-  # each row is the median step of its rounds.
+  # each row is the median step of its rounds. llama-batched-bench runs once (it prefills every
+  # sequence: minutes per run).
   for kv in f32 f16 fp8 default; do : > "$DIR/steps-$kv.jsonl"; done
   for round in $(seq "$ROUNDS"); do
     for kv in f32 f16 fp8 default; do
@@ -100,7 +102,7 @@ import sys
 cols = [c.strip() for c in sys.argv[1].strip().strip("|").split("|")]
 run, name, gen = sys.argv[2], sys.argv[3], int(sys.argv[4])
 t_tg, s_tg = float(cols[6]), float(cols[7])
-print(f"| {run.replace('x', ' × ')} | llama.cpp, {name} | {s_tg:.1f} | {t_tg / gen * 1e3:.1f} | | | |")
+print(f"| {run.replace('x', ' × ')} | llama.cpp, {name} | {s_tg:.1f} | {t_tg / gen * 1e3:.1f} (one run) | | | |")
 EOF
   done
 done

@@ -56,9 +56,9 @@ PY
 esac
 DISTILLED=${DISTILLED:-build/train}
 
-calibrate() {  # NAME FLAGS...
+calibrate() {  # NAME FLAGS... (remade when older than the binary: calibrate's defaults change)
   local name=$1; shift
-  [ -s "$DIR/$name.cal" ] || "$PDSERVE" calibrate --model "$MODEL" "${MODEL_FLAGS[@]}" \
+  [ "$DIR/$name.cal" -nt "$PDSERVE" ] || "$PDSERVE" calibrate --model "$MODEL" "${MODEL_FLAGS[@]}" \
     --text "$DIR/corpus.txt" --ctx "$CTX" --out "$DIR/$name.cal" --log-level warn "$@" >/dev/null
 }
 { [ "${ROWS:-all}" != retention ] || [ "$SET" = stories260K ]; } && calibrate zack --zack

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -86,7 +87,8 @@ int RankForRemovalRate(std::span<const double> eigenvalues, double rho) {
 
 int RoundRankUpToMultiple(int rank, int d, int multiple) {
   if (multiple <= 1) return rank;
-  return std::min((rank + multiple - 1) / multiple * multiple, d);
+  const int64_t up = (int64_t{rank} + multiple - 1) / multiple * multiple;
+  return static_cast<int>(std::min<int64_t>(up, d));
 }
 
 double KeptFraction(std::span<const WeightedSpectrum> spectra, double rho, int multiple) {

@@ -286,9 +286,10 @@ absl::Status ValidateOptions(const ModelConfig& c, const CalibrateOptions& o, si
     return absl::InvalidArgumentError(
         "calibrate: the ridge must be ≥ 0, ZACK ρ in [0, 1] and the kept fraction in (0, 1]");
   }
-  if (o.zack_rank_multiple < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibrate: --zack-rank-multiple ", o.zack_rank_multiple, " must be ≥ 0 (0: automatic)"));
+  if (o.zack_rank_multiple < 0 || o.zack_rank_multiple > c.head_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibrate: --zack-rank-multiple ", o.zack_rank_multiple, " must be in [0, ",
+                     c.head_dim(), "] (0: automatic; at most the model's head dimension)"));
   }
   return absl::OkStatus();
 }

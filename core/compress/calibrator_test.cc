@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "core/calib/rank_selection.h"
 #include "core/model/random_model.h"
 #include "gmock/gmock.h"
@@ -157,9 +158,11 @@ TEST(CalibratorTest, RankMultipleMakesWholeMultiplesThatMeetTheTarget) {
   }
   EXPECT_TRUE(any_ragged) << "no rank was ragged: the test checks nothing";
   EXPECT_LE(kept, 0.6 * total);
-  o.zack_rank_multiple = -1;
-  EXPECT_THAT(std::string(Calibrate(w, Sequences(1, 8), o, "t").status().message()),
-              HasSubstr("--zack-rank-multiple -1"));
+  for (int bad : {-1, 9}) {  // the heads have 8 dimensions
+    o.zack_rank_multiple = bad;
+    EXPECT_THAT(std::string(Calibrate(w, Sequences(1, 8), o, "t").status().message()),
+                HasSubstr(absl::StrCat("--zack-rank-multiple ", bad, " must be in [0, 8]")));
+  }
 }
 
 TEST(CalibratorTest, AutomaticRankMultipleIsWholeVectorsOnWideHeads) {

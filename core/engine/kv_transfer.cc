@@ -120,6 +120,11 @@ absl::StatusOr<int> CopySequence(Engine& engine, int sequence) {
     return absl::FailedPreconditionError(
         absl::StrCat("kv copy: needs the CPU engine, not ", DeviceName(engine.options().device)));
   }
+  if (engine.options().value_tier_factory) {
+    return absl::FailedPreconditionError(
+        "kv copy: the value tier comes from a factory (it may be remote); copies need it "
+        "in-process");
+  }
   if (engine.SequencePosition(sequence) != length) {
     return absl::FailedPreconditionError(absl::StrCat(
         "kv copy: sequence ", sequence, " kept ", length, " of its tokens (retention moved it)"));

@@ -56,10 +56,12 @@ absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, 
 // A new sequence of `engine` whose cache is a copy of live sequence `sequence`'s — the same length,
 // every page of every cache layer copied, K and V — so that it continues exactly as `sequence`
 // would: many sequences of one long context for the cost of one prefill (pdserve bench --batch).
-// NotFound for an unknown sequence; FailedPrecondition for a sequence SetSequencePosition moved
-// (retained tokens' positions are not copied) or an engine other than the CPU one (its pool is the
-// cache itself, not a mirror); ResourceExhausted when no sequence slot or not enough pages are
-// free. On any error nothing stays taken.
+// Copies the pages only: decode-time state (KVCrush's accumulated eviction scores) starts afresh,
+// so copy a sequence right after its prefill. NotFound for an unknown sequence; FailedPrecondition
+// for a sequence SetSequencePosition moved (retained tokens' positions are not copied), an engine
+// other than the CPU one (its pool is the cache itself, not a mirror) or one whose value tier
+// comes from EngineOptions::value_tier_factory (it may be remote); ResourceExhausted when no
+// sequence slot or not enough pages are free. On any error nothing stays taken.
 absl::StatusOr<int> CopySequence(Engine& engine, int sequence);
 
 }  // namespace pdserve

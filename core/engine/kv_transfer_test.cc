@@ -177,7 +177,44 @@ TEST(KvTransferTest, CopyRefusesUnknownSequencesAndFullEngines) {
   EXPECT_EQ(CopySequence(*engine, s).status().code(), absl::StatusCode::kResourceExhausted);
   // Removing the copy gives its slot and pages back: copying again succeeds.
   ASSERT_TRUE(engine->RemoveSequence(*copy).ok());
-  EXPECT_TRUE(CopySequence(*engine, s).ok());
+  const absl::StatusOr<int> again = CopySequence(*engine, s);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(engine->RemoveSequence(*again).ok());
+  // An empty sequence copies to an empty one.
+  const int empty = *engine->AddSequence();
+  ASSERT_TRUE(engine->RemoveSequence(s).ok());
+  const absl::StatusOr<int> empty_copy = CopySequence(*engine, empty);
+  ASSERT_TRUE(empty_copy.ok()) << empty_copy.status();
+  EXPECT_EQ(engine->SequenceLength(*empty_copy), 0);
+}
+
+TEST(KvTransferTest, CopyRefusesMovedSequencesAndFactoryTiers) {
+  const ModelWeights w = Stories260K();
+  auto engine = MakeEngine(w, Options({}));
+  ASSERT_TRUE(engine);
+  const std::vector<int32_t> prompt = Tokens(20, w.config.vocab_size);
+  const int s = *engine->AddSequence();
+  ForwardChunk chunk{s, prompt};
+  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  ASSERT_TRUE(engine->SetSequencePosition(s, 25).ok());  // as if retention dropped 5 tokens
+  EXPECT_EQ(CopySequence(*engine, s).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  const Prepared p = DefaultProfile(w);
+  EngineOptions o = Options(p.compression);
+  o.value_tier_factory =
+      [](int page_size, int num_pages,
+         std::vector<KvSectionLayout> sections) -> absl::StatusOr<std::unique_ptr<ValueTier>> {
+    auto tier = InProcessValueTier::Create(page_size, num_pages, std::move(sections));
+    if (!tier.ok()) return tier.status();
+    return std::unique_ptr<ValueTier>(std::move(*tier));
+  };
+  auto tiered = MakeEngine(p.weights, o);
+  ASSERT_TRUE(tiered);
+  const absl::StatusOr<int> t = tiered->AddSequenceWithTokens(20);  // decode-only: no prefill
+  ASSERT_TRUE(t.ok()) << t.status();
+  const absl::StatusOr<int> copy = CopySequence(*tiered, *t);
+  EXPECT_EQ(copy.status().code(), absl::StatusCode::kFailedPrecondition) << copy.status();
+  EXPECT_EQ(tiered->SequenceLength(1 - *t), -1) << "the refused copy took a sequence";
 }
 
 TEST(KvTransferTest, PlainModelContinuesBitForBit) {
