@@ -6,14 +6,17 @@
 # the ratio, under a header naming the CPU and pdserve's SIMD level. The peer is the current
 # llama.cpp release of ../shared/peers (build-llama-server.sh; built once, 10–16 minutes).
 # Usage: scripts/bench_engine.sh [build/release/tools/pdserve]
-#   SHAPES="stories15M stories110M" TYPES="f32 f16 bf16 q8_0 q4_0 q4_k_m" THREADS="1 2" REPS=3
+#   SHAPES="stories15M stories110M" TYPES="f32 f16 bf16 q8_0 q4_0 q4_k_m" THREADS="1 2"
+#   ROUNDS=3 (pdserve and llama-bench take turns; medians) REPS=1 (repetitions within each call)
 #   PEER_BIN=DIR: another llama.cpp build's bin folder (e.g. one configured with GGML_NATIVE=OFF
 #   where the -march=native build dies with SIGILL, as on a VM that advertises AMX it lacks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PDSERVE=${1:-build/release/tools/pdserve}
 DIR=${BENCH_DIR:-/tmp/pdserve-bench}
-REPS=${REPS:-3}
+REPS=${REPS:-1}
+ROUNDS=${ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench_engine.sh: ROUNDS=$ROUNDS must be ≥ 1" >&2; exit 2; }
 SHAPES=${SHAPES:-stories15M stories110M}
 TYPES=${TYPES:-f32 f16 bf16 q8_0 q4_0 q4_k_m}
 THREADS=${THREADS:-1 2}
@@ -43,18 +46,28 @@ for shape in $SHAPES; do
         [ -f "$model" ] || "$peer/llama-quantize" "$f32" "$model" "${type^^}" >/dev/null 2>&1 ;;
     esac
     for threads in $THREADS; do
-      ours=$("$PDSERVE" bench --model "$model" --prompt-tokens 512 --gen-tokens 128 \
-        --threads "$threads" --weights "$weights" --repetitions "$REPS" --log-level warn | tail -1)
-      theirs=$("$peer/llama-bench" -m "$model" -p 512 -n 128 -t "$threads" -r "$REPS" -o json \
-        2>/dev/null)
-      python3 - "$shape" "$type" "$threads" "$ours" "$theirs" <<'PY'
-import json, sys
+      # pdserve and llama.cpp take turns, ROUNDS times, so that the VM's drift lands on both sides;
+      # each side's figure is the median of its rounds.
+      : > "$DIR/ours.jsonl"
+      : > "$DIR/theirs.jsonl"
+      for _ in $(seq "$ROUNDS"); do
+        "$PDSERVE" bench --model "$model" --prompt-tokens 512 --gen-tokens 128 \
+          --threads "$threads" --weights "$weights" --repetitions "$REPS" --log-level warn |
+          tail -1 >> "$DIR/ours.jsonl"
+        "$peer/llama-bench" -m "$model" -p 512 -n 128 -t "$threads" -r "$REPS" -o jsonl \
+          2>/dev/null >> "$DIR/theirs.jsonl"
+      done
+      python3 - "$shape" "$type" "$threads" "$DIR/ours.jsonl" "$DIR/theirs.jsonl" <<'PY'
+import json, statistics, sys
 shape, dtype, threads, ours, theirs = sys.argv[1:]
-o = json.loads(ours)
-t = {('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.loads(theirs)}
-pp, tg = o['prefill_tokens_per_s'], o['decode_tokens_per_s']
-print(f"| {shape} | {dtype} | {threads} | {o['simd']} | {pp:.0f} | {t['pp']:.0f} | {pp / t['pp']:.2f} | "
-      f"{tg:.1f} | {t['tg']:.1f} | {tg / t['tg']:.2f} |")
+o = [json.loads(line) for line in open(ours)]
+t = [json.loads(line) for line in open(theirs)]
+pp = statistics.median(r['prefill_tokens_per_s'] for r in o)
+tg = statistics.median(r['decode_tokens_per_s'] for r in o)
+t_pp = statistics.median(r['avg_ts'] for r in t if r['n_prompt'])
+t_tg = statistics.median(r['avg_ts'] for r in t if not r['n_prompt'])
+print(f"| {shape} | {dtype} | {threads} | {o[0]['simd']} | {pp:.0f} | {t_pp:.0f} | {pp / t_pp:.2f} | "
+      f"{tg:.1f} | {t_tg:.1f} | {tg / t_tg:.2f} |")
 PY
     done
   done
