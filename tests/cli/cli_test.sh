@@ -84,7 +84,9 @@ done
 rc=0
 "$PDSERVE" generate --model "$WORK/shape.gguf" --prompt "a" --max-tokens 100 --log-level warn \
   > /dev/null 2> "$WORK/err" || rc=$?
-grep -q "96" "$WORK/err" && [ "$rc" -eq 1 ] || fail "make-model --shape ignored --seq-len 96: $(cat "$WORK/err")"
+if ! { grep -q "96" "$WORK/err" && [ "$rc" -eq 1 ]; }; then
+  fail "make-model --shape ignored --seq-len 96: $(cat "$WORK/err")"
+fi
 
 # --- 4. malformed files: exit 1, empty stdout, exactly one error line -----------------------
 expect_clean_error() {  # name, model path, [extra flags...]
@@ -194,7 +196,9 @@ from_file=$("$PDSERVE" tokenize --model "$MODEL" --prompt hi --flagfile "$WORK/o
 [ "$from_file" = "$without" ] || fail "--flagfile: '$from_file' is not '$without'"
 rc=0
 "$PDSERVE" tokenize --model "$MODEL" --prompt hi --flagfile "$WORK/none.flags" 2>"$WORK/err" || rc=$?
-[ "$rc" -eq 1 ] && grep -q "none.flags" "$WORK/err" || fail "a missing --flagfile: rc=$rc, $(cat "$WORK/err")"
+if ! { [ "$rc" -eq 1 ] && grep -q "none.flags" "$WORK/err"; }; then
+  fail "a missing --flagfile: rc=$rc, $(cat "$WORK/err")"
+fi
 
 # --- the trained model's default profile, from its flag file (paths relative to the repo root) --
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -239,7 +243,9 @@ grep -q '"weights":"f32"' "$WORK/weights-f32.json" || fail "f16 file, --weights 
 
 rc=0
 "$PDSERVE" bench --model "$MODEL" --batch 0 2>"$WORK/err" >/dev/null || rc=$?
-[ "$rc" -eq 1 ] && grep -q -- "--batch" "$WORK/err" || fail "bench --batch 0: rc=$rc, $(cat "$WORK/err")"
+if ! { [ "$rc" -eq 1 ] && grep -q -- "--batch" "$WORK/err"; }; then
+  fail "bench --batch 0: rc=$rc, $(cat "$WORK/err")"
+fi
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
