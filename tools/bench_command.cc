@@ -55,19 +55,12 @@ absl::StatusOr<double> TimePrefill(Engine& engine, std::span<const int32_t> prom
   return seconds;
 }
 
-// Whether `sequence` can be copied (CopySequence) rather than prefilled again: the CPU engine with
-// its value tier in-process, and no tokens dropped by retention.
-bool Copyable(const Engine& engine, int sequence) {
-  return engine.options().device == Device::kCpu && !engine.options().value_tier_factory &&
-         engine.SequencePosition(sequence) == engine.SequenceLength(sequence);
-}
-
 // A sequence holding `context` (empty or not), untimed: the first prefilled, the rest copies of
-// the first (CopySequence: the same cache, one prefill for the whole batch) where it is Copyable,
-// else prefilled too.
+// the first (CopySequence: the same cache, one prefill for the whole batch) where CheckCopyable
+// allows, else prefilled too.
 absl::StatusOr<int> ContextSequence(Engine& engine, std::span<const int32_t> context,
                                     const std::vector<int>& earlier) {
-  if (!earlier.empty() && !context.empty() && Copyable(engine, earlier.front())) {
+  if (!earlier.empty() && !context.empty() && CheckCopyable(engine, earlier.front()).ok()) {
     return CopySequence(engine, earlier.front());
   }
   PDSERVE_ASSIGN_OR_RETURN(const int sequence, engine.AddSequence());

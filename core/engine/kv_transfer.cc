@@ -111,7 +111,7 @@ absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, 
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> CopySequence(Engine& engine, int sequence) {
+absl::Status CheckCopyable(const Engine& engine, int sequence) {
   const int length = engine.SequenceLength(sequence);
   if (length < 0) {
     return absl::NotFoundError(absl::StrCat("kv copy: no live sequence ", sequence));
@@ -129,6 +129,12 @@ absl::StatusOr<int> CopySequence(Engine& engine, int sequence) {
     return absl::FailedPreconditionError(absl::StrCat(
         "kv copy: sequence ", sequence, " kept ", length, " of its tokens (retention moved it)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CopySequence(Engine& engine, int sequence) {
+  PDSERVE_RETURN_IF_ERROR(CheckCopyable(engine, sequence));
+  const int length = engine.SequenceLength(sequence);
   if (length == 0) return engine.AddSequence();
   PDSERVE_ASSIGN_OR_RETURN(const int copy, engine.AddSequenceWithTokens(length));
   auto copy_page = [&](int cache_layer, int page_index) -> absl::Status {

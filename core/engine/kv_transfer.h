@@ -64,6 +64,10 @@ absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, 
 // sequence slot or not enough pages are free. On any error nothing stays taken.
 absl::StatusOr<int> CopySequence(Engine& engine, int sequence);
 
+// OK when CopySequence can copy `sequence` (given free room); else the error it would return for
+// the sequence or the engine (NotFound or FailedPrecondition, as above). Changes nothing.
+absl::Status CheckCopyable(const Engine& engine, int sequence);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_CORE_ENGINE_KV_TRANSFER_H_

@@ -73,6 +73,25 @@ std::unique_ptr<LlamaEngine> MakeEngine(const ModelWeights& w, const EngineOptio
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
+// A value_tier_factory that makes InProcessValueTiers (the engine then treats its tier as
+// possibly remote).
+decltype(EngineOptions::value_tier_factory) InProcessTierFactory() {
+  return [](int page_size, int num_pages,
+            std::vector<KvSectionLayout> sections) -> absl::StatusOr<std::unique_ptr<ValueTier>> {
+    auto tier = InProcessValueTier::Create(page_size, num_pages, std::move(sections));
+    if (!tier.ok()) return tier.status();
+    return std::unique_ptr<ValueTier>(std::move(*tier));
+  };
+}
+
+// A new sequence of `engine` holding `prompt`, prefilled in one Forward.
+int Prefilled(LlamaEngine& engine, std::span<const int32_t> prompt) {
+  const int s = *engine.AddSequence();
+  ForwardChunk chunk{s, prompt};
+  EXPECT_TRUE(engine.Forward({&chunk, 1}).ok());
+  return s;
+}
+
 // Every page of every cache layer of `sequence`, encoded.
 std::vector<std::string> ExportSequence(LlamaEngine& engine, int sequence) {
   std::vector<std::string> pages;
@@ -141,9 +160,7 @@ void ExpectCopyContinuesBitForBit(const ModelWeights& w, EngineOptions o) {
   auto engine = MakeEngine(w, o);
   ASSERT_TRUE(engine);
   const std::vector<int32_t> prompt = Tokens(40, w.config.vocab_size);
-  const int s = *engine->AddSequence();
-  ForwardChunk chunk{s, prompt};
-  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  const int s = Prefilled(*engine, prompt);
   const absl::StatusOr<int> copy = CopySequence(*engine, s);
   ASSERT_TRUE(copy.ok()) << copy.status();
   EXPECT_NE(*copy, s);
@@ -169,9 +186,7 @@ TEST(KvTransferTest, CopyRefusesUnknownSequencesAndFullEngines) {
   ASSERT_TRUE(engine);
   EXPECT_EQ(CopySequence(*engine, 5).status().code(), absl::StatusCode::kNotFound);
   const std::vector<int32_t> prompt = Tokens(20, w.config.vocab_size);
-  const int s = *engine->AddSequence();
-  ForwardChunk chunk{s, prompt};
-  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  const int s = Prefilled(*engine, prompt);
   const absl::StatusOr<int> copy = CopySequence(*engine, s);
   ASSERT_TRUE(copy.ok()) << copy.status();
   EXPECT_EQ(CopySequence(*engine, s).status().code(), absl::StatusCode::kResourceExhausted);
@@ -193,21 +208,15 @@ TEST(KvTransferTest, CopyRefusesMovedSequencesAndFactoryTiers) {
   auto engine = MakeEngine(w, Options({}));
   ASSERT_TRUE(engine);
   const std::vector<int32_t> prompt = Tokens(20, w.config.vocab_size);
-  const int s = *engine->AddSequence();
-  ForwardChunk chunk{s, prompt};
-  ASSERT_TRUE(engine->Forward({&chunk, 1}).ok());
+  const int s = Prefilled(*engine, prompt);
+  EXPECT_TRUE(CheckCopyable(*engine, s).ok());
   ASSERT_TRUE(engine->SetSequencePosition(s, 25).ok());  // as if retention dropped 5 tokens
+  EXPECT_EQ(CheckCopyable(*engine, s).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(CopySequence(*engine, s).status().code(), absl::StatusCode::kFailedPrecondition);
 
   const Prepared p = DefaultProfile(w);
   EngineOptions o = Options(p.compression);
-  o.value_tier_factory =
-      [](int page_size, int num_pages,
-         std::vector<KvSectionLayout> sections) -> absl::StatusOr<std::unique_ptr<ValueTier>> {
-    auto tier = InProcessValueTier::Create(page_size, num_pages, std::move(sections));
-    if (!tier.ok()) return tier.status();
-    return std::unique_ptr<ValueTier>(std::move(*tier));
-  };
+  o.value_tier_factory = InProcessTierFactory();
   auto tiered = MakeEngine(p.weights, o);
   ASSERT_TRUE(tiered);
   const absl::StatusOr<int> t = tiered->AddSequenceWithTokens(20);  // decode-only: no prefill
@@ -367,13 +376,7 @@ TEST(KvTransferTest, ImportRefusesMismatchedLayoutsAndPages) {
 TEST(KvTransferTest, FactoryTierEngineRunsDecodeStepsOnly) {
   const Prepared p = DefaultProfile(Stories260K());
   EngineOptions o = Options(p.compression);
-  o.value_tier_factory =
-      [](int page_size, int num_pages,
-         std::vector<KvSectionLayout> sections) -> absl::StatusOr<std::unique_ptr<ValueTier>> {
-    auto tier = InProcessValueTier::Create(page_size, num_pages, std::move(sections));
-    if (!tier.ok()) return tier.status();
-    return std::unique_ptr<ValueTier>(std::move(*tier));
-  };
+  o.value_tier_factory = InProcessTierFactory();
   auto engine = MakeEngine(p.weights, o);
   const int s = *engine->AddSequence();
   const std::vector<int32_t> prompt = Tokens(5, p.weights.config.vocab_size);
