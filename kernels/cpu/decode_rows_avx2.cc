@@ -62,13 +62,13 @@ struct Simd {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
   }
-  static void Sums8(const V acc[8], float* out) {
+  static __m256 Sums8(const V acc[8]) {
     const __m256 r0123 =
         _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
     const __m256 r4567 =
         _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
-                                        _mm256_permute2f128_ps(r0123, r4567, 0x31)));
+    return _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
+                         _mm256_permute2f128_ps(r0123, r4567, 0x31));
   }
   // The largest code & 0x7F over all n codes is 0x7F exactly when one of them is a NaN: one
   // branch for the whole run instead of one per vector.

@@ -44,15 +44,15 @@ struct Simd {
   }
   static float Sum(V v) { return _mm512_reduce_add_ps(v); }
   // Each accumulator's halves added, then the eight 8-lane sums as in the AVX2 unit.
-  static void Sums8(const V acc[8], float* out) {
+  static __m256 Sums8(const V acc[8]) {
     __m256 h[8];
     for (int r = 0; r < 8; ++r) {
       h[r] = _mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm512_extractf32x8_ps(acc[r], 1));
     }
     const __m256 r0123 = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
     const __m256 r4567 = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
-                                        _mm256_permute2f128_ps(r0123, r4567, 0x31)));
+    return _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
+                         _mm256_permute2f128_ps(r0123, r4567, 0x31));
   }
   // The largest code & 0x7F over all n codes is 0x7F exactly when one of them is a NaN: one
   // branch for the whole run instead of one per vector.
