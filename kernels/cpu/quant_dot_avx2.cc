@@ -3,6 +3,8 @@
 // (_mm256_maddubs_epi16), widened with _mm256_madd_epi16, block scales applied in fp32.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_unpack_avx2.h"
@@ -32,6 +34,13 @@ inline __m256i SignedDot(__m256i w, __m256i a) {
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
 }
 
+// The block type of a 32-element format with 4-bit codes (and Q5's fifth bits).
+template <DType D>
+using Block32Of = std::conditional_t<
+    D == DType::kQ4_0, BlockQ4_0,
+    std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
+                       std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
+
 // Block i's products with its activations, scaled: 8 partial sums.
 template <DType D>
 inline __m256 Block32(const void* w, const ActBlock32* a, int64_t i) {
@@ -41,14 +50,25 @@ inline __m256 Block32(const void* w, const ActBlock32* a, int64_t i) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
     return _mm256_mul_ps(_mm256_set1_ps(Half(b.d) * a[i].d), _mm256_cvtepi32_ps(SignedDot(q, qa)));
   } else {
-    // Unsigned codes 0..15 straight into maddubs; the offset of 8 comes off through the
-    // activations' sum: d_w·(d_a·Σ code·qa − 8·d_a·Σ qa), in lane 0.
-    const auto& b = static_cast<const BlockQ4_0*>(w)[i];
+    // Unsigned codes (0..15, or 0..31 with Q5's fifth bits) straight into maddubs; the offset
+    // (8 or 16) or the minimum m comes in through the activations' sum, in lane 0:
+    // d_w·d_a·Σ code·qa − offset·d_w·(d_a·Σ qa), or + m·(d_a·Σ qa).
+    const auto& b = static_cast<const Block32Of<D>*>(w)[i];
+    __m256i codes = Nibbles32(b.qs);
+    if constexpr (D == DType::kQ5_0 || D == DType::kQ5_1) {
+      codes = _mm256_or_si256(codes, FifthBits32(b.qh));
+    }
     const __m256i products =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(Nibbles32(b.qs), qa), _mm256_set1_epi16(1));
+        _mm256_madd_epi16(_mm256_maddubs_epi16(codes, qa), _mm256_set1_epi16(1));
     const float d = Half(b.d);
     const __m256 scaled = _mm256_mul_ps(_mm256_set1_ps(d * a[i].d), _mm256_cvtepi32_ps(products));
-    return _mm256_sub_ps(scaled, _mm256_setr_ps(8.0f * d * a[i].sum, 0, 0, 0, 0, 0, 0, 0));
+    float lane0;
+    if constexpr (D == DType::kQ4_1 || D == DType::kQ5_1) {
+      lane0 = Half(b.m) * a[i].sum;
+    } else {
+      lane0 = -(D == DType::kQ4_0 ? 8.0f : 16.0f) * d * a[i].sum;
+    }
+    return _mm256_add_ps(scaled, _mm256_setr_ps(lane0, 0, 0, 0, 0, 0, 0, 0));
   }
 }
 
@@ -142,6 +162,12 @@ QuantDotFn QuantDot(DType dtype) {
       return Dot32<DType::kQ8_0>;
     case DType::kQ4_0:
       return Dot32<DType::kQ4_0>;
+    case DType::kQ4_1:
+      return Dot32<DType::kQ4_1>;
+    case DType::kQ5_0:
+      return Dot32<DType::kQ5_0>;
+    case DType::kQ5_1:
+      return Dot32<DType::kQ5_1>;
     case DType::kQ4_K:
       return DotK4Family<BlockQ4_K>;
     case DType::kQ5_K:

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace pdserve::kernels::avx2 {
 
@@ -18,6 +19,20 @@ inline __m256i Nibbles32(const uint8_t* qs) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// Q5_0/Q5_1: the fifth bits of a block's 32 elements as 0x10 bytes in element order, from its 4
+// bytes of qh (bit j: element j's).
+inline __m256i FifthBits32(const uint8_t* qh) {
+  int32_t bits;
+  std::memcpy(&bits, qh, sizeof(bits));
+  // Byte j of the result takes qh's byte j / 8, then keeps bit j % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(bits), _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                  0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
 // Q4_K/Q5_K: the codes of 64-element chunk `chunk` (0-3) of a block, from its 32 bytes of qs
