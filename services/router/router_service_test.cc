@@ -437,11 +437,14 @@ TEST_F(RouterServiceTest, ClientDeadlineReachesDecode) {
   decode_.hang_after_ = 1;
   StartRouter(Options());
   CallOptions options;
-  options.timeout = absl::Milliseconds(300);
+  // Long enough for the request to reach decode (and hang there) first, even under a sanitizer
+  // on a slow machine: a deadline that expires before decode is called leaves nothing to cancel.
+  options.timeout = kWait / 4;
   const absl::Time start = absl::Now();
   auto result = client_->Generate(TextRequest("x", 50), options);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
   EXPECT_LT(absl::Now() - start, kWait);
+  ASSERT_TRUE(decode_.WaitHanging()) << "the deadline expired before decode was called";
   EXPECT_TRUE(decode_.WaitSawCancel());
 }
 
