@@ -53,8 +53,9 @@ SumCount ReadHistogram(const std::string& http_address, const std::string& name)
 }
 
 // Seconds of slack for the loopback hop between the client's and the router's TTFT: every process
-// of a sanitized build runs several times slower, and under TSan on 2 shared cores the hop alone
-// measured above 20 ms.
+// of a sanitized build runs several times slower: under TSan on 2 shared cores the hop alone
+// measured above 20 ms, and on a Zen 5 VM with another cluster test beside it (ctest -j 2) the HTTP
+// hop measured 0.29 s. Release builds keep 20 ms.
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
 #define PDSERVE_LOADGEN_TEST_SANITIZED
@@ -64,7 +65,7 @@ SumCount ReadHistogram(const std::string& http_address, const std::string& name)
 #define PDSERVE_LOADGEN_TEST_SANITIZED
 #endif
 #ifdef PDSERVE_LOADGEN_TEST_SANITIZED
-constexpr double kHopSlackS = 0.1;
+constexpr double kHopSlackS = 0.5;
 #else
 constexpr double kHopSlackS = 0.02;
 #endif
