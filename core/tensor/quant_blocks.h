@@ -10,6 +10,7 @@
 #define PDSERVE_CORE_TENSOR_QUANT_BLOCKS_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/tensor/dtype.h"
 
@@ -67,6 +68,14 @@ static_assert(sizeof(BlockQ5_1) == BlockBytes(DType::kQ5_1));
 static_assert(sizeof(BlockQ4_K) == BlockBytes(DType::kQ4_K));
 static_assert(sizeof(BlockQ5_K) == BlockBytes(DType::kQ5_K));
 static_assert(sizeof(BlockQ6_K) == BlockBytes(DType::kQ6_K));
+
+// The block struct of a 32-element format with 4-bit codes (Q4_0, Q4_1) and Q5's fifth bits
+// (Q5_0, Q5_1).
+template <DType D>
+using Block32Of = std::conditional_t<
+    D == DType::kQ4_0, BlockQ4_0,
+    std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
+                       std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
 
 // Sub-block j's (j < 8) 6-bit scale and minimum of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
 inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {

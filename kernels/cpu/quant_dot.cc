@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "core/tensor/float16.h"
 #include "core/tensor/quant_blocks.h"
@@ -104,11 +103,7 @@ void Block32AsU8(const void* row, int64_t b, uint8_t* u, float* scale, float* mi
     *min = 128.0f * *scale;
     return;
   } else {
-    using Block = std::conditional_t<
-        D == DType::kQ4_0, BlockQ4_0,
-        std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
-                           std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
-    const Block& x = static_cast<const Block*>(row)[b];
+    const auto& x = static_cast<const Block32Of<D>*>(row)[b];
     for (int j = 0; j < kQK / 2; ++j) {
       u[j] = x.qs[j] & 0x0F;
       u[j + kQK / 2] = x.qs[j] >> 4;

@@ -3,8 +3,6 @@
 // (_mm256_maddubs_epi16), widened with _mm256_madd_epi16, block scales applied in fp32.
 #include <immintrin.h>
 
-#include <type_traits>
-
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_unpack_avx2.h"
@@ -33,13 +31,6 @@ inline __m256i SignedDot(__m256i w, __m256i a) {
   const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
 }
-
-// The block type of a 32-element format with 4-bit codes (and Q5's fifth bits).
-template <DType D>
-using Block32Of = std::conditional_t<
-    D == DType::kQ4_0, BlockQ4_0,
-    std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
-                       std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
 
 // Block i's products with its activations, scaled: 8 partial sums.
 template <DType D>
