@@ -69,13 +69,16 @@ static_assert(sizeof(BlockQ4_K) == BlockBytes(DType::kQ4_K));
 static_assert(sizeof(BlockQ5_K) == BlockBytes(DType::kQ5_K));
 static_assert(sizeof(BlockQ6_K) == BlockBytes(DType::kQ6_K));
 
-// The block struct of a 32-element format with 4-bit codes (Q4_0, Q4_1) and Q5's fifth bits
-// (Q5_0, Q5_1).
+// The block struct of a 32-element format: Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1.
 template <DType D>
-using Block32Of = std::conditional_t<
-    D == DType::kQ4_0, BlockQ4_0,
-    std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
-                       std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
+requires(D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ4_1 || D == DType::kQ5_0 ||
+         D == DType::kQ5_1) using Block32Of =
+    std::conditional_t<
+        D == DType::kQ8_0, BlockQ8_0,
+        std::conditional_t<
+            D == DType::kQ4_0, BlockQ4_0,
+            std::conditional_t<D == DType::kQ4_1, BlockQ4_1,
+                               std::conditional_t<D == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>>;
 
 // Sub-block j's (j < 8) 6-bit scale and minimum of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
 inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
