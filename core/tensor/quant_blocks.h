@@ -9,7 +9,9 @@
 #ifndef PDSERVE_CORE_TENSOR_QUANT_BLOCKS_H_
 #define PDSERVE_CORE_TENSOR_QUANT_BLOCKS_H_
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/tensor/dtype.h"
@@ -89,6 +91,17 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
     *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
+}
+
+// ScaleMinK4 for all eight sub-blocks at once, from a block's 12 scale bytes: the 8 scales in
+// bytes 0-7 and the 8 minimums in bytes 8-15 of the four little-endian words (integer code only,
+// so each SIMD unit that loads the words into a register compiles the same instructions).
+inline std::array<uint32_t, 4> ScalesAndMinsK4(const uint8_t* q) {
+  uint32_t u[3];
+  std::memcpy(u, q, sizeof(u));
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kTop2 = 0x03030303;
+  return {u[0] & kLow6, (u[2] & kLow4) | (((u[0] >> 6) & kTop2) << 4), u[1] & kLow6,
+          ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kTop2) << 4)};
 }
 
 // Q6_K: the four codes less 32 of elements l, l + 32, l + 64 and l + 96 (l < 32) of a 128-element

@@ -1,7 +1,10 @@
 // AVX2 dot products of quantized weight rows with int8 activation blocks (see quant_dot.h). The
 // integer work is ggml's approach: unsigned×signed byte products summed pairwise
-// (_mm256_maddubs_epi16), widened with _mm256_madd_epi16, block scales applied in fp32.
+// (_mm256_maddubs_epi16), widened with _mm256_madd_epi16 (which also applies the K-quants'
+// sub-block scales), block scales applied in fp32.
 #include <immintrin.h>
+
+#include <array>
 
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
@@ -12,18 +15,13 @@ namespace {
 
 using namespace quant;  // NOLINT: the block formats
 
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+inline float HorizontalSum(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
-inline int HorizontalSum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
+inline float HorizontalSum(__m256 v) {
+  return HorizontalSum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
 // 8 int32 sums of 4 adjacent products of signed bytes w and a.
@@ -90,20 +88,34 @@ float Dot32(const void* w, const void* act, int64_t cols) {
 inline const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
 inline const uint8_t* QhOf(const BlockQ5_K& b) { return b.qh; }
 
-// Q4_K / Q5_K: per 64 elements, two sub-blocks from the low and high nibbles of 32 bytes.
+// Word k of each 128-bit lane of v in all eight words of that lane (k < 8).
+inline __m256i BroadcastWord(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * k)));
+}
+
+// Q4_K / Q5_K: per 64 elements, two sub-blocks from the low and high nibbles of 32 bytes. The
+// sub-block scales multiply in the integer domain (vpmaddwd against the scale's word broadcast);
+// the minimums' term Σ_sub min·Σ qa comes from the activations' bsums, eight sub-blocks in one
+// vpmaddwd.
 template <typename Block>
 float DotK4Family(const void* w, const void* act, int64_t cols) {
   const auto* x = static_cast<const Block*>(w);
   const auto* a = static_cast<const ActBlockK*>(act);
-  float sum = 0.0f;
   __m256 acc = _mm256_setzero_ps();
+  __m128 acc_min = _mm_setzero_ps();
   for (int64_t i = 0; i < cols / kQK_K; ++i) {
-    uint8_t scales[8], mins[8];
-    for (int sub = 0; sub < 8; ++sub) ScaleMinK4(sub, x[i].scales, &scales[sub], &mins[sub]);
-    int min_sum = 0;
-    for (int sub = 0; sub < 8; ++sub) {
-      min_sum += mins[sub] * (a[i].bsums[2 * sub] + a[i].bsums[2 * sub + 1]);
-    }
+    const std::array<uint32_t, 4> packed = ScalesAndMinsK4(x[i].scales);
+    // Words 0-7: the scales; 8-15: the minimums.
+    const __m256i scales_mins =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed.data())));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums));
+    const __m128i sub_sums =
+        _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+    const __m128i min_products = _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), sub_sums);
+    const float da = a[i].d;
+    acc_min =
+        _mm_fmadd_ps(_mm_set1_ps(da * Half(x[i].dmin)), _mm_cvtepi32_ps(min_products), acc_min);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
     __m256i sumi = _mm256_setzero_si256();
     for (int chunk = 0; chunk < 4; ++chunk) {
       __m256i lo, hi;
@@ -113,44 +125,51 @@ float DotK4Family(const void* w, const void* act, int64_t cols) {
       const __m256i a_hi =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * chunk + 32));
       const __m256i p_lo =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_set1_epi16(scales[2 * chunk]));
-      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi),
-                                             _mm256_set1_epi16(scales[2 * chunk + 1]));
+          _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), BroadcastWord(scales, 2 * chunk));
+      const __m256i p_hi =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), BroadcastWord(scales, 2 * chunk + 1));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
     }
-    const float da = a[i].d;
     acc = _mm256_fmadd_ps(_mm256_set1_ps(da * Half(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-    sum -= da * Half(x[i].dmin) * static_cast<float>(min_sum);
   }
-  return HorizontalSum(acc) + sum;
+  return HorizontalSum(acc) - HorizontalSum(acc_min);
 }
 
 // Q6_K: per 128 elements, four groups of 32 codes (6 bits: 4 from ql, 2 from qh), each group two
-// 16-element sub-blocks with int8 scales; the codes' offset of 32 is removed through bsums.
+// 16-element sub-blocks with int8 scales. The scales multiply in the integer domain (group g's
+// two scales, one per 128-bit lane, against its vpmaddubsw sums); the codes' offset of 32 is
+// removed through bsums, sixteen sub-blocks in one vpmaddwd, so a block ends in one FMA.
 float DotQ6_K(const void* w, const void* act, int64_t cols) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* a = static_cast<const ActBlockK*>(act);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < cols / kQK_K; ++i) {
-    int offset_sum = 0;
-    for (int s = 0; s < 16; ++s) offset_sum += x[i].scales[s] * a[i].bsums[s];
+    const __m256i scales =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m256i offset =
+        _mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums)));
     __m256i sumi = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
       __m256i q[4];
       Q6KCodes(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
-      const int8_t* sc = x[i].scales + 8 * half;
+      // This half's eight scales (words) in both lanes.
+      const __m256i half_scales = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
+                                            : _mm256_permute2x128_si256(scales, scales, 0x11);
       for (int g = 0; g < 4; ++g) {
         const __m256i qa =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 128 * half + 32 * g));
-        const __m256i scale =
-            _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+        // Word 2g of the low lane in all its words, word 2g + 1 of the high lane in all of its.
+        const __m256i pick =
+            _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(0x0302 + 0x0404 * g)),
+                             _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0404 * g)));
+        const __m256i scale = _mm256_shuffle_epi8(half_scales, pick);
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], qa), scale));
       }
     }
-    const int dot = HorizontalSum(sumi) - 32 * offset_sum;
-    sum += a[i].d * Half(x[i].d) * static_cast<float>(dot);
+    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * Half(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return sum;
+  return HorizontalSum(acc);
 }
 
 }  // namespace

@@ -267,17 +267,10 @@ void QuantizeQ4_K(DType, const float* x, int64_t cols, void* out) {
   }
 }
 
-// Q4_K/Q5_K's 12 scale bytes as 8 scales (bytes 0-7) and 8 minimums (bytes 8-15), 6 bits each
-// (ScaleMinK4 for all eight sub-blocks at once).
-__m128i ScalesAndMinsK4(const uint8_t* packed) {
-  uint32_t u[3];
-  std::memcpy(u, packed, sizeof(u));
-  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-  const uint32_t scales_low = u[0] & low6, mins_low = u[1] & low6;
-  const uint32_t scales_high = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);
-  const uint32_t mins_high = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);
-  return _mm_set_epi32(static_cast<int>(mins_high), static_cast<int>(mins_low),
-                       static_cast<int>(scales_high), static_cast<int>(scales_low));
+// Q4_K/Q5_K's 12 scale bytes as 8 scales (bytes 0-7) and 8 minimums (bytes 8-15), 6 bits each.
+__m128i ScalesAndMinsK4Vector(const uint8_t* packed) {
+  const std::array<uint32_t, 4> words = ScalesAndMinsK4(packed);
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(words.data()));
 }
 
 struct KernelQ4_K {
@@ -302,7 +295,7 @@ struct KernelQ4_K {
     const auto* x = reinterpret_cast<const BlockQ4_K*>(row) + b;
     PrefetchAhead<sizeof(BlockQ4_K)>(reinterpret_cast<const uint8_t*>(x));
     const __m512i nibble = _mm512_set1_epi8(0x0F);
-    const __m128i packed = ScalesAndMinsK4(x->scales);
+    const __m128i packed = ScalesAndMinsK4Vector(x->scales);
     const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(packed));
     Weights w;
     for (int h = 0; h < 2; ++h) {
