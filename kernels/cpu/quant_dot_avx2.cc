@@ -30,58 +30,48 @@ inline __m256i SignedDot(__m256i w, __m256i a) {
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
 }
 
-// Block i's signed codes (Q4_0, Q5_0: the unsigned codes less 8 or 16; Q8_0: as stored).
+// Block i's products with its activations, scaled, added to acc (8 partial sums). Q8_0's signed
+// codes go through SignedDot; the 4- and 5-bit formats' unsigned codes (0..15, or 0..31 with Q5's
+// fifth bits) straight into vpmaddubsw, and their constant term — the minimum m (Q4_1, Q5_1) or
+// −8·d, −16·d (Q4_0, Q5_0), times the activations' d_a·Σ qa — into the scalar *term.
 template <DType D>
-inline __m256i SignedCodes(const Block32Of<D>& b) {
-  if constexpr (D == DType::kQ8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-  } else if constexpr (D == DType::kQ4_0) {
-    return _mm256_sub_epi8(Nibbles32(b.qs), _mm256_set1_epi8(8));
-  } else {
-    return _mm256_sub_epi8(_mm256_or_si256(Nibbles32(b.qs), FifthBits32(b.qh)),
-                           _mm256_set1_epi8(16));
-  }
-}
-
-// Formats whose value is scale × (code − offset): their codes go signed into SignedDot and each
-// block costs one FMA; Q4_1/Q5_1, with a minimum, keep unsigned codes and a second term.
-template <DType D>
-constexpr bool kSymmetric = D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ5_0;
-
-// Block i's products with its activations, scaled, added to acc (8 partial sums); Q4_1/Q5_1's
-// minimum term m·(d_a·Σ qa) goes to *min_sum.
-template <DType D>
-inline __m256 Block32(const void* w, const ActBlock32* a, int64_t i, __m256 acc, float* min_sum) {
+inline __m256 Block32(const void* w, const ActBlock32* a, int64_t i, __m256 acc, float* term) {
   const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
   const auto& b = static_cast<const Block32Of<D>*>(w)[i];
-  if constexpr (kSymmetric<D>) {
-    return _mm256_fmadd_ps(_mm256_set1_ps(Half(b.d) * a[i].d),
-                           _mm256_cvtepi32_ps(SignedDot(SignedCodes<D>(b), qa)), acc);
+  const float d = Half(b.d);
+  __m256i products;
+  if constexpr (D == DType::kQ8_0) {
+    products = SignedDot(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), qa);
   } else {
     __m256i codes = Nibbles32(b.qs);
-    if constexpr (D == DType::kQ5_1) codes = _mm256_or_si256(codes, FifthBits32(b.qh));
-    const __m256i products =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(codes, qa), _mm256_set1_epi16(1));
-    *min_sum += Half(b.m) * a[i].sum;
-    return _mm256_fmadd_ps(_mm256_set1_ps(Half(b.d) * a[i].d), _mm256_cvtepi32_ps(products), acc);
+    if constexpr (D == DType::kQ5_0 || D == DType::kQ5_1) {
+      codes = _mm256_or_si256(codes, FifthBits32(b.qh));
+    }
+    products = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, qa), _mm256_set1_epi16(1));
+    if constexpr (D == DType::kQ4_1 || D == DType::kQ5_1) {
+      *term += Half(b.m) * a[i].sum;
+    } else {
+      *term -= (D == DType::kQ4_0 ? 8.0f : 16.0f) * d * a[i].sum;
+    }
   }
+  return _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), _mm256_cvtepi32_ps(products), acc);
 }
 
-// Two accumulators (and two minimum sums): one chain of dependent FMAs would bound a row at one
+// Two accumulators (and two constant terms): one chain of dependent FMAs would bound a row at one
 // block per FMA latency.
 template <DType D>
 float Dot32(const void* w, const void* act, int64_t cols) {
   const auto* a = static_cast<const ActBlock32*>(act);
   const int64_t blocks = cols / kQK;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float min0 = 0.0f, min1 = 0.0f;
+  float term0 = 0.0f, term1 = 0.0f;
   int64_t i = 0;
   for (; i + 2 <= blocks; i += 2) {
-    acc0 = Block32<D>(w, a, i, acc0, &min0);
-    acc1 = Block32<D>(w, a, i + 1, acc1, &min1);
+    acc0 = Block32<D>(w, a, i, acc0, &term0);
+    acc1 = Block32<D>(w, a, i + 1, acc1, &term1);
   }
-  if (i < blocks) acc0 = Block32<D>(w, a, i, acc0, &min0);
-  return HorizontalSum(_mm256_add_ps(acc0, acc1)) + (min0 + min1);
+  if (i < blocks) acc0 = Block32<D>(w, a, i, acc0, &term0);
+  return HorizontalSum(_mm256_add_ps(acc0, acc1)) + (term0 + term1);
 }
 
 // Q5_K's fifth bits; Q4_K has none.

@@ -15,10 +15,13 @@ namespace pdserve::kernels::avx2 {
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 // The 32 nibbles of 16 bytes in element order: low nibbles (elements 0-15), then high (16-31).
+// The 16 bytes go to both lanes in the load (vbroadcasti128), the high lane shifts by 4: no
+// cross-lane shuffle.
 inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)),
+                          _mm256_set1_epi8(0x0F));
 }
 
 // Q5_0/Q5_1: the fifth bits of a block's 32 elements as 0x10 bytes in element order, from its 4
