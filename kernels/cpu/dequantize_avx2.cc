@@ -43,9 +43,6 @@ void RowQ4_0(const BlockQ4_0* x, int64_t blocks, float* y) {
   }
 }
 
-inline const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
-inline const uint8_t* QhOf(const BlockQ5_K& b) { return b.qh; }
-
 template <typename Block>
 void RowK4Family(const Block* x, int64_t blocks, float* y) {
   for (int64_t i = 0; i < blocks; ++i) {

@@ -74,10 +74,6 @@ float Dot32(const void* w, const void* act, int64_t cols) {
   return HorizontalSum(_mm256_add_ps(acc0, acc1)) + (term0 + term1);
 }
 
-// Q5_K's fifth bits; Q4_K has none.
-inline const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
-inline const uint8_t* QhOf(const BlockQ5_K& b) { return b.qh; }
-
 // Word k of each 128-bit lane of v in all eight words of that lane (k < 8).
 inline __m256i BroadcastWord(__m256i v, int k) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * k)));

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/tensor/quant_blocks.h"
+
 namespace pdserve::kernels::avx2 {
 
 // f16 → f32 in one instruction (F16C; exact, like F16ToF32).
@@ -53,6 +55,10 @@ inline void K4Codes(const uint8_t* qs, const uint8_t* qh, int chunk, __m256i* lo
   *hi = _mm256_or_si256(
       *hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * chunk + 1), bit), 4));
 }
+
+// K4Codes' qh argument for a block: Q5_K's fifth bits; Q4_K has none.
+inline const uint8_t* QhOf(const quant::BlockQ4_K&) { return nullptr; }
+inline const uint8_t* QhOf(const quant::BlockQ5_K& b) { return b.qh; }
 
 // Q6_K: the 128 codes (0-63) of one half of a block as four groups of 32 elements, from its 64
 // bytes of ql (low 4 bits) and 32 bytes of qh (high 2 bits).
