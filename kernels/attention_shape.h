@@ -37,6 +37,11 @@ struct AttentionSequence {
   int n_queries = 0;
   int start_pos = 0;
   PagedKvView kv;
+  // Null, or a float per token the rows see, added to every query head's scaled score of that
+  // token before the softmax: token retention's weight for a KVCrush representative that stands
+  // for evicted tokens (core/kv/token_retention.h), 0 for the others. CPU kernels only: the CUDA
+  // engine has no token retention and leaves it null.
+  const float* token_bias = nullptr;
 };
 
 }  // namespace pdserve::kernels

@@ -94,6 +94,17 @@ class PagedFixture {
     }
   }
 
+  // From now on every sequence has a token bias (AttentionSequence::token_bias): a random
+  // ln-weight in [0, 3) for about a third of its tokens, 0 for the others.
+  void AddTokenBiases() {
+    std::uniform_real_distribution<float> weight(0.0f, 3.0f);
+    std::bernoulli_distribution biased(1.0 / 3.0);
+    for (const SequenceSpec& s : specs_) {
+      std::vector<float>& bias = biases_.emplace_back(s.start_pos + s.n_queries, 0.0f);
+      for (float& b : bias) b = biased(rng_) ? weight(rng_) : 0.0f;
+    }
+  }
+
   int max_context() const { return max_context_; }
   int page_size() const { return page_size_; }
   // Channel c of the value of token 0, KV head 0, of the first sequence.
@@ -118,6 +129,7 @@ class PagedFixture {
       seq.start_pos = specs_[s].start_pos;
       seq.kv = PlainPagedKv(k_.data(), v_.data(), pages_[s].data(), page_size_, page_stride_,
                             shape_.head_dim);
+      if (!biases_.empty()) seq.token_bias = biases_[s].data();
       seqs.push_back(seq);
     }
     return seqs;
@@ -140,7 +152,8 @@ class PagedFixture {
               dense_k_[s].data() + (static_cast<size_t>(t) * shape_.n_kv_heads + g) * d;
           double dot = 0.0;
           for (int c = 0; c < d; ++c) dot += double{q[c]} * k[c];
-          scores[t] = dot / std::sqrt(static_cast<double>(d));
+          scores[t] =
+              dot / std::sqrt(static_cast<double>(d)) + (biases_.empty() ? 0.0 : biases_[s][t]);
           max_score = std::max(max_score, scores[t]);
         }
         double sum = 0.0;
@@ -169,7 +182,7 @@ class PagedFixture {
   int max_context_ = 1;
   std::vector<float> k_, v_;
   std::vector<std::vector<int32_t>> pages_;
-  std::vector<std::vector<float>> q_, dense_k_, dense_v_;
+  std::vector<std::vector<float>> q_, dense_k_, dense_v_, biases_;
 };
 
 // Runs the fast path over all sequences in one call and the reference per sequence; compares both
@@ -258,6 +271,19 @@ TEST(AttentionLongTest, LongContextDecodeAndPrefill) {
   AttentionShape shape{12, 4, 64};
   PagedFixture f(shape, 16, {{1000, 1}, {900, 7}, {511, 1}, {700, 130}}, 99);
   CheckAgainstReferences(f, shape, 2);
+}
+
+// Token biases (KVCrush representatives' weights) on the decode path, across chunks, and on the
+// GEMM path: each token's scores shift by its bias, as in the reference and the naive softmax.
+TEST(AttentionBiasTest, TokenBiasOnEveryPath) {
+  for (int group : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat("group ", group));
+    AttentionShape shape{2 * group, 2, 32};
+    PagedFixture f(shape, 16, {{0, 1}, {37, 1}, {1100, 1}, {5, 19}, {3, 150}, {40, 7}},
+                   static_cast<uint32_t>(500 + group));
+    f.AddTokenBiases();
+    CheckAgainstReferences(f, shape, 2);
+  }
 }
 
 TEST(AttentionLongTest, ThreeThreadsManySequences) {

@@ -250,10 +250,14 @@ class DecodeKv {
       if (poison_values) seq.kv.v.pool = v_poison_.data();
       seq.kv.pages = pages_[s].data();
       seq.kv.page_size = page_size_;
+      if (!biases_.empty()) seq.token_bias = biases_[s].data();
       seqs.push_back(seq);
     }
     return seqs;
   }
+
+  // From now on sequence s's tokens have AttentionSequence::token_bias biases[s] (context(s) each).
+  void SetTokenBiases(std::vector<std::vector<float>> biases) { biases_ = std::move(biases); }
 
   // Full-softmax probabilities in double of query head h of sequence s over its context.
   std::vector<double> Probabilities(size_t s, int h) const {
@@ -303,7 +307,7 @@ class DecodeKv {
   int64_t q_width_ = 0, out_width_ = 0;
   int max_context_ = 1;
   std::vector<std::vector<int32_t>> pages_;
-  std::vector<std::vector<float>> q_;
+  std::vector<std::vector<float>> q_, biases_;
   std::vector<std::vector<std::vector<float>>> k_rows_, v_rows_;
 };
 
@@ -667,29 +671,38 @@ TEST(KCacheAttentionTest, ThreadsAndSelectedSpanDoNotChangeTheResult) {
 // kernels skipped V columns past the last whole 4-vector block when the rest needed 4 vectors
 // (widths 49-63 on AVX-512): head dim 64, GQA 4, ZACK widths {64, 50} / {61, 64}, contexts across
 // pages and 256-key chunks, everything selected. KCache and Attention's decode against
-// AttentionReference.
+// AttentionReference; then again with token biases (KVCrush's weights) on every third token.
 TEST(KCacheAttentionTest, EverythingSelectedMatchesTheReferenceAtZackWidths) {
   for (int page_size : {16, 7}) {
-    SCOPED_TRACE(absl::StrCat("page ", page_size));
-    const DecodeKv f(4, 64, page_size,
-                     Layout(page_size, {64, 50}, KvElement::kF32, KvScaleMode::kNone),
-                     Layout(page_size, {61, 64}, KvElement::kF32, KvScaleMode::kNone),
-                     {100, 251, 1, 601}, 1, 3.0f);
-    ThreadPool pool(1);
-    std::vector<std::vector<float>> dense, reference;
-    std::vector<AttentionSequence> seqs = f.Sequences(dense, /*poison_values=*/false);
-    std::vector<float> workspace(AttentionWorkspaceFloats(f.Shape(), pool.size(), seqs));
-    Attention(pool, f.Shape(), seqs, workspace);
-    std::vector<AttentionSequence> reference_seqs = f.Sequences(reference, false);
-    for (const AttentionSequence& seq : reference_seqs) AttentionReference(f.Shape(), seq);
-    Fetcher fetcher(f);
-    const KCacheRun run = RunKCache(f, 1, {.top_n = 590, .sink = 4, .recent = 8}, fetcher);
-    for (size_t s = 0; s < f.num_sequences(); ++s) {
-      for (int64_t i = 0; i < f.out_width(); ++i) {
-        const float want = reference[s][i];
-        ASSERT_NEAR(dense[s][i], want, 1e-5 + 1e-4 * std::abs(want))
-            << "Attention, sequence " << s << " out[" << i << "]";
-        ASSERT_EQ(run.outs[s][i], dense[s][i]) << "KCache, sequence " << s << " out[" << i << "]";
+    for (bool biased : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("page ", page_size, biased ? " biased" : ""));
+      DecodeKv f(4, 64, page_size, Layout(page_size, {64, 50}, KvElement::kF32, KvScaleMode::kNone),
+                 Layout(page_size, {61, 64}, KvElement::kF32, KvScaleMode::kNone),
+                 {100, 251, 1, 601}, 1, 3.0f);
+      if (biased) {
+        std::vector<std::vector<float>> biases;
+        for (size_t s = 0; s < f.num_sequences(); ++s) {
+          std::vector<float>& b = biases.emplace_back(f.context(s), 0.0f);
+          for (size_t t = 0; t < b.size(); t += 3) b[t] = 0.25f * static_cast<float>(t % 11);
+        }
+        f.SetTokenBiases(std::move(biases));
+      }
+      ThreadPool pool(1);
+      std::vector<std::vector<float>> dense, reference;
+      std::vector<AttentionSequence> seqs = f.Sequences(dense, /*poison_values=*/false);
+      std::vector<float> workspace(AttentionWorkspaceFloats(f.Shape(), pool.size(), seqs));
+      Attention(pool, f.Shape(), seqs, workspace);
+      std::vector<AttentionSequence> reference_seqs = f.Sequences(reference, false);
+      for (const AttentionSequence& seq : reference_seqs) AttentionReference(f.Shape(), seq);
+      Fetcher fetcher(f);
+      const KCacheRun run = RunKCache(f, 1, {.top_n = 590, .sink = 4, .recent = 8}, fetcher);
+      for (size_t s = 0; s < f.num_sequences(); ++s) {
+        for (int64_t i = 0; i < f.out_width(); ++i) {
+          const float want = reference[s][i];
+          ASSERT_NEAR(dense[s][i], want, 1e-5 + 1e-4 * std::abs(want))
+              << "Attention, sequence " << s << " out[" << i << "]";
+          ASSERT_EQ(run.outs[s][i], dense[s][i]) << "KCache, sequence " << s << " out[" << i << "]";
+        }
       }
     }
   }

@@ -57,6 +57,7 @@ void AttendChunk(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
   float* scores = ws;
   float* stats = ws + int64_t{heads} * len;  // head j's max and sum at 2j, 2j + 1
   ScoreHeads(rk, s, kv, g0, g1, seq.q + i * QStride(s, seq), t0, t0 + len, scores, len);
+  AddTokenBias(seq.token_bias, t0, t0 + len, heads, scores, len);
   for (int j = 0; j < heads; ++j) {
     const ExpStats e = ExpInPlace(scores + int64_t{j} * len, len);
     stats[2 * j] = e.max;
@@ -123,6 +124,7 @@ void AttendBlocksGemm(const GemmKernel& kernel, const AttentionShape& s,
     for (int head = g * s.group(); head < (g + 1) * s.group(); ++head) {
       KeyPanelScores(kernel, seq.q + q_begin * q_stride + s.q_offset(head), q_stride, m, keys, dk,
                      n_keys, scores);
+      AddTokenBias(seq.token_bias, 0, n_keys, m, scores, n_keys);
       for (int i = 0; i < m; ++i) {
         float* sr = scores + int64_t{i} * n_keys;
         const int visible = seq.start_pos + q_begin + i + 1;
@@ -322,7 +324,7 @@ void AttentionReference(const AttentionShape& shape, const AttentionSequence& se
         const float* k = HeadRows(kv.k, kv.page_size, page, g, t % kv.page_size, 1, k_row.data());
         float dot = 0.0f;
         for (int c = 0; c < dk; ++c) dot += q[c] * k[c];
-        scores[t] = dot * scale;
+        scores[t] = dot * scale + (seq.token_bias != nullptr ? seq.token_bias[t] : 0.0f);
         max_score = std::max(max_score, scores[t]);
       }
       float sum = 0.0f;

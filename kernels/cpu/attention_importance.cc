@@ -47,6 +47,7 @@ void ImportanceByRows(const DecodeRowKernels& rk, const AttentionShape& shape,
     }
     const int n = sequence.start_pos + (r0 + count - 1) / group + 1;
     ScoreRows(rk, shape, sequence.kv, g, q, count, n, scores);
+    AddTokenBias(sequence.token_bias, 0, n, count, scores, n);
     for (int r = 0; r < count; ++r) {
       AddProbabilities(scores + int64_t{r} * n, sequence.start_pos + (r0 + r) / group + 1,
                        1.0f / static_cast<float>(group), out);
@@ -76,6 +77,7 @@ void ImportanceByPanels(const GemmKernel& kernel, const AttentionShape& shape,
       const int n = sequence.start_pos + i0 + m;  // what the chunk's last query sees
       KeyPanelScores(kernel, sequence.q + i0 * q_stride + shape.q_offset(h), q_stride, m, keys, dk,
                      n, scores);
+      AddTokenBias(sequence.token_bias, 0, n, m, scores, n);
       for (int i = 0; i < m; ++i) {
         AddProbabilities(scores + int64_t{i} * n, sequence.start_pos + i0 + i + 1,
                          1.0f / static_cast<float>(shape.group()), out);

@@ -63,6 +63,16 @@ void ForEachPass(const AttentionShape& s, int g0, int g1, Fn fn) {
   }
 }
 
+// scores[r · ld + t − t0] += bias[t] for rows r < rows and tokens [t0, t1): a sequence's
+// AttentionSequence::token_bias, where it has one (null: nothing to add).
+inline void AddTokenBias(const float* bias, int t0, int t1, int rows, float* scores, int64_t ld) {
+  if (bias == nullptr) return;
+  for (int r = 0; r < rows; ++r) {
+    float* row = scores + r * ld - t0;
+    for (int t = t0; t < t1; ++t) row[t] += bias[t];
+  }
+}
+
 // Decode scores of the query heads of KV heads [g0, g1) — head h's query at q_row + q_offset(h),
 // kv.k.dim(h / group) floats — against tokens [t0, t1), t0 on a page boundary:
 // scores[(h − g0·group)·ld + t − t0] = q_h · k_t / √head_dim. Page by page, each page's rows of the

@@ -72,6 +72,7 @@ void AttendGroup(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
   auto* order = reinterpret_cast<int*>(total + 2 * int64_t{n_tokens});
   float* partials = total + 3 * int64_t{n_tokens};  // [chunks, group] records
   ScoreHeads(rk, s, kv, g, g + 1, seq.q, 0, n_tokens, probs, n_tokens);
+  AddTokenBias(seq.token_bias, 0, n_tokens, group, probs, n_tokens);
   std::fill(total, total + n_tokens, 0.0f);
   for (int j = 0; j < group; ++j) {
     ChunkSoftmax(probs + int64_t{j} * n_tokens, n_tokens, kv.page_size, partials + j * record,
