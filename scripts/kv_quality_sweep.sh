@@ -94,7 +94,8 @@ if sys.argv[2]:
 }
 run() { run_model "" "$MODEL" "$@"; }
 
-# Token retention (KVCrush): each policy at 50 %, 25 % and 12.5 % of the prompt, alone and with the
+# Token retention (KVCrush): each policy (KVCrush with unweighted representatives too) at 50 %,
+# 25 % and 12.5 % of the prompt, alone and with the
 # default profile (pd10m: models/pd10m/default.flags; stories260K: ZACK ρ 0.02 + FP8 per-page).
 # KV bytes count the prompt's kept tokens (decode tokens are all kept). ROWS=retention: these only.
 retention_rows() {
@@ -109,6 +110,7 @@ retention_rows() {
       [ "$with" = default ] && extra+=("${default[@]}")
       run "${extra[@]}" --kvcrush-policy recent
       run "${extra[@]}" --kvcrush-policy snapkv
+      run "${extra[@]}" --kvcrush-weight 0
       run "${extra[@]}"
       run "${extra[@]}" --kvcrush-granularity page
     done

@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
           "only) or recent (sink and newest tokens only)");
 ABSL_FLAG(double, kvcrush_ratio, 0.5,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
+ABSL_FLAG(double, kvcrush_weight, 0.5,
+          "KVCrush: a representative standing for n tokens (itself and the evicted of its group) "
+          "gets this times ln n added to its attention scores; 0 = none");
 ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
 ABSL_FLAG(int, kvcrush_max_tokens, 0,
           "Decode-time eviction (H2O): once a sequence's cache reaches this + a page, keep this "
@@ -118,6 +121,7 @@ absl::StatusOr<RetentionOptions> RetentionFrom(const ProfileFlags& flags) {
       {"alternate", AnchorMode::kAlternate}};
   PDSERVE_ASSIGN_OR_RETURN(o.anchor, ParseChoice("kvcrush-anchor", flags.kvcrush_anchor, kAnchors));
   o.kvcrush_ratio = flags.kvcrush_ratio;
+  o.kvcrush_weight = flags.kvcrush_weight;
   o.window = flags.kvcrush_window;
   o.pool = flags.kvcrush_pool;
   o.max_tokens = flags.kvcrush_max_tokens;

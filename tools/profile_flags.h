@@ -37,6 +37,7 @@ struct ProfileFlags {
   std::string kvcrush_budget;
   std::string kvcrush_policy;
   double kvcrush_ratio = 0;
+  double kvcrush_weight = 0;
   int kvcrush_window = 0;
   int kvcrush_max_tokens = 0;
   int kvcrush_pool = 0;
@@ -64,6 +65,7 @@ struct ProfileFlags {
     visit("kvcrush_budget", kvcrush_budget);
     visit("kvcrush_policy", kvcrush_policy);
     visit("kvcrush_ratio", kvcrush_ratio);
+    visit("kvcrush_weight", kvcrush_weight);
     visit("kvcrush_window", kvcrush_window);
     visit("kvcrush_max_tokens", kvcrush_max_tokens);
     visit("kvcrush_pool", kvcrush_pool);

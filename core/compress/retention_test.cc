@@ -168,8 +168,9 @@ TEST(RetentionTest, EveryPolicyKeepsItsBudgetWithEveryTechnique) {
 }
 
 // The disaggregated path: a retaining engine's pages, encoded, decoded and imported into another
-// engine given the prompt's position, carry each cache layer's kept positions, and the importer
-// decodes exactly as the exporter does.
+// engine given the prompt's position, carry each cache layer's kept positions and score biases
+// (KVCrush representatives' weights, some nonzero), and the importer decodes exactly as the
+// exporter does.
 TEST(RetentionTest, PositionsSurviveThePageRoundTrip) {
   const Calibration& calibration = TestCalibration(2, 2);
   CompressionProfile profile = Everything();
@@ -200,16 +201,24 @@ TEST(RetentionTest, PositionsSurviveThePageRoundTrip) {
   EXPECT_EQ(ImportKvPage(*importer, target, view(pages[3]), true).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(importer->SetSequencePosition(target, 70).ok());
+  bool weighted = false;
   for (int c = 0, i = 0; c < caches; ++c) {
     const std::vector<int32_t> positions = *exporter->RowPositions(sequence, c);
+    const std::vector<float> biases = *exporter->RowScoreBiases(sequence, c);
+    weighted |= std::any_of(biases.begin(), biases.end(), [](float b) { return b > 0.0f; });
     for (int p = 0; p * page_size < kept; ++p, ++i) {
       const KvPageView page = view(pages[i]);
       EXPECT_EQ(page.header.positions,
                 std::vector<int32_t>(positions.begin() + p * page_size,
                                      positions.begin() + std::min(kept, (p + 1) * page_size)));
+      EXPECT_EQ(page.header.score_biases,
+                std::vector<float>(biases.begin() + p * page_size,
+                                   biases.begin() + std::min(kept, (p + 1) * page_size)));
       ASSERT_TRUE(ImportKvPage(*importer, target, page, true).ok());
     }
+    EXPECT_EQ(*importer->RowScoreBiases(target, c), biases);
   }
+  EXPECT_TRUE(weighted);
   EXPECT_EQ(Decode(*importer, target, 5), Decode(*exporter, sequence, 5));
 }
 

@@ -1,25 +1,40 @@
 #include "core/engine/engine.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 
 namespace pdserve {
+
+namespace {
+
+// OutOfRange unless rows [first, first + count) of cache layer `cache_layer` exist in a sequence of
+// `length` tokens.
+absl::Status CheckRows(const Engine& engine, int sequence, int length, int cache_layer, int first,
+                       int count) {
+  if (cache_layer >= 0 && cache_layer < static_cast<int>(engine.plan().caches.size()) &&
+      first >= 0 && count >= 0 && first + count <= length) {
+    return absl::OkStatus();
+  }
+  return absl::OutOfRangeError(absl::StrCat("engine: no rows [", first, ", ", first + count,
+                                            ") of cache layer ", cache_layer, " in sequence ",
+                                            sequence, " of ", length, " tokens"));
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cache_layer, int first,
                                                           int count) const {
   const int length = SequenceLength(sequence);
   if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
   if (count < 0) count = length - first;
-  if (cache_layer < 0 || cache_layer >= static_cast<int>(plan().caches.size()) || first < 0 ||
-      count < 0 || first + count > length) {
-    return absl::OutOfRangeError(absl::StrCat("engine: no rows [", first, ", ", first + count,
-                                              ") of cache layer ", cache_layer, " in sequence ",
-                                              sequence, " of ", length, " tokens"));
-  }
+  PDSERVE_RETURN_IF_ERROR(CheckRows(*this, sequence, length, cache_layer, first, count));
   std::vector<int32_t> positions(count);
   for (int r = 0; r < count; ++r) {
     positions[r] = RowPosition(sequence, cache_layer, first + r);
@@ -30,6 +45,43 @@ absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cach
     }
   }
   return positions;
+}
+
+absl::StatusOr<std::vector<float>> Engine::RowScoreBiases(int sequence, int cache_layer, int first,
+                                                          int count) const {
+  const int length = SequenceLength(sequence);
+  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  if (count < 0) count = length - first;
+  PDSERVE_RETURN_IF_ERROR(CheckRows(*this, sequence, length, cache_layer, first, count));
+  std::vector<float> biases(count);
+  for (int r = 0; r < count; ++r) biases[r] = RowScoreBias(sequence, cache_layer, first + r);
+  return biases;
+}
+
+absl::Status Engine::SetRowScoreBiases(int sequence, int cache_layer, int first,
+                                       std::span<const float> biases) {
+  const int length = SequenceLength(sequence);
+  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  PDSERVE_RETURN_IF_ERROR(
+      CheckRows(*this, sequence, length, cache_layer, first, static_cast<int>(biases.size())));
+  for (size_t r = 0; r < biases.size(); ++r) {
+    if (!(std::isfinite(biases[r]) && biases[r] >= 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: row ", first + r, "'s score bias ",
+                                                     biases[r], " is not finite and ≥ 0"));
+    }
+  }
+  return StoreRowScoreBiases(sequence, cache_layer, first, biases);
+}
+
+absl::Status Engine::StoreRowScoreBiases(int sequence, int cache_layer, int first,
+                                         std::span<const float> biases) {
+  (void)sequence;
+  (void)cache_layer;
+  (void)first;
+  if (std::all_of(biases.begin(), biases.end(), [](float b) { return b == 0.0f; })) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError("engine: token retention is not supported on this device");
 }
 
 const char* DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }

@@ -147,6 +147,19 @@ class Engine {
   // SetSequencePosition moved (its rows' positions are in the pages it was given).
   absl::StatusOr<std::vector<int32_t>> RowPositions(int sequence, int cache_layer, int first = 0,
                                                     int count = -1) const;
+  // The score biases of the same rows: what token retention gave KVCrush representatives that
+  // stand for evicted tokens (kernels/attention_shape.h: token_bias; token_retention.h), 0 for
+  // every other row. Errors as RowPositions's, but for FailedPrecondition (biases travel with the
+  // pages: SetRowScoreBiases).
+  absl::StatusOr<std::vector<float>> RowScoreBiases(int sequence, int cache_layer, int first = 0,
+                                                    int count = -1) const;
+  // Sets the score biases of rows [first, first + biases.size()) of a cache layer of a sequence
+  // from AddSequenceWithTokens, before its first Forward (the pages' of an imported prompt).
+  // NotFound for an unknown sequence; OutOfRange as RowPositions; InvalidArgument for a bias that
+  // is not finite and ≥ 0; Unimplemented for a nonzero bias where the engine has no token
+  // retention (the CUDA engine).
+  virtual absl::Status SetRowScoreBiases(int sequence, int cache_layer, int first,
+                                         std::span<const float> biases);
   // Page page_index (tokens [page_index·P, (page_index+1)·P)) of cache layer cache_layer of a live
   // sequence in host memory, for reading (export) or writing (import); valid until the sequence is
   // removed. Reading sees what a Forward stored once CacheLayerStored was called for the layer;
@@ -167,6 +180,16 @@ class Engine {
     (void)cache_layer;
     return SequencePosition(sequence) == SequenceLength(sequence) ? row : -1;
   }
+  // RowScoreBiases' answer for one valid row. Default: 0.
+  virtual float RowScoreBias(int sequence, int cache_layer, int row) const {
+    (void)sequence;
+    (void)cache_layer;
+    (void)row;
+    return 0.0f;
+  }
+  // SetRowScoreBiases once its arguments are checked. Default: Unimplemented unless all are 0.
+  virtual absl::Status StoreRowScoreBiases(int sequence, int cache_layer, int first,
+                                           std::span<const float> biases);
 };
 
 }  // namespace pdserve

@@ -47,6 +47,9 @@ absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int
   PDSERVE_ASSIGN_OR_RETURN(
       header.positions,
       engine.RowPositions(sequence, cache_layer, page_index * page_size, num_tokens));
+  PDSERVE_ASSIGN_OR_RETURN(
+      header.score_biases,
+      engine.RowScoreBiases(sequence, cache_layer, page_index * page_size, num_tokens));
   return EncodeKvPage(header, {slots.k, static_cast<size_t>(header.layout.k.bytes())},
                       {slots.v, static_cast<size_t>(header.layout.v.bytes())});
 }
@@ -106,6 +109,11 @@ absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, 
   }
   PDSERVE_ASSIGN_OR_RETURN(const KvPageSlots slots,
                            engine.SequencePage(sequence, h.cache_layer, h.page_index));
+  if (!h.score_biases.empty()) {
+    absl::Status status =
+        engine.SetRowScoreBiases(sequence, h.cache_layer, h.page_index * page_size, h.score_biases);
+    if (!status.ok()) return absl::Status(status.code(), absl::StrCat(context, status.message()));
+  }
   std::memcpy(slots.k, page.k.data(), page.k.size());
   if (write_v) std::memcpy(slots.v, page.v.data(), page.v.size());
   return absl::OkStatus();

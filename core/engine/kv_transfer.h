@@ -33,24 +33,25 @@ bool IsPageOf(const KvPageHeader& header, uint64_t request_id, uint64_t epoch,
               uint64_t calibration_hash, int cache_layer, int page_index);
 
 // Page page_index of cache layer cache_layer of a live sequence, encoded with the engine's layout
-// for that cache layer, num_tokens = the sequence's tokens in that page and their positions
-// (Engine::RowPositions; FailedPrecondition where the engine does not know them). Reads what
-// Engine::SequencePage holds: on an engine with a host mirror (the GPU engine), only pages of a
-// Forward run with a CacheLayerObserver, once it was told of the layer, are current. NotFound for
-// an unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
+// for that cache layer, num_tokens = the sequence's tokens in that page, their positions
+// (Engine::RowPositions; FailedPrecondition where the engine does not know them) and score biases.
+// Reads what Engine::SequencePage holds: on an engine with a host mirror (the GPU engine), only
+// pages of a Forward run with a CacheLayerObserver, once it was told of the layer, are current.
+// NotFound for an unknown sequence, OutOfRange for a cache layer or page outside the sequence's.
 absl::StatusOr<std::string> EncodeSequencePage(Engine& engine, int sequence, int cache_layer,
                                                int page_index, uint64_t request_id,
                                                uint64_t calibration_hash, uint64_t epoch = 0);
 
-// Copies a decoded page into the sequence's page header.page_index of header.cache_layer: K, and
-// V when write_v (a decode worker whose value tier already holds a KCache layer's V skips it;
-// page.v may then be empty, as DecodeKvPageHead leaves it).
-// Slots beyond num_tokens are copied too (zeros in a decoded page). NotFound for an unknown
-// sequence; InvalidArgument naming the mismatch when the cache layer is not the engine's, the
-// layout differs from the engine's plan for it, the page index is beyond the sequence's pages,
-// num_tokens differs from the sequence's tokens in that page, a position is not before the
-// sequence's next one (SequencePosition: call SetSequencePosition first for retained tokens) or
-// the last page's last position is not right before it, or the section sizes are wrong.
+// Copies a decoded page into the sequence's page header.page_index of header.cache_layer: its score
+// biases (Engine::SetRowScoreBiases: Unimplemented on an engine without token retention for
+// nonzero ones), K, and V when write_v (a decode worker whose value tier already holds a KCache
+// layer's V skips it; page.v may then be empty, as DecodeKvPageHead leaves it). Slots beyond
+// num_tokens are copied too (zeros in a decoded page). NotFound for an unknown sequence;
+// InvalidArgument naming the mismatch when the cache layer is not the engine's, the layout differs
+// from the engine's plan for it, the page index is beyond the sequence's pages, num_tokens differs
+// from the sequence's tokens in that page, a position is not before the sequence's next one
+// (SequencePosition: call SetSequencePosition first for retained tokens) or the last page's last
+// position is not right before it, or the section sizes are wrong.
 absl::Status ImportKvPage(Engine& engine, int sequence, const KvPageView& page, bool write_v);
 
 // A new sequence of `engine` whose cache is a copy of live sequence `sequence`'s — the same length,

@@ -163,6 +163,7 @@ absl::Status LlamaEngine::CreateCaches() {
       *kv_, SequenceLimits{options_.max_sequences, max_context_, options_.max_batch_tokens,
                            config().vocab_size});
   kept_positions_.resize(options_.max_sequences);
+  row_biases_.resize(options_.max_sequences);
   running_scores_.resize(options_.max_sequences);
   running_ld_.resize(options_.max_sequences);
   position_set_.resize(options_.max_sequences);
@@ -583,6 +584,7 @@ void LlamaEngine::Attend(int layer, const float* q, int64_t q_stride) {
     kernels::AttentionSequence seq =
         SegmentQueries(segment, q, q_stride, b.attn.data(), cache.out_width);
     seq.kv = CacheView(cache_index, table_->table(segment.sequence));
+    seq.token_bias = RowBiases(segment.sequence, cache_index);
     // KCache selects for decode steps; prompts (even their last token alone) attend densely.
     (cache.kcache && segment.decode ? b.kcache : b.attention).push_back(seq);
   }

@@ -160,7 +160,15 @@ class LlamaEngine : public Engine {
   // Position of row `row` of cache layer `cache` of a live sequence; -1 for one given its
   // position by SetSequencePosition.
   int32_t RowPosition(int sequence, int cache, int row) const override;
-  // A new sequence in slot `sequence`: no retained positions, no position set.
+  float RowScoreBias(int sequence, int cache, int row) const override;
+  absl::Status StoreRowScoreBiases(int sequence, int cache, int first,
+                                   std::span<const float> biases) override;
+  // The sequence's row biases for cache layer `cache` (token_bias of its attention), or null
+  // when it has none.
+  const float* RowBiases(int sequence, int cache) const;
+  // Makes room for the sequence's row biases: zero for every row of every cache layer.
+  void AllocateRowBiases(int sequence);
+  // A new sequence in slot `sequence`: no retained positions, no position set, no row biases.
   void ForgetPositions(int sequence);
   int ComputeLogits(int n);
 
@@ -195,6 +203,10 @@ class LlamaEngine : public Engine {
   // slot's position came from SetSequencePosition (its rows' positions are unknown).
   std::vector<std::vector<std::vector<int32_t>>> kept_positions_;
   std::vector<char> position_set_;
+  // Per sequence slot, per cache layer: each row's score bias (KVCrush representatives'
+  // weights), max_context_ floats, 0 beyond the rows; empty until a selection or an import gives
+  // the sequence one.
+  std::vector<std::vector<std::vector<float>>> row_biases_;
 };
 
 }  // namespace pdserve

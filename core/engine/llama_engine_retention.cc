@@ -68,6 +68,7 @@ void LlamaEngine::ObserveImportance(int layer, const float* q, int64_t q_stride)
     seq.n_queries = window;
     seq.start_pos = segment.start_pos + segment.n - window;
     seq.kv = CacheView(cache, table_->table(segment.sequence));
+    seq.token_bias = RowBiases(segment.sequence, cache);
     kernels::AttentionImportance(pool_, shape, seq, {scores, static_cast<size_t>(heads * ld)}, ld,
                                  importance_workspace_);
   };
@@ -116,6 +117,9 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget, const float
   size_t kept_tokens = 0;
   std::vector<std::vector<int32_t>> positions(caches);
   std::vector<float> packed;  // a cache layer's scores, [heads, tokens], when ld ≠ tokens
+  const bool weighted = options.weights_representatives();
+  if (weighted && row_biases_[sequence].empty()) AllocateRowBiases(sequence);
+  std::vector<float> counts, stands_for;  // what each row stands for, before and after
   for (int c = 0; c < caches; ++c) {
     std::span<const float> layer;
     if (scores != nullptr && ld == tokens) {
@@ -128,8 +132,20 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget, const float
       }
       layer = packed;
     }
-    const std::vector<int> kept = SelectRetainedTokens(layer, heads, tokens, page_size, options);
+    std::vector<float>* biases = weighted ? &row_biases_[sequence][c] : nullptr;
+    if (weighted) {
+      counts.resize(tokens);
+      for (int t = 0; t < tokens; ++t) counts[t] = RetentionCount(options, (*biases)[t]);
+    }
+    const std::vector<int> kept = SelectRetainedTokens(layer, heads, tokens, page_size, options,
+                                                       weighted ? &stands_for : nullptr, counts);
     kept_tokens = kept.size();  // the same for every cache layer (token_retention.h)
+    if (weighted) {
+      for (size_t i = 0; i < kept.size(); ++i) {
+        (*biases)[i] = RetentionScoreBias(options, stands_for[i]);
+      }
+      std::fill(biases->begin() + kept.size(), biases->begin() + tokens, 0.0f);
+    }
     positions[c].resize(kept.size());
     for (size_t i = 0; i < kept.size(); ++i) positions[c][i] = RowPosition(sequence, c, kept[i]);
     const CachePlan& cache = plan_.caches[c];
@@ -157,8 +173,35 @@ int32_t LlamaEngine::RowPosition(int sequence, int cache, int row) const {
   return row + table_->Position(sequence) - table_->Length(sequence);
 }
 
+float LlamaEngine::RowScoreBias(int sequence, int cache, int row) const {
+  const float* biases = RowBiases(sequence, cache);
+  return biases != nullptr ? biases[row] : 0.0f;
+}
+
+absl::Status LlamaEngine::StoreRowScoreBiases(int sequence, int cache, int first,
+                                              std::span<const float> biases) {
+  if (row_biases_[sequence].empty()) {
+    if (std::all_of(biases.begin(), biases.end(), [](float b) { return b == 0.0f; })) {
+      return absl::OkStatus();
+    }
+    AllocateRowBiases(sequence);
+  }
+  std::copy(biases.begin(), biases.end(), row_biases_[sequence][cache].begin() + first);
+  return absl::OkStatus();
+}
+
+const float* LlamaEngine::RowBiases(int sequence, int cache) const {
+  const std::vector<std::vector<float>>& biases = row_biases_[sequence];
+  return biases.empty() ? nullptr : biases[cache].data();
+}
+
+void LlamaEngine::AllocateRowBiases(int sequence) {
+  row_biases_[sequence].assign(plan_.caches.size(), std::vector<float>(max_context_, 0.0f));
+}
+
 void LlamaEngine::ForgetPositions(int sequence) {
   kept_positions_[sequence].clear();
+  row_biases_[sequence] = {};  // frees it
   position_set_[sequence] = 0;
   running_scores_[sequence] = {};  // frees it
   running_ld_[sequence] = 0;

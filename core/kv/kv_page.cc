@@ -94,6 +94,22 @@ absl::Status ValidatePositions(const KvPageHeader& header) {
   return absl::OkStatus();
 }
 
+// The score biases of the valid slots: as many (or none), finite and ≥ 0.
+absl::Status ValidateScoreBiases(const KvPageHeader& header) {
+  const std::vector<float>& biases = header.score_biases;
+  if (!biases.empty() && static_cast<int>(biases.size()) != header.num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(biases.size(), " score biases for ", header.num_tokens, " valid slots"));
+  }
+  for (size_t s = 0; s < biases.size(); ++s) {
+    if (!(std::isfinite(biases[s]) && biases[s] >= 0.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", s, "'s score bias ", biases[s], " is not finite and ≥ 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The header's own fields; the sections are valid layouts.
 absl::Status ValidateHeaderFields(const KvPageHeader& header) {
   const int page_size = header.layout.k.page_size();
@@ -109,7 +125,8 @@ absl::Status ValidateHeaderFields(const KvPageHeader& header) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_tokens ", header.num_tokens, " not in [1, page size ", page_size, "]"));
   }
-  return ValidatePositions(header);
+  PDSERVE_RETURN_IF_ERROR(ValidatePositions(header));
+  return ValidateScoreBiases(header);
 }
 
 // Scales of valid slots (all per-page scales) are finite and > 0.
@@ -201,6 +218,10 @@ void AppendHeader(std::string& out, const KvPageHeader& header) {
                 : header.positions.empty() ? static_cast<int32_t>(fallback)
                                            : header.positions[s]);
   }
+  for (int s = 0; s < header.layout.k.page_size(); ++s) {
+    const bool given = s < header.num_tokens && !header.score_biases.empty();
+    Append(out, given ? header.score_biases[s] : 0.0f);
+  }
   // The V head checksums: placeholders, filled once the V section is appended (AppendPage).
   out.append(sizeof(uint64_t) * static_cast<size_t>(header.layout.v.n_heads()), '\0');
   out.append(PaddingAfter(out.size()), '\0');
@@ -277,6 +298,16 @@ absl::StatusOr<KvPageHeader> ReadHeader(ByteReader& reader) {
     if (std::any_of(unused.begin(), unused.end(), [](uint8_t b) { return b; })) {
       return reader.Error("nonzero position beyond the valid slots");
     }
+    header.score_biases.resize(header.num_tokens);
+    for (float& bias : header.score_biases) {
+      PDSERVE_ASSIGN_OR_RETURN(bias, reader.Read<float>("the score biases"));
+    }
+    PDSERVE_ASSIGN_OR_RETURN(
+        auto unused_biases,
+        reader.ReadBytes(int64_t{page_size - header.num_tokens} * 4, "the score biases"));
+    if (std::any_of(unused_biases.begin(), unused_biases.end(), [](uint8_t b) { return b; })) {
+      return reader.Error("nonzero score bias beyond the valid slots");
+    }
   }
   absl::Status status = ValidateHeaderFields(header);
   if (!status.ok()) return reader.Error(status.message());
@@ -344,9 +375,10 @@ int64_t KvPageVHeadChecksumsOffset(const KvLayerLayout& layout) {
   // magic, version, calibration hash, request id, epoch, cache layer, page index, num_tokens, page
   // size
   constexpr size_t kFixed = sizeof(kMagic) + 4 + 8 + 8 + 8 + 4 * 4;
-  // per section: element, scale mode, heads, then a u16 per head; then an i32 position per slot
+  // per section: element, scale mode, heads, then a u16 per head; then an i32 position and an f32
+  // score bias per slot
   const size_t sections = 2 * 4 + 2 * static_cast<size_t>(layout.k.n_heads() + layout.v.n_heads());
-  return static_cast<int64_t>(kFixed + sections + 4 * static_cast<size_t>(layout.k.page_size()));
+  return static_cast<int64_t>(kFixed + sections + 8 * static_cast<size_t>(layout.k.page_size()));
 }
 
 int64_t KvPageKOffset(const KvLayerLayout& layout) {

@@ -6,7 +6,7 @@
 //   | i32 page_index | i32 num_tokens | i32 page_size
 //   | K section: u8 element | u8 scale mode | u16 heads | u16 dims[heads]
 //   | V section: the same
-//   | i32 positions[page_size]
+//   | i32 positions[page_size] | f32 score_biases[page_size]
 //   | u64 v_head_checksums[V heads]
 //   | zero padding to a multiple of 8 bytes
 //   | K bytes | u64 Xxh64 of every byte before it (the head checksum)
@@ -18,11 +18,13 @@
 // (version 4) let it verify each head of V it fetches later, alone. The epoch (version 3) is
 // the KV store slot's allocation epoch the page was written under: a page read back under another
 // epoch is stale. Slots ≥ num_tokens carry nothing: their rows,
-// their per-token scales, their positions and each section's tail padding are zero on the wire
-// (the encoder writes zeros there whatever its input holds; the decoder rejects anything else), so
-// a page is a pure function of its valid tokens. Positions (version 2) are the tokens' positions
-// in their prompt: page_index · page_size + slot, unless token retention (core/kv/
-// token_retention.h) dropped tokens before them. Functions are pure and thread-safe.
+// their per-token scales, their positions and score biases and each section's tail padding are zero
+// on the wire (the encoder writes zeros there whatever its input holds; the decoder rejects
+// anything else), so a page is a pure function of its valid tokens. Positions (version 2) are the
+// tokens' positions in their prompt: page_index · page_size + slot, unless token retention
+// (core/kv/ token_retention.h) dropped tokens before them; score biases (version 5) what token
+// retention adds to a KVCrush representative's attention scores (0 for every other token).
+// Functions are pure and thread-safe.
 #ifndef PDSERVE_CORE_KV_KV_PAGE_H_
 #define PDSERVE_CORE_KV_KV_PAGE_H_
 
@@ -35,7 +37,7 @@
 
 namespace pdserve {
 
-inline constexpr uint32_t kKvPageVersion = 4;
+inline constexpr uint32_t kKvPageVersion = 5;
 
 struct KvPageHeader {
   uint64_t calibration_hash = 0;  // content hash of the Calibration both sides must share
@@ -48,6 +50,9 @@ struct KvPageHeader {
   // The valid slots' positions, ≥ 0 and strictly increasing. EncodeKvPage takes empty as
   // page_index · page_size + slot (no token dropped); DecodeKvPage always fills num_tokens.
   std::vector<int32_t> positions;
+  // The valid slots' score biases (kernels/attention_shape.h: token_bias), finite and ≥ 0.
+  // EncodeKvPage takes empty as all 0; DecodeKvPage always fills num_tokens.
+  std::vector<float> score_biases;
   // KvHeadChecksum of each V head. EncodeKvPage computes them (what the header holds is ignored);
   // the decoders fill them, and DecodeKvPage checks them against the V bytes.
   std::vector<uint64_t> v_head_checksums;

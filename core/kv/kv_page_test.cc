@@ -137,6 +137,9 @@ void ExpectRoundTrip(const Page& page) {
     }
   }
   EXPECT_EQ(view->header.positions, positions);
+  std::vector<float> biases = page.header.score_biases;  // empty: all 0
+  if (biases.empty()) biases.assign(page.header.num_tokens, 0.0f);
+  EXPECT_EQ(view->header.score_biases, biases);
   EXPECT_EQ(std::vector<uint8_t>(view->k.begin(), view->k.end()), page.k);
   EXPECT_EQ(std::vector<uint8_t>(view->v.begin(), view->v.end()), page.v);
   EXPECT_EQ((view->k.data() - AsBytes(bytes).data()) % 8, 0);
@@ -287,6 +290,30 @@ TEST(KvPageTest, PositionsRoundTripAndTheirRules) {
   Reseal(bytes, SmallPage().header.layout);
   const absl::Status status = DecodeKvPage(AsBytes(bytes)).status();
   EXPECT_NE(status.message().find("nonzero position"), absl::string_view::npos) << status;
+}
+
+// Token retention's score biases: finite values ≥ 0 survive the round trip; the encoder refuses
+// others, the decoder refuses them and nonzero biases beyond the valid slots.
+TEST(KvPageTest, ScoreBiasesRoundTripAndTheirRules) {
+  Page page = SmallPage();  // page size 4, 2 valid slots; K with 3 heads, V with 2
+  page.header.score_biases = {0.0f, 1.2345f};
+  ExpectRoundTrip(page);
+  for (const std::vector<float>& bad : std::vector<std::vector<float>>{
+           {-0.5f, 1.0f}, {std::nanf(""), 0.0f}, {0.0f, INFINITY}, {1.0f}, {1.0f, 2.0f, 3.0f}}) {
+    page.header.score_biases = bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(EncodeKvPage(page.header, page.k, page.v).status()));
+  }
+  page.header.score_biases = {0.0f, 1.2345f};
+  const size_t biases_offset = kKElementOffset + (4 + 2 * 3) + (4 + 2 * 2) + 4 * 4;
+  std::string bytes = Encode(page);
+  Poke<float>(bytes, biases_offset + 4, -1.0f);
+  Reseal(bytes, SmallPage().header.layout);
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeKvPage(AsBytes(bytes)).status()));
+  bytes = Encode(page);
+  Poke<float>(bytes, biases_offset + 8, 0.5f);  // slot 2 carries nothing
+  Reseal(bytes, SmallPage().header.layout);
+  const absl::Status status = DecodeKvPage(AsBytes(bytes)).status();
+  EXPECT_NE(status.message().find("nonzero score bias"), absl::string_view::npos) << status;
 }
 
 TEST(KvPageTest, ChecksumMismatchIsDataLoss) {

@@ -127,6 +127,40 @@ std::vector<uint8_t> Anchor(std::span<const int> candidates, std::span<const uin
   return anchor;
 }
 
+// `candidates` sorted by (Hamming distance of their bits to the anchor, index).
+std::vector<int> HammingOrder(std::span<const int> candidates, std::span<const uint8_t> bits,
+                              int n_heads, AnchorMode anchor_mode, uint64_t seed) {
+  const std::vector<uint8_t> anchor = Anchor(candidates, bits, n_heads, anchor_mode, seed);
+  std::vector<std::pair<int, int>> sorted;  // (Hamming distance, unit)
+  sorted.reserve(candidates.size());
+  for (int u : candidates) {
+    int distance = 0;
+    for (int h = 0; h < n_heads; ++h) distance += bits[int64_t{u} * n_heads + h] != anchor[h];
+    sorted.emplace_back(distance, u);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> order(sorted.size());
+  for (size_t i = 0; i < sorted.size(); ++i) order[i] = sorted[i].second;
+  return order;
+}
+
+// Where group i of `count` ≤ m starts in an order of m candidates: groups are the uniformly spaced
+// runs [GroupStart(i), GroupStart(i + 1)), each represented by its first candidate.
+int GroupStart(int i, int m, int count) { return static_cast<int>(int64_t{i} * m / count); }
+
+// Each unit's count: the mean of its tokens' `counts` (1 each when empty).
+std::vector<double> UnitCounts(std::span<const float> counts, int n_tokens, const Units& units) {
+  std::vector<double> unit_counts(units.count, 1.0);
+  if (counts.empty()) return unit_counts;
+  for (int u = 0; u < units.count; ++u) {
+    const int end = std::min(n_tokens, units.first(u + 1));
+    double sum = 0.0;
+    for (int t = units.first(u); t < end; ++t) sum += counts[t];
+    unit_counts[u] = sum / (end - units.first(u));
+  }
+  return unit_counts;
+}
+
 // Per unit and head, 1 when the unit is in that head's top half (⌊units/2⌋ best, ties to the
 // lower index) by the head's score summed over the unit's tokens: [units, n_heads].
 std::vector<uint8_t> HeadBehaviourBits(std::span<const float> importance, int n_heads, int n_tokens,
@@ -163,6 +197,10 @@ absl::Status RetentionOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("kvcrush ratio ", kvcrush_ratio, " is outside [0, 1]"));
   }
+  if (!(kvcrush_weight >= 0.0 && kvcrush_weight <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kvcrush weight ", kvcrush_weight, " is outside [0, 1]"));
+  }
   if (window < 1) return absl::InvalidArgumentError(absl::StrCat("window ", window, " < 1"));
   if (pool < 1 || pool % 2 == 0) {
     return absl::InvalidArgumentError(absl::StrCat("pool ", pool, " must be odd and ≥ 1"));
@@ -181,8 +219,8 @@ std::string RetentionOptions::Describe() const {
   std::string text = absl::StrCat(PolicyName(policy), " ", size,
                                   granularity == RetentionGranularity::kPage ? " page" : " token");
   if (policy == RetentionPolicy::kKvCrush) {
-    absl::StrAppend(&text, absl::StrFormat(" ratio=%g anchor=%s seed=%d", kvcrush_ratio,
-                                           AnchorName(anchor), seed));
+    absl::StrAppend(&text, absl::StrFormat(" ratio=%g weight=%g anchor=%s seed=%d", kvcrush_ratio,
+                                           kvcrush_weight, AnchorName(anchor), seed));
   }
   if (policy != RetentionPolicy::kRecent)
     absl::StrAppend(&text, " window=", window, " pool=", pool);
@@ -205,27 +243,34 @@ std::vector<int> PickRepresentatives(std::span<const int> candidates, std::span<
   const int m = static_cast<int>(candidates.size());
   count = std::min(count, m);
   if (count <= 0) return {};
-  const std::vector<uint8_t> anchor = Anchor(candidates, bits, n_heads, anchor_mode, seed);
-  std::vector<std::pair<int, int>> sorted;  // (Hamming distance, unit)
-  sorted.reserve(m);
-  for (int u : candidates) {
-    int distance = 0;
-    for (int h = 0; h < n_heads; ++h) distance += bits[int64_t{u} * n_heads + h] != anchor[h];
-    sorted.emplace_back(distance, u);
-  }
-  std::sort(sorted.begin(), sorted.end());
+  const std::vector<int> order = HammingOrder(candidates, bits, n_heads, anchor_mode, seed);
   std::vector<int> picked(count);
-  for (int i = 0; i < count; ++i) picked[i] = sorted[int64_t{i} * m / count].second;
+  for (int i = 0; i < count; ++i) picked[i] = order[GroupStart(i, m, count)];
   return picked;
 }
 
+float RetentionScoreBias(const RetentionOptions& options, float count) {
+  if (!options.weights_representatives()) return 0.0f;
+  return static_cast<float>(options.kvcrush_weight * std::log(double{count}));
+}
+
+float RetentionCount(const RetentionOptions& options, float bias) {
+  if (!options.weights_representatives()) return 1.0f;
+  return static_cast<float>(std::exp(double{bias} / options.kvcrush_weight));
+}
+
 std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_heads, int n_tokens,
-                                      int page_size, const RetentionOptions& options) {
+                                      int page_size, const RetentionOptions& options,
+                                      std::vector<float>* stands_for,
+                                      std::span<const float> counts) {
   const int budget_tokens = options.BudgetFor(n_tokens);
   std::vector<int> kept_tokens;
+  const auto own_count = [&](int t) { return counts.empty() ? 1.0f : counts[t]; };
+  if (stands_for != nullptr) stands_for->clear();
   if (budget_tokens >= n_tokens) {
     kept_tokens.resize(n_tokens);
     std::iota(kept_tokens.begin(), kept_tokens.end(), 0);
+    for (int t = 0; t < n_tokens && stands_for != nullptr; ++t) stands_for->push_back(own_count(t));
     return kept_tokens;
   }
   Units units;
@@ -252,6 +297,7 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
   const int rest = budget - n_kept;
 
   std::vector<double> scores(units.count, 0.0);
+  std::vector<double> group_extra(units.count, 0.0);  // a representative's group, beyond itself
   std::vector<float> pooled;
   if (options.policy == RetentionPolicy::kRecent) {
     for (int u = 0; u < units.count; ++u) scores[u] = u;  // newest first
@@ -272,15 +318,26 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
       if (!kept[u]) candidates.push_back(u);
     }
     const std::vector<uint8_t> bits = HeadBehaviourBits(importance, n_heads, n_tokens, units);
-    for (int u : PickRepresentatives(candidates, bits, n_heads, representatives, options.anchor,
-                                     options.seed)) {
-      kept[u] = 1;
+    const std::vector<int> order =
+        HammingOrder(candidates, bits, n_heads, options.anchor, options.seed);
+    const int m = static_cast<int>(order.size()), groups = std::min(representatives, m);
+    const std::vector<double> unit_counts = UnitCounts(counts, n_tokens, units);
+    for (int i = 0; i < groups; ++i) {
+      const int pick = order[GroupStart(i, m, groups)];
+      kept[pick] = 1;
+      if (!options.weights_representatives()) continue;
+      for (int j = GroupStart(i, m, groups) + 1; j < GroupStart(i + 1, m, groups); ++j) {
+        group_extra[pick] += unit_counts[order[j]];
+      }
     }
   }
   for (int u = 0; u < units.count; ++u) {
     if (!kept[u]) continue;
     for (int t = units.first(u); t < std::min(n_tokens, units.first(u + 1)); ++t) {
       kept_tokens.push_back(t);
+      if (stands_for != nullptr) {
+        stands_for->push_back(own_count(t) + static_cast<float>(group_extra[u]));
+      }
     }
   }
   return kept_tokens;

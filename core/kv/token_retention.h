@@ -9,7 +9,11 @@
 //    remaining candidate gets a binary head-behaviour vector (bit h set when the unit is in head
 //    h's top half by that head's score), candidates are sorted by Hamming distance to an anchor
 //    vector and representatives are taken uniformly spaced along that order, one per group of
-//    similar head behaviour, so that evicted regions keep a proxy.
+//    similar head behaviour, so that evicted regions keep a proxy. A representative's group is
+//    itself and the candidates after it in that order up to the next pick; with kvcrush_weight
+//    α > 0 it stands for the group's n tokens, and attention adds α·ln n to its scores
+//    (kernels/attention_shape.h: token_bias), giving back part of the attention mass that the
+//    evicted tokens of its group held.
 //
 // A unit is a token (kToken) or a page of page_size tokens (kPage: scores and bits summed per
 // page, the last page possibly partial). The budget is counted in units: tokens, or the last page
@@ -44,7 +48,12 @@ struct RetentionOptions {
   int budget = 0;
   double fraction = 0.0;
   double kvcrush_ratio = 0.5;  // share of the non-forced budget given to representatives
-  int window = 32;             // observation window: the prompt's last queries that score tokens
+  // α of a representative's score bias α·ln n (n: the tokens it stands for). 1 would be its
+  // group's attention mass were the group's tokens scored alike; they are not, and a smaller α
+  // trades that bias for less variance: 0.5 measured best on pd10m (docs/measurements.md,
+  // "Token retention"). 0 = plain KVCrush (no bias).
+  double kvcrush_weight = 0.5;
+  int window = 32;  // observation window: the prompt's last queries that score tokens
   // SnapKV's pooling: each token's score is the mean over the `pool` tokens centred on it (odd;
   // 1 = none), so that neighbours of an important token stay with it.
   int pool = 7;
@@ -63,19 +72,37 @@ struct RetentionOptions {
   // Tokens an n_tokens prompt keeps: min(n_tokens, budget or ⌈fraction · n_tokens⌉), or every
   // one when both are 0.
   int BudgetFor(int n_tokens) const;
-  // InvalidArgument naming the field: negative sizes, fraction or ratio outside [0, 1],
+  // Whether kept tokens can carry a score bias (KVCrush with a weight).
+  bool weights_representatives() const {
+    return policy == RetentionPolicy::kKvCrush && kvcrush_weight > 0.0;
+  }
+  // InvalidArgument naming the field: negative sizes, fraction, ratio or weight outside [0, 1],
   // window < 1, an even or non-positive pool.
   absl::Status Validate() const;
-  // "kvcrush 25% token ratio=0.5 anchor=random seed=0 window=32 pool=7 sink=4 recent=16": for
-  // reports and the compression profile's identity.
+  // "kvcrush 25% token ratio=0.5 weight=0.5 anchor=random seed=0 window=32 pool=7 sink=4
+  // recent=16": for reports and the compression profile's identity.
   std::string Describe() const;
 };
 
 // Indices (ascending) of the tokens of an n_tokens prompt to keep, from per-head scores
 // `importance` ([n_heads, n_tokens] row-major; kRecent ignores it and takes n_heads = 0). Keeps
 // every token when the budget covers the prompt. Requires options.Validate().ok(), page_size ≥ 1.
+//
+// stands_for (optional): per kept token, in the order returned, the tokens it stands for — its
+// own count plus, for a representative, the counts of the evicted candidates of its group (a page
+// unit's count being the mean of its tokens'). `counts` gives each token's own count, ≥ 1 (what an
+// earlier selection's stands_for said; empty: 1 each). Without weights_representatives() every
+// kept token keeps its own count.
 std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_heads, int n_tokens,
-                                      int page_size, const RetentionOptions& options);
+                                      int page_size, const RetentionOptions& options,
+                                      std::vector<float>* stands_for = nullptr,
+                                      std::span<const float> counts = {});
+
+// The score bias of a token standing for `count` ≥ 1 tokens: options.kvcrush_weight · ln count
+// when weights_representatives(), else 0.
+float RetentionScoreBias(const RetentionOptions& options, float count);
+// Its inverse (the count a bias came from); 1 without weights_representatives().
+float RetentionCount(const RetentionOptions& options, float bias);
 
 // How many tokens SelectRetainedTokens keeps of an n_tokens prompt (the budget in tokens, or in
 // whole pages with the last page as long as it is): what a prefill worker reserves pages for

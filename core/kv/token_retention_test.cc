@@ -1,6 +1,8 @@
 #include "core/kv/token_retention.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -39,6 +41,9 @@ TEST(RetentionOptionsTest, ValidateNamesTheField) {
   o = {};
   o.kvcrush_ratio = -0.1;
   EXPECT_NE(o.Validate().message().find("ratio"), std::string::npos);
+  o = {};
+  o.kvcrush_weight = 1.5;
+  EXPECT_NE(o.Validate().message().find("weight"), std::string::npos);
   o = {};
   o.window = 0;
   EXPECT_NE(o.Validate().message().find("window"), std::string::npos);
@@ -145,6 +150,59 @@ TEST(TokenRetentionTest, KvCrushAddsRepresentativesOfTheEvicted) {
   ASSERT_EQ(crushed.size(), 60u);
   // KVCrush = the same importance selection plus 27 tokens SnapKV evicts.
   EXPECT_TRUE(std::includes(crushed.begin(), crushed.end(), important.begin(), important.end()));
+}
+
+// Every prompt token is accounted for once: sink, recent and importance tokens stand for
+// themselves, each representative for its group, so what the kept tokens stand for sums to the
+// prompt (to the counts given, when an earlier selection gave some).
+TEST(TokenRetentionTest, RepresentativesStandForTheirGroups) {
+  const int n = 300;
+  const std::vector<float> importance = RandomImportance(8, n, 6);
+  for (RetentionGranularity granularity :
+       {RetentionGranularity::kToken, RetentionGranularity::kPage}) {
+    RetentionOptions o = Crush(16 * 6 + 12);
+    o.granularity = granularity;
+    std::vector<float> stands_for;
+    const std::vector<int> kept = SelectRetainedTokens(importance, 8, n, 16, o, &stands_for);
+    ASSERT_EQ(stands_for.size(), kept.size());
+    EXPECT_DOUBLE_EQ(std::accumulate(stands_for.begin(), stands_for.end(), 0.0), n);
+    EXPECT_TRUE(std::all_of(stands_for.begin(), stands_for.end(), [](float c) { return c >= 1; }));
+    EXPECT_GT(*std::max_element(stands_for.begin(), stands_for.end()), 2.0f);
+    // The first token (sink) and the last stand for themselves.
+    EXPECT_EQ(stands_for.front(), 1.0f);
+    EXPECT_EQ(stands_for.back(), 1.0f);
+  }
+  // Counts from an earlier selection add up the same way.
+  std::vector<float> counts(n);
+  for (int t = 0; t < n; ++t) counts[t] = 1.0f + static_cast<float>(t % 4);
+  std::vector<float> stands_for;
+  SelectRetainedTokens(importance, 8, n, 16, Crush(40), &stands_for, counts);
+  EXPECT_DOUBLE_EQ(std::accumulate(stands_for.begin(), stands_for.end(), 0.0),
+                   std::accumulate(counts.begin(), counts.end(), 0.0));
+}
+
+// Without weights (weight 0, or a policy without representatives) each kept token stands for its
+// own count, and the selection is the same as with them.
+TEST(TokenRetentionTest, WithoutWeightsEachTokenStandsForItself) {
+  const int n = 200;
+  const std::vector<float> importance = RandomImportance(4, n, 8);
+  RetentionOptions plain = Crush(50);
+  plain.kvcrush_weight = 0.0;
+  RetentionOptions snapkv = Crush(50);
+  snapkv.policy = RetentionPolicy::kImportance;
+  for (const RetentionOptions& o : {plain, snapkv}) {
+    std::vector<float> stands_for;
+    const std::vector<int> kept = SelectRetainedTokens(importance, 4, n, 16, o, &stands_for);
+    EXPECT_EQ(stands_for, std::vector<float>(kept.size(), 1.0f));
+    EXPECT_EQ(RetentionScoreBias(o, 9.0f), 0.0f);
+    EXPECT_EQ(RetentionCount(o, 0.0f), 1.0f);
+  }
+  EXPECT_EQ(SelectRetainedTokens(importance, 4, n, 16, plain),
+            SelectRetainedTokens(importance, 4, n, 16, Crush(50)));
+  const RetentionOptions weighted = Crush(50);
+  EXPECT_NEAR(RetentionScoreBias(weighted, 9.0f), 0.5 * std::log(9.0), 1e-6);
+  EXPECT_NEAR(RetentionCount(weighted, RetentionScoreBias(weighted, 9.0f)), 9.0f, 1e-5);
+  EXPECT_EQ(RetentionScoreBias(weighted, 1.0f), 0.0f);
 }
 
 TEST(TokenRetentionTest, PageGranularityKeepsWholePages) {

@@ -97,6 +97,11 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
         pending->status = positions.status();
         continue;
       }
+      absl::StatusOr<std::vector<float>> biases = engine.RowScoreBiases(sequences_[b], cache_layer);
+      if (!biases.ok()) {
+        pending->status = biases.status();
+        continue;
+      }
       std::vector<PageWrite> writes;
       for (int p = pending->reused_pages; p < pending->pages_per_cache; ++p) {
         absl::StatusOr<KvPageSlots> slots =
@@ -116,6 +121,8 @@ class PrefillWorker::LayerStreamer final : public CacheLayerObserver {
         write.header.layout = layout;
         write.header.positions.assign(positions->begin() + p * page_size,
                                       positions->begin() + p * page_size + write.header.num_tokens);
+        write.header.score_biases.assign(biases->begin() + p * page_size,
+                                         biases->begin() + p * page_size + write.header.num_tokens);
         write.k = slots->k;
         write.v = slots->v;
         write.remote_address = pending->slots[cache_layer * pending->pages_per_cache + p];
