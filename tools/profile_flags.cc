@@ -38,7 +38,10 @@ ABSL_FLAG(double, kvcrush_ratio, 0.5,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
 ABSL_FLAG(double, kvcrush_weight, 0.5,
           "KVCrush: a representative standing for n tokens (itself and the evicted of its group) "
-          "gets this times ln n added to its attention scores; 0 = none");
+          "gets this times ln min(n, --kvcrush-weight-cap) added to its attention scores; 0 = "
+          "none");
+ABSL_FLAG(double, kvcrush_weight_cap, 8.0,
+          "KVCrush: a representative weighs at most as much as this many tokens (≥ 1)");
 ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
 ABSL_FLAG(int, kvcrush_max_tokens, 0,
           "Decode-time eviction (H2O): once a sequence's cache reaches this + a page, keep this "
@@ -122,6 +125,7 @@ absl::StatusOr<RetentionOptions> RetentionFrom(const ProfileFlags& flags) {
   PDSERVE_ASSIGN_OR_RETURN(o.anchor, ParseChoice("kvcrush-anchor", flags.kvcrush_anchor, kAnchors));
   o.kvcrush_ratio = flags.kvcrush_ratio;
   o.kvcrush_weight = flags.kvcrush_weight;
+  o.kvcrush_weight_cap = flags.kvcrush_weight_cap;
   o.window = flags.kvcrush_window;
   o.pool = flags.kvcrush_pool;
   o.max_tokens = flags.kvcrush_max_tokens;

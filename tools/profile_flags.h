@@ -38,6 +38,7 @@ struct ProfileFlags {
   std::string kvcrush_policy;
   double kvcrush_ratio = 0;
   double kvcrush_weight = 0;
+  double kvcrush_weight_cap = 0;
   int kvcrush_window = 0;
   int kvcrush_max_tokens = 0;
   int kvcrush_pool = 0;
@@ -66,6 +67,7 @@ struct ProfileFlags {
     visit("kvcrush_policy", kvcrush_policy);
     visit("kvcrush_ratio", kvcrush_ratio);
     visit("kvcrush_weight", kvcrush_weight);
+    visit("kvcrush_weight_cap", kvcrush_weight_cap);
     visit("kvcrush_window", kvcrush_window);
     visit("kvcrush_max_tokens", kvcrush_max_tokens);
     visit("kvcrush_pool", kvcrush_pool);

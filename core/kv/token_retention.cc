@@ -201,6 +201,10 @@ absl::Status RetentionOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("kvcrush weight ", kvcrush_weight, " is outside [0, 1]"));
   }
+  if (!(kvcrush_weight_cap >= 1.0 && std::isfinite(kvcrush_weight_cap))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kvcrush weight cap ", kvcrush_weight_cap, " is not finite and ≥ 1"));
+  }
   if (window < 1) return absl::InvalidArgumentError(absl::StrCat("window ", window, " < 1"));
   if (pool < 1 || pool % 2 == 0) {
     return absl::InvalidArgumentError(absl::StrCat("pool ", pool, " must be odd and ≥ 1"));
@@ -219,8 +223,9 @@ std::string RetentionOptions::Describe() const {
   std::string text = absl::StrCat(PolicyName(policy), " ", size,
                                   granularity == RetentionGranularity::kPage ? " page" : " token");
   if (policy == RetentionPolicy::kKvCrush) {
-    absl::StrAppend(&text, absl::StrFormat(" ratio=%g weight=%g anchor=%s seed=%d", kvcrush_ratio,
-                                           kvcrush_weight, AnchorName(anchor), seed));
+    absl::StrAppend(&text,
+                    absl::StrFormat(" ratio=%g weight=%g cap=%g anchor=%s seed=%d", kvcrush_ratio,
+                                    kvcrush_weight, kvcrush_weight_cap, AnchorName(anchor), seed));
   }
   if (policy != RetentionPolicy::kRecent)
     absl::StrAppend(&text, " window=", window, " pool=", pool);
@@ -251,7 +256,8 @@ std::vector<int> PickRepresentatives(std::span<const int> candidates, std::span<
 
 float RetentionScoreBias(const RetentionOptions& options, float count) {
   if (!options.weights_representatives()) return 0.0f;
-  return static_cast<float>(options.kvcrush_weight * std::log(double{count}));
+  const double capped = std::min(double{count}, options.kvcrush_weight_cap);
+  return static_cast<float>(options.kvcrush_weight * std::log(capped));
 }
 
 float RetentionCount(const RetentionOptions& options, float bias) {

@@ -48,11 +48,13 @@ struct RetentionOptions {
   int budget = 0;
   double fraction = 0.0;
   double kvcrush_ratio = 0.5;  // share of the non-forced budget given to representatives
-  // α of a representative's score bias α·ln n (n: the tokens it stands for). 1 would be its
-  // group's attention mass were the group's tokens scored alike; they are not, and a smaller α
-  // trades that bias for less variance: 0.5 measured best on pd10m (docs/measurements.md,
-  // "Token retention"). 0 = plain KVCrush (no bias).
+  // α of a representative's score bias α·ln min(n, kvcrush_weight_cap) (n: the tokens it stands
+  // for). α = 1 and no cap would be its group's attention mass were the group's tokens scored
+  // alike; they are not, and one token's K and V standing for many is noisy: a smaller α and a
+  // cap trade that bias for less variance. 0.5 and 8 measured best on pd10m
+  // (docs/measurements.md, "Token retention"). α = 0: plain KVCrush (no bias).
   double kvcrush_weight = 0.5;
+  double kvcrush_weight_cap = 8.0;  // ≥ 1
   int window = 32;  // observation window: the prompt's last queries that score tokens
   // SnapKV's pooling: each token's score is the mean over the `pool` tokens centred on it (odd;
   // 1 = none), so that neighbours of an important token stay with it.
@@ -77,9 +79,9 @@ struct RetentionOptions {
     return policy == RetentionPolicy::kKvCrush && kvcrush_weight > 0.0;
   }
   // InvalidArgument naming the field: negative sizes, fraction, ratio or weight outside [0, 1],
-  // window < 1, an even or non-positive pool.
+  // a weight cap below 1, window < 1, an even or non-positive pool.
   absl::Status Validate() const;
-  // "kvcrush 25% token ratio=0.5 weight=0.5 anchor=random seed=0 window=32 pool=7 sink=4
+  // "kvcrush 25% token ratio=0.5 weight=0.5 cap=8 anchor=random seed=0 window=32 pool=7 sink=4
   // recent=16": for reports and the compression profile's identity.
   std::string Describe() const;
 };
@@ -98,10 +100,11 @@ std::vector<int> SelectRetainedTokens(std::span<const float> importance, int n_h
                                       std::vector<float>* stands_for = nullptr,
                                       std::span<const float> counts = {});
 
-// The score bias of a token standing for `count` ≥ 1 tokens: options.kvcrush_weight · ln count
-// when weights_representatives(), else 0.
+// The score bias of a token standing for `count` ≥ 1 tokens: options.kvcrush_weight ·
+// ln min(count, options.kvcrush_weight_cap) when weights_representatives(), else 0.
 float RetentionScoreBias(const RetentionOptions& options, float count);
-// Its inverse (the count a bias came from); 1 without weights_representatives().
+// Its inverse: the count a bias came from, as far as the cap lets it be known (min(count, cap));
+// 1 without weights_representatives().
 float RetentionCount(const RetentionOptions& options, float bias);
 
 // How many tokens SelectRetainedTokens keeps of an n_tokens prompt (the budget in tokens, or in

@@ -45,6 +45,9 @@ TEST(RetentionOptionsTest, ValidateNamesTheField) {
   o.kvcrush_weight = 1.5;
   EXPECT_NE(o.Validate().message().find("weight"), std::string::npos);
   o = {};
+  o.kvcrush_weight_cap = 0.5;
+  EXPECT_NE(o.Validate().message().find("cap"), std::string::npos);
+  o = {};
   o.window = 0;
   EXPECT_NE(o.Validate().message().find("window"), std::string::npos);
   o = {};
@@ -200,9 +203,12 @@ TEST(TokenRetentionTest, WithoutWeightsEachTokenStandsForItself) {
   EXPECT_EQ(SelectRetainedTokens(importance, 4, n, 16, plain),
             SelectRetainedTokens(importance, 4, n, 16, Crush(50)));
   const RetentionOptions weighted = Crush(50);
-  EXPECT_NEAR(RetentionScoreBias(weighted, 9.0f), 0.5 * std::log(9.0), 1e-6);
-  EXPECT_NEAR(RetentionCount(weighted, RetentionScoreBias(weighted, 9.0f)), 9.0f, 1e-5);
+  EXPECT_NEAR(RetentionScoreBias(weighted, 6.0f), 0.5 * std::log(6.0), 1e-6);
+  EXPECT_NEAR(RetentionCount(weighted, RetentionScoreBias(weighted, 6.0f)), 6.0f, 1e-5);
   EXPECT_EQ(RetentionScoreBias(weighted, 1.0f), 0.0f);
+  // Counts beyond the cap (8) weigh as much as the cap.
+  EXPECT_NEAR(RetentionScoreBias(weighted, 100.0f), 0.5 * std::log(8.0), 1e-6);
+  EXPECT_NEAR(RetentionCount(weighted, RetentionScoreBias(weighted, 100.0f)), 8.0f, 1e-5);
 }
 
 TEST(TokenRetentionTest, PageGranularityKeepsWholePages) {
