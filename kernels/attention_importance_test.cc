@@ -2,7 +2,8 @@
 // a plain f32 paged cache with a shuffled page table: GQA groups 1, 2 and 4, queries starting
 // mid-context, few queries (the row kernels) and 16 or more (the panels, in chunks of 32), 1 and 2
 // threads, rows with room beyond the keys; each query adds exactly 1 to every KV head's row, and a
-// token no query sees (or room beyond the keys) gets nothing.
+// token no query sees (or room beyond the keys) gets nothing. Each case runs without and with token
+// biases (KVCrush representatives' weights, AttentionSequence::token_bias) on every third token.
 #include "kernels/attention_importance.h"
 
 #include <algorithm>
@@ -22,10 +23,9 @@ struct Case {
   int n_heads, n_kv_heads, head_dim, start_pos, n_queries, threads;
 };
 
-class AttentionImportanceTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(AttentionImportanceTest, MatchesTheOracle) {
-  const Case c = GetParam();
+// One case, with a bias on every third token when `biased`.
+void CheckAgainstTheOracle(const Case& c, bool biased) {
+  SCOPED_TRACE(biased ? "biased" : "unbiased");
   const int page_size = 8, n_keys = c.start_pos + c.n_queries;
   const int pages = (n_keys + page_size - 1) / page_size;
   const int64_t page_floats = int64_t{c.n_kv_heads} * page_size * c.head_dim;
@@ -45,6 +45,9 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
   seq.n_queries = c.n_queries;
   seq.start_pos = c.start_pos;
   seq.kv = PlainPagedKv(k.data(), v.data(), table.data(), page_size, page_floats, c.head_dim);
+  std::vector<float> bias(n_keys, 0.0f);
+  for (int t = 0; t < n_keys && biased; t += 3) bias[t] = 0.4f * static_cast<float>(t % 5);
+  if (biased) seq.token_bias = bias.data();
   ThreadPool pool(c.threads);
   std::vector<float> workspace(
       AttentionImportanceWorkspaceFloats(shape, c.threads, n_keys, page_size));
@@ -65,7 +68,7 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
         const float* query = q.data() + (int64_t{i} * c.n_heads + h) * c.head_dim;
         double dot = 0.0;
         for (int d = 0; d < c.head_dim; ++d) dot += double{query[d]} * key[d];
-        s[t] = dot / std::sqrt(double{1.0 * c.head_dim});
+        s[t] = dot / std::sqrt(double{1.0 * c.head_dim}) + bias[t];
       }
       const double top = *std::max_element(s.begin(), s.end());
       double sum = 0.0;
@@ -82,6 +85,13 @@ TEST_P(AttentionImportanceTest, MatchesTheOracle) {
     }
     EXPECT_NEAR(row_sum, c.n_queries, 1e-3) << "head " << g;
   }
+}
+
+class AttentionImportanceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionImportanceTest, MatchesTheOracle) {
+  CheckAgainstTheOracle(GetParam(), /*biased=*/false);
+  CheckAgainstTheOracle(GetParam(), /*biased=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionImportanceTest,
