@@ -14,13 +14,16 @@ namespace pdserve {
 
 namespace {
 
-// OutOfRange unless rows [first, first + count) of cache layer `cache_layer` exist in a sequence of
-// `length` tokens.
-absl::Status CheckRows(const Engine& engine, int sequence, int length, int cache_layer, int first,
-                       int count) {
+// How many rows [first, first + count) name (count < 0: to the sequence's length), once they are
+// rows of a live sequence's cache layer: NotFound for an unknown sequence, OutOfRange otherwise.
+absl::StatusOr<int> RowCount(const Engine& engine, int sequence, int cache_layer, int first,
+                             int count) {
+  const int length = engine.SequenceLength(sequence);
+  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
+  if (count < 0) count = length - first;
   if (cache_layer >= 0 && cache_layer < static_cast<int>(engine.plan().caches.size()) &&
       first >= 0 && count >= 0 && first + count <= length) {
-    return absl::OkStatus();
+    return count;
   }
   return absl::OutOfRangeError(absl::StrCat("engine: no rows [", first, ", ", first + count,
                                             ") of cache layer ", cache_layer, " in sequence ",
@@ -31,10 +34,7 @@ absl::Status CheckRows(const Engine& engine, int sequence, int length, int cache
 
 absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cache_layer, int first,
                                                           int count) const {
-  const int length = SequenceLength(sequence);
-  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
-  if (count < 0) count = length - first;
-  PDSERVE_RETURN_IF_ERROR(CheckRows(*this, sequence, length, cache_layer, first, count));
+  PDSERVE_ASSIGN_OR_RETURN(count, RowCount(*this, sequence, cache_layer, first, count));
   std::vector<int32_t> positions(count);
   for (int r = 0; r < count; ++r) {
     positions[r] = RowPosition(sequence, cache_layer, first + r);
@@ -49,10 +49,7 @@ absl::StatusOr<std::vector<int32_t>> Engine::RowPositions(int sequence, int cach
 
 absl::StatusOr<std::vector<float>> Engine::RowScoreBiases(int sequence, int cache_layer, int first,
                                                           int count) const {
-  const int length = SequenceLength(sequence);
-  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
-  if (count < 0) count = length - first;
-  PDSERVE_RETURN_IF_ERROR(CheckRows(*this, sequence, length, cache_layer, first, count));
+  PDSERVE_ASSIGN_OR_RETURN(count, RowCount(*this, sequence, cache_layer, first, count));
   std::vector<float> biases(count);
   for (int r = 0; r < count; ++r) biases[r] = RowScoreBias(sequence, cache_layer, first + r);
   return biases;
@@ -60,10 +57,8 @@ absl::StatusOr<std::vector<float>> Engine::RowScoreBiases(int sequence, int cach
 
 absl::Status Engine::SetRowScoreBiases(int sequence, int cache_layer, int first,
                                        std::span<const float> biases) {
-  const int length = SequenceLength(sequence);
-  if (length < 0) return absl::NotFoundError(absl::StrCat("engine: no live sequence ", sequence));
   PDSERVE_RETURN_IF_ERROR(
-      CheckRows(*this, sequence, length, cache_layer, first, static_cast<int>(biases.size())));
+      RowCount(*this, sequence, cache_layer, first, static_cast<int>(biases.size())).status());
   for (size_t r = 0; r < biases.size(); ++r) {
     if (!(std::isfinite(biases[r]) && biases[r] >= 0.0f)) {
       return absl::InvalidArgumentError(absl::StrCat("engine: row ", first + r, "'s score bias ",
