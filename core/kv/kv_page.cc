@@ -268,6 +268,25 @@ absl::StatusOr<KvSectionLayout> ReadSection(ByteReader& reader, const char* name
   return KvSectionLayout(page_size, std::move(dims), kv_element, scale_mode);
 }
 
+// A value per slot of a page (`plural`: "positions"): the valid slots' into `values`, then the
+// other slots', which must be zero bytes (an error naming the `singular` value otherwise).
+template <typename T>
+absl::Status ReadSlotValues(ByteReader& reader, int page_size, int num_tokens,
+                            absl::string_view plural, absl::string_view singular,
+                            std::vector<T>& values) {
+  const std::string what = absl::StrCat("the ", plural);
+  values.resize(num_tokens);
+  for (T& value : values) {
+    PDSERVE_ASSIGN_OR_RETURN(value, reader.Read<T>(what));
+  }
+  PDSERVE_ASSIGN_OR_RETURN(auto unused,
+                           reader.ReadBytes(int64_t{page_size - num_tokens} * sizeof(T), what));
+  if (std::any_of(unused.begin(), unused.end(), [](uint8_t b) { return b; })) {
+    return reader.Error(absl::StrCat("nonzero ", singular, " beyond the valid slots"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KvPageHeader> ReadHeader(ByteReader& reader) {
   PDSERVE_ASSIGN_OR_RETURN(auto magic, reader.ReadBytes(sizeof(kMagic), "the magic"));
   if (std::memcmp(magic.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -289,25 +308,10 @@ absl::StatusOr<KvPageHeader> ReadHeader(ByteReader& reader) {
   PDSERVE_ASSIGN_OR_RETURN(header.layout.k, ReadSection(reader, "K", page_size));
   PDSERVE_ASSIGN_OR_RETURN(header.layout.v, ReadSection(reader, "V", page_size));
   if (header.num_tokens >= 1 && header.num_tokens <= page_size) {  // else refused just below
-    header.positions.resize(header.num_tokens);
-    for (int32_t& position : header.positions) {
-      PDSERVE_ASSIGN_OR_RETURN(position, reader.Read<int32_t>("the positions"));
-    }
-    PDSERVE_ASSIGN_OR_RETURN(
-        auto unused, reader.ReadBytes(int64_t{page_size - header.num_tokens} * 4, "the positions"));
-    if (std::any_of(unused.begin(), unused.end(), [](uint8_t b) { return b; })) {
-      return reader.Error("nonzero position beyond the valid slots");
-    }
-    header.score_biases.resize(header.num_tokens);
-    for (float& bias : header.score_biases) {
-      PDSERVE_ASSIGN_OR_RETURN(bias, reader.Read<float>("the score biases"));
-    }
-    PDSERVE_ASSIGN_OR_RETURN(
-        auto unused_biases,
-        reader.ReadBytes(int64_t{page_size - header.num_tokens} * 4, "the score biases"));
-    if (std::any_of(unused_biases.begin(), unused_biases.end(), [](uint8_t b) { return b; })) {
-      return reader.Error("nonzero score bias beyond the valid slots");
-    }
+    PDSERVE_RETURN_IF_ERROR(ReadSlotValues(reader, page_size, header.num_tokens, "positions",
+                                           "position", header.positions));
+    PDSERVE_RETURN_IF_ERROR(ReadSlotValues(reader, page_size, header.num_tokens, "score biases",
+                                           "score bias", header.score_biases));
   }
   absl::Status status = ValidateHeaderFields(header);
   if (!status.ok()) return reader.Error(status.message());
