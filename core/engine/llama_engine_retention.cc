@@ -118,7 +118,9 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget, const float
   std::vector<std::vector<int32_t>> positions(caches);
   std::vector<float> packed;  // a cache layer's scores, [heads, tokens], when ld ≠ tokens
   const bool weighted = options.weights_representatives();
-  if (weighted && row_biases_[sequence].empty()) AllocateRowBiases(sequence);
+  // Counts from an earlier selection (decode-time eviction); none before a prompt's, all 1.
+  const bool earlier = weighted && !row_biases_[sequence].empty();
+  if (weighted && !earlier) AllocateRowBiases(sequence);
   std::vector<float> counts, stands_for;  // what each row stands for, before and after
   for (int c = 0; c < caches; ++c) {
     std::span<const float> layer;
@@ -133,7 +135,7 @@ void LlamaEngine::KeepSelected(int sequence, int tokens, int budget, const float
       layer = packed;
     }
     std::vector<float>* biases = weighted ? &row_biases_[sequence][c] : nullptr;
-    if (weighted) {
+    if (earlier) {
       counts.resize(tokens);
       for (int t = 0; t < tokens; ++t) counts[t] = RetentionCount(options, (*biases)[t]);
     }
