@@ -23,31 +23,6 @@ constexpr uint64_t kMinKeyValueBytes = 8 + 1 + 4 + 1;  // key length, key, type,
 constexpr uint64_t kMinTensorInfoBytes =
     8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, ne[0], type, offset
 
-// Bytes of one element of a fixed-size type; 0 for strings, arrays and unknown types.
-size_t ElementBytes(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-    case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
-    case GgufType::kUint32:
-    case GgufType::kInt32:
-    case GgufType::kFloat32:
-      return 4;
-    case GgufType::kUint64:
-    case GgufType::kInt64:
-    case GgufType::kFloat64:
-      return 8;
-    case GgufType::kString:
-    case GgufType::kArray:
-      return 0;
-  }
-  return 0;
-}
-
 bool IsKnownType(GgufType type) { return static_cast<uint32_t>(type) <= 12; }
 
 template <typename T>
@@ -80,6 +55,30 @@ const char* GgufTypeName(GgufType type) {
                                            "int32",  "float32", "bool",   "string", "array",
                                            "uint64", "int64",   "float64"};
   return IsKnownType(type) ? kNames[static_cast<uint32_t>(type)] : "unknown";
+}
+
+size_t GgufTypeBytes(GgufType type) {
+  switch (type) {
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+      return 2;
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kFloat32:
+      return 4;
+    case GgufType::kUint64:
+    case GgufType::kInt64:
+    case GgufType::kFloat64:
+      return 8;
+    case GgufType::kString:
+    case GgufType::kArray:
+      return 0;
+  }
+  return 0;
 }
 
 const char* GgmlTypeName(uint32_t type) {
@@ -131,7 +130,7 @@ GgufValue GgufValue::AsScalar() && {
 }
 
 std::optional<int64_t> GgufValue::IntAt(uint64_t index) const {
-  const size_t size = ElementBytes(element_type_);
+  const size_t size = GgufTypeBytes(element_type_);
   const uint8_t* p = raw_.data() + index * size;
   switch (element_type_) {
     case GgufType::kUint8:
@@ -300,7 +299,7 @@ absl::StatusOr<GgufValue> GgufParser::ReadValue(GgufType type, const std::string
     v.strings_.push_back(std::move(s));
     return v;
   }
-  PDSERVE_ASSIGN_OR_RETURN(auto bytes, reader_.ReadBytes(ElementBytes(type), what));
+  PDSERVE_ASSIGN_OR_RETURN(auto bytes, reader_.ReadBytes(GgufTypeBytes(type), what));
   if (type == GgufType::kBool && bytes[0] > 1) {
     return reader_.Error(
         absl::StrCat("key '", key, "' has bool value ", static_cast<int>(bytes[0])));
@@ -318,7 +317,7 @@ absl::StatusOr<GgufValue> GgufParser::ReadArray(const std::string& key) {
                                       " (", GgufTypeName(type), ")"));
   }
   PDSERVE_ASSIGN_OR_RETURN(uint64_t count, reader_.Read<uint64_t>(what));
-  const uint64_t min_bytes = type == GgufType::kString ? 8 : ElementBytes(type);
+  const uint64_t min_bytes = type == GgufType::kString ? 8 : GgufTypeBytes(type);
   if (count > reader_.remaining() / min_bytes) {
     return reader_.Error(absl::StrCat("array '", key, "' claims ", count, " elements of type ",
                                       GgufTypeName(type), ", more than the ", reader_.remaining(),
@@ -336,7 +335,7 @@ absl::StatusOr<GgufValue> GgufParser::ReadArray(const std::string& key) {
     }
     return v;
   }
-  PDSERVE_ASSIGN_OR_RETURN(auto bytes, reader_.ReadBytes(count * ElementBytes(type), what));
+  PDSERVE_ASSIGN_OR_RETURN(auto bytes, reader_.ReadBytes(count * GgufTypeBytes(type), what));
   if (type == GgufType::kBool) {
     for (uint8_t b : bytes) {
       if (b > 1)

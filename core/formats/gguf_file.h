@@ -10,6 +10,7 @@
 #ifndef PDSERVE_CORE_FORMATS_GGUF_FILE_H_
 #define PDSERVE_CORE_FORMATS_GGUF_FILE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -46,6 +47,10 @@ enum class GgufType : uint32_t {
 
 // "uint32", "string", ...; "unknown" for values outside the enum.
 const char* GgufTypeName(GgufType type);
+
+// Bytes of one element of a fixed-size type (numbers and bool); 0 for strings, arrays and values
+// outside the enum.
+size_t GgufTypeBytes(GgufType type);
 
 // The ggml tensor types this code reads and writes, as stored on disk. DO NOT RENUMBER.
 enum class GgmlType : uint32_t {

@@ -19,29 +19,6 @@
 namespace pdserve::fuzz {
 namespace {
 
-// Bytes of one element of a numeric or bool GGUF type; 0 for strings and arrays.
-size_t ElementBytes(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-    case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
-    case GgufType::kUint32:
-    case GgufType::kInt32:
-    case GgufType::kFloat32:
-      return 4;
-    case GgufType::kUint64:
-    case GgufType::kInt64:
-    case GgufType::kFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 void CheckValue(const GgufValue& value) {
   if (value.element_type() == GgufType::kString) {
     const std::vector<std::string>* strings = value.AsStringArray();
@@ -49,7 +26,7 @@ void CheckValue(const GgufValue& value) {
                            : value.AsString() != nullptr && value.size() == 1,
           "a string value holds its strings");
   } else {
-    Check(value.raw_elements().size() == value.size() * ElementBytes(value.element_type()),
+    Check(value.raw_elements().size() == value.size() * GgufTypeBytes(value.element_type()),
           "a numeric value holds count x element bytes");
     Check(value.is_array() || value.size() == 1, "a scalar holds one element");
   }
