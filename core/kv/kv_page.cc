@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -399,24 +400,47 @@ int64_t KvPageBytes(const KvLayerLayout& layout) {
   return KvPageVOffset(layout) + layout.v.bytes() + kChecksumBytes;
 }
 
+namespace {
+
+// A page's head as DecodeKvPage and DecodeKvPageHead read it: the header and K section (in
+// `page`), the bytes they span, and the head checksum stored after them.
+struct PageHead {
+  KvPageView page;
+  size_t bytes = 0;
+  uint64_t checksum = 0;
+};
+absl::StatusOr<PageHead> ReadPageHead(ByteReader& reader) {
+  PageHead head;
+  PDSERVE_ASSIGN_OR_RETURN(head.page.header, ReadHeader(reader));
+  PDSERVE_ASSIGN_OR_RETURN(head.page.k,
+                           reader.ReadBytes(head.page.header.layout.k.bytes(), "the K section"));
+  head.bytes = reader.offset();
+  PDSERVE_ASSIGN_OR_RETURN(head.checksum, reader.Read<uint64_t>("the head checksum"));
+  return head;
+}
+
+// "WHAT (request R, cache layer C, page P): ", the prefix of a decoded page's errors.
+std::string PageContext(const char* what, const KvPageHeader& header) {
+  return absl::StrCat(what, " (request ", header.request_id, ", cache layer ", header.cache_layer,
+                      ", page ", header.page_index, "): ");
+}
+
+}  // namespace
+
 absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   ByteReader reader(bytes, "KV page");
-  KvPageView page;
-  PDSERVE_ASSIGN_OR_RETURN(page.header, ReadHeader(reader));
+  PDSERVE_ASSIGN_OR_RETURN(PageHead head, ReadPageHead(reader));
+  KvPageView& page = head.page;
   const KvLayerLayout& layout = page.header.layout;
-  PDSERVE_ASSIGN_OR_RETURN(page.k, reader.ReadBytes(layout.k.bytes(), "the K section"));
-  const size_t head = reader.offset();
-  PDSERVE_ASSIGN_OR_RETURN(uint64_t head_checksum, reader.Read<uint64_t>("the head checksum"));
   PDSERVE_ASSIGN_OR_RETURN(page.v, reader.ReadBytes(layout.v.bytes(), "the V section"));
   const size_t checksummed = reader.offset();
   PDSERVE_ASSIGN_OR_RETURN(uint64_t checksum, reader.Read<uint64_t>("the checksum"));
   if (reader.remaining() != 0) {
     return reader.Error(absl::StrCat(reader.remaining(), " trailing bytes"));
   }
-  const std::string context =
-      absl::StrCat("KV page (request ", page.header.request_id, ", cache layer ",
-                   page.header.cache_layer, ", page ", page.header.page_index, "): ");
-  if (head_checksum != Xxh64(bytes.first(head)) || checksum != Xxh64(bytes.first(checksummed))) {
+  const std::string context = PageContext("KV page", page.header);
+  if (head.checksum != Xxh64(bytes.first(head.bytes)) ||
+      checksum != Xxh64(bytes.first(checksummed))) {
     return absl::DataLossError(absl::StrCat(context, "checksum mismatch"));
   }
   if (VHeadChecksums(layout.v, page.v) != page.header.v_head_checksums) {
@@ -425,7 +449,7 @@ absl::StatusOr<KvPageView> DecodeKvPage(std::span<const uint8_t> bytes) {
   const int num_tokens = page.header.num_tokens;
   PDSERVE_RETURN_IF_ERROR(WithPrefix(context, CheckSection("K", layout.k, num_tokens, page.k)));
   PDSERVE_RETURN_IF_ERROR(WithPrefix(context, CheckSection("V", layout.v, num_tokens, page.v)));
-  return page;
+  return std::move(head.page);
 }
 
 absl::StatusOr<KvPageHeader> DecodeKvPageHeader(std::span<const uint8_t> bytes) {
@@ -435,24 +459,18 @@ absl::StatusOr<KvPageHeader> DecodeKvPageHeader(std::span<const uint8_t> bytes) 
 
 absl::StatusOr<KvPageView> DecodeKvPageHead(std::span<const uint8_t> bytes) {
   ByteReader reader(bytes, "KV page head");
-  KvPageView page;
-  PDSERVE_ASSIGN_OR_RETURN(page.header, ReadHeader(reader));
-  const KvLayerLayout& layout = page.header.layout;
-  PDSERVE_ASSIGN_OR_RETURN(page.k, reader.ReadBytes(layout.k.bytes(), "the K section"));
-  const size_t head = reader.offset();
-  PDSERVE_ASSIGN_OR_RETURN(uint64_t head_checksum, reader.Read<uint64_t>("the head checksum"));
+  PDSERVE_ASSIGN_OR_RETURN(PageHead head, ReadPageHead(reader));
+  const KvPageView& page = head.page;
   if (reader.remaining() != 0) {
     return reader.Error(absl::StrCat(reader.remaining(), " bytes after the head checksum"));
   }
-  const std::string context =
-      absl::StrCat("KV page head (request ", page.header.request_id, ", cache layer ",
-                   page.header.cache_layer, ", page ", page.header.page_index, "): ");
-  if (head_checksum != Xxh64(bytes.first(head))) {
+  const std::string context = PageContext("KV page head", page.header);
+  if (head.checksum != Xxh64(bytes.first(head.bytes))) {
     return absl::DataLossError(absl::StrCat(context, "head checksum mismatch"));
   }
   PDSERVE_RETURN_IF_ERROR(
-      WithPrefix(context, CheckSection("K", layout.k, page.header.num_tokens, page.k)));
-  return page;
+      WithPrefix(context, CheckSection("K", page.header.layout.k, page.header.num_tokens, page.k)));
+  return std::move(head.page);
 }
 
 }  // namespace pdserve
