@@ -325,7 +325,8 @@ void BM_CompressedDecode(benchmark::State& state) {
   const int dim = static_cast<int>(state.range(2));
   const int format = static_cast<int>(state.range(3));
   ThreadPool pool(static_cast<int>(state.range(4)));
-  CompressedDecodeSetup setup(n_sequences, context, dim, format, state.range(5) != 0);
+  const bool resident = state.range(5) != 0;
+  CompressedDecodeSetup setup(n_sequences, context, dim, format, resident);
   const AttentionShape shape{kHeads, kHeads, kHeadDim};
   std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), setup.sequences[0]));
   size_t copy = 0;
@@ -337,7 +338,7 @@ void BM_CompressedDecode(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * setup.bytes);
   const char* const kLabels[] = {"f32", "fp8 per-token", "fp8 per-page", "f16"};
-  state.SetLabel(std::string(kLabels[format]) + (state.range(5) != 0 ? ", resident" : ""));
+  state.SetLabel(std::string(kLabels[format]) + (resident ? ", resident" : ""));
 }
 
 BENCHMARK(BM_CompressedDecode)
