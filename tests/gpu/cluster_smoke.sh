@@ -40,6 +40,9 @@ trap stop_cluster EXIT
 start_cluster() {  # name, flags...
   local name=$1
   shift
+  # Emptied here, not only by the redirect below: that runs in the background job, which the
+  # first grep may overtake and read an earlier run's ready line (a stale, refused port).
+  : >"$report/cluster-$name.out"
   "$pdserve" up --model "$model" --tokenizer "$tokenizer" --device "$device" \
     --prefill-workers 1 --decode-workers 1 --listen 127.0.0.1:0 --log-level warn \
     --startup-seconds 240 "$@" \
