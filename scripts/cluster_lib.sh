@@ -38,6 +38,9 @@ start_cluster() {
   local log=$1; shift
   local security=(--insecure)
   if [[ ${TLS:-0} == 1 ]]; then security=(); fi
+  # Emptied before the background job's own redirect, which the first read below may overtake
+  # (and find an earlier run's ready line in a reused log).
+  : > "$log"
   "$PDSERVE" up --log-level warn "${security[@]}" "$@" > "$log" 2>&1 &
   UP_PID=$!
   local waited=0
