@@ -344,6 +344,7 @@ void BM_CompressedDecode(benchmark::State& state) {
 BENCHMARK(BM_CompressedDecode)
     ->ArgNames({"context", "seqs", "dim", "format", "threads", "resident"})
     ->ArgsProduct({{2048}, {16}, {64, 37, 32}, {0, 3, 1, 2}, {2}, {0}})
+    ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 2}, {2}, {1}})    // one copy: as far as L3 holds it
     ->ArgsProduct({{8192}, {1}, {64, 32}, {0, 2}, {2}, {0, 1}})  // issue 18's single long sequence
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
