@@ -64,12 +64,11 @@ void AttendChunk(const DecodeRowKernels& rk, const AttentionShape& s, const Atte
     stats[2 * j + 1] = e.sum;
     std::fill_n(o(j), kv.v.dim(g0 + j / s.group()), 0.0f);
   }
-  const int p_end = (t0 + len - 1) / kv.page_size + 1;
   for (int t = t0, p = t0 / kv.page_size; t < t0 + len; t += kv.page_size, ++p) {
     const uint8_t* page = kv.v.page(kv.pages[p]);
     const int count = std::min(kv.page_size, t0 + len - t);
     ForEachPass(s, g0, g1, [&](int g, int h0, int nq) {
-      if (h0 == g * s.group()) PrefetchNextPageRows(kv.v, kv, p, p_end, g);
+      if (h0 == g * s.group()) PrefetchNextPageRows(kv.v, kv, p, t0 + len, g);
       float* out[kGroupPass];
       for (int j = 0; j < nq; ++j) out[j] = o(static_cast<int>(h0 - first) + j);
       rk.accumulate(scores + (h0 - first) * len + (t - t0), len, nq,

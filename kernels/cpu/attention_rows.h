@@ -76,12 +76,12 @@ inline void AddTokenBias(const float* bias, int t0, int t1, int rows, float* sco
 // Decode reads a sequence's pages one after the other, each page's KV heads in turn; the hardware
 // prefetchers do not run ahead into the next page (it need not be adjacent), so every page's first
 // lines waited on memory. Before KV head g's rows of page p are read, the same head's rows of page
-// p + 1 are prefetched when that page is below p_end: one page ahead (BM_CompressedDecode, Intel
-// Xeon: FP8 1 × 8192 tokens 1.1 → 0.54 ms, f32 16 × 2048 11.6 → 9.5 ms; two or four pages ahead
-// were no better, and worse for f32).
-inline void PrefetchNextPageRows(const KvSectionView& s, const PagedKvView& kv, int p, int p_end,
+// p + 1 are prefetched when that page holds tokens below t_end: one page ahead
+// (BM_CompressedDecode, Intel Xeon: FP8 1 × 8192 tokens 1.1 → 0.54 ms, f32 16 × 2048 11.6 → 9.5 ms;
+// two or four pages ahead were no better, and worse for f32).
+inline void PrefetchNextPageRows(const KvSectionView& s, const PagedKvView& kv, int p, int t_end,
                                  int g) {
-  if (p + 1 >= p_end) return;
+  if (int64_t{p + 1} * kv.page_size >= t_end) return;
   const uint8_t* rows = s.page(kv.pages[p + 1]) + s.head_offset(g, kv.page_size);
   const int64_t bytes = int64_t{kv.page_size} * s.dim(g) * s.element_bytes();
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(rows + b, 0, 3);
@@ -96,12 +96,11 @@ inline void ScoreHeads(const DecodeRowKernels& rk, const AttentionShape& s, cons
                        int64_t ld) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const int64_t first = int64_t{g0} * s.group();
-  const int p_end = (t1 - 1) / kv.page_size + 1;
   for (int t = t0, p = t0 / kv.page_size; t < t1; t += kv.page_size, ++p) {
     const uint8_t* page = kv.k.page(kv.pages[p]);
     const int count = std::min(kv.page_size, t1 - t);
     ForEachPass(s, g0, g1, [&](int g, int h0, int nq) {
-      if (h0 == g * s.group()) PrefetchNextPageRows(kv.k, kv, p, p_end, g);
+      if (h0 == g * s.group()) PrefetchNextPageRows(kv.k, kv, p, t1, g);
       const float* q[kGroupPass];
       for (int j = 0; j < nq; ++j) q[j] = q_row + s.q_offset(h0 + j);
       rk.score(q, nq, PageRowsOf(kv.k, page, kv.page_size, g, count), scale,
