@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/attention_rows.h"
+#include "kernels/cpu/transpose_avx2.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -21,33 +22,13 @@ void ForEachPageRows(const KvSectionView& section, const PagedKvView& kv, int g,
   }
 }
 
-// dst[i · ld_dst + j] = alpha · src[j · ld_src + i] for i, j < 8: an 8 × 8 transpose in AVX2
-// registers (the project's baseline ISA).
+// dst[i · ld_dst + j] = alpha · src[j · ld_src + i] for i, j < 8.
 void TransposeScaled8x8(const float* src, int64_t ld_src, float alpha, float* dst, int64_t ld_dst) {
   __m256 r[8];
   for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(src + j * ld_src);
-  __m256 t[8];  // t[2k], t[2k+1]: rows 2k and 2k+1 interleaved, dims {0,1,4,5} and {2,3,6,7}
-  for (int k = 0; k < 4; ++k) {
-    t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-  }
-  // u[d] (d < 4): rows 0–3 of dim d in its low half, of dim d + 4 in its high half; u[4 + d] the
-  // same for rows 4–7.
-  __m256 u[8];
-  for (int half = 0; half < 2; ++half) {
-    const __m256* th = t + 4 * half;
-    u[4 * half + 0] = _mm256_shuffle_ps(th[0], th[2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * half + 1] = _mm256_shuffle_ps(th[0], th[2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * half + 2] = _mm256_shuffle_ps(th[1], th[3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * half + 3] = _mm256_shuffle_ps(th[1], th[3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
+  Transpose8x8(r);
   const __m256 a = _mm256_set1_ps(alpha);
-  for (int d = 0; d < 4; ++d) {
-    _mm256_storeu_ps(dst + d * ld_dst,
-                     _mm256_mul_ps(a, _mm256_permute2f128_ps(u[d], u[4 + d], 0x20)));
-    _mm256_storeu_ps(dst + (d + 4) * ld_dst,
-                     _mm256_mul_ps(a, _mm256_permute2f128_ps(u[d], u[4 + d], 0x31)));
-  }
+  for (int d = 0; d < 8; ++d) _mm256_storeu_ps(dst + d * ld_dst, _mm256_mul_ps(a, r[d]));
 }
 
 }  // namespace
