@@ -327,6 +327,46 @@ TEST(GemmKernelTest, Avx512) {
   CheckGemmTile(&avx512::GemmTile, avx512::kGemmMr, avx512::kGemmNr);
 }
 
+// The panel packers called directly: every live row count, column blocks with ragged ends and an
+// offset k0; the panel holds exactly the rows' columns (zeros for missing rows), nothing past it
+// is written.
+void CheckPackPanel(GemmPackFn pack, int panel_width) {
+  uint32_t seed = 400;
+  for (int64_t k0 : {0, 5}) {
+    for (int64_t kc : {1, 7, 16, 17, 64, 257}) {
+      for (int live = 1; live <= panel_width; ++live) {
+        SCOPED_TRACE(absl::StrCat("k0 ", k0, " kc ", kc, " live ", live));
+        std::vector<std::vector<float>> rows;
+        std::vector<const float*> src;
+        for (int j = 0; j < live; ++j) {
+          rows.push_back(RandomVector(k0 + kc, seed++));
+          src.push_back(rows.back().data());
+        }
+        const int64_t size = kc * panel_width;
+        std::vector<float> panel(size + 16, kGuard);
+        pack(src.data(), live, k0, kc, panel.data());
+        for (int64_t k = 0; k < kc; ++k) {
+          for (int j = 0; j < panel_width; ++j) {
+            const float want = j < live ? rows[j][k0 + k] : 0.0f;
+            ASSERT_EQ(panel[k * panel_width + j], want) << "k " << k << " j " << j;
+          }
+        }
+        for (int64_t i = size; i < size + 16; ++i) ASSERT_EQ(panel[i], kGuard) << "wrote past";
+      }
+    }
+  }
+}
+
+TEST(GemmPackTest, Avx2) {
+  if (!CpuIsSupported()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  CheckPackPanel(&avx2::PackPanel, avx2::kGemmNr);
+}
+
+TEST(GemmPackTest, Avx512) {
+  if (!GetCpuFeatures().avx512) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
+  CheckPackPanel(&avx512::PackPanel, avx512::kGemmNr);
+}
+
 TEST(GemvKernelTest, WidenRowMatchesElementAsFloat) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (int64_t n : {1, 7, 8, 9, 33, 172}) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/transpose_avx2.h"
 
 namespace pdserve::kernels::avx2 {
 namespace {
@@ -55,6 +56,29 @@ void Dispatch(const GemmTileArgs& a, std::integer_sequence<int, MR...>) {
 
 void GemmTile(const GemmTileArgs& args) {
   Dispatch(args, std::make_integer_sequence<int, kGemmMr>());
+}
+
+// Blocks of 8 rows × 8 columns, transposed in registers; a block's missing rows are zeros and its
+// missing columns are neither read (masked loads) nor stored.
+void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float* panel) {
+  static_assert(kGemmNr % 8 == 0, "panels are whole blocks of 8 rows");
+  for (int g = 0; g < kGemmNr; g += 8) {
+    for (int64_t k = 0; k < kc; k += 8) {
+      const int cols = static_cast<int>(kc - k < 8 ? kc - k : 8);
+      const __m256i mask = Mask(cols);
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        r[i] = g + i < live ? _mm256_maskload_ps(src[g + i] + k0 + k, mask) : _mm256_setzero_ps();
+      }
+      Transpose8x8(r);
+      float* to = panel + k * kGemmNr + g;
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        if (i < cols) _mm256_storeu_ps(to + i * kGemmNr, r[i]);
+      }
+    }
+  }
 }
 
 }  // namespace pdserve::kernels::avx2

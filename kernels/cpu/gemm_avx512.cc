@@ -53,10 +53,68 @@ void Dispatch(const GemmTileArgs& a, std::integer_sequence<int, MR...>) {
   ((a.mr == MR + 1 ? Tile<MR + 1>(a) : void()), ...);
 }
 
+// r[i] lane j ↔ r[j] lane i for i, j < 16: pairs of rows interleaved by floats, then by pairs of
+// floats, then 128-bit lanes gathered across the four groups of four rows.
+void Transpose16x16(__m512 (&r)[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + m], in each 128-bit lane L: lane 4L + m of rows 4i … 4i + 3.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  // Lane m + 4L of all rows: 128-bit lane L of u[m], u[4 + m], u[8 + m], u[12 + m].
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 even0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);  // lanes L = 0, 2
+    const __m512 even1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+    const __m512 odd0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);  // lanes L = 1, 3
+    const __m512 odd1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+    r[m] = _mm512_shuffle_f32x4(even0, even1, 0x88);
+    r[8 + m] = _mm512_shuffle_f32x4(even0, even1, 0xdd);
+    r[4 + m] = _mm512_shuffle_f32x4(odd0, odd1, 0x88);
+    r[12 + m] = _mm512_shuffle_f32x4(odd0, odd1, 0xdd);
+  }
+}
+
 }  // namespace
 
 void GemmTile(const GemmTileArgs& args) {
   Dispatch(args, std::make_integer_sequence<int, kGemmMr>());
+}
+
+// Blocks of 16 rows × 16 columns, transposed in registers; a block's missing rows are zeros and its
+// missing columns are neither read (masked loads) nor stored.
+void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float* panel) {
+  static_assert(kGemmNr % 16 == 0, "panels are whole blocks of 16 rows");
+  for (int g = 0; g < kGemmNr; g += 16) {
+    for (int64_t k = 0; k < kc; k += 16) {
+      const int cols = static_cast<int>(kc - k < 16 ? kc - k : 16);
+      const __mmask16 mask = Mask(cols);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        r[i] =
+            g + i < live ? _mm512_maskz_loadu_ps(mask, src[g + i] + k0 + k) : _mm512_setzero_ps();
+      }
+      Transpose16x16(r);
+      float* to = panel + k * kGemmNr + g;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        if (i < cols) _mm512_storeu_ps(to + i * kGemmNr, r[i]);
+      }
+    }
+  }
 }
 
 }  // namespace pdserve::kernels::avx512

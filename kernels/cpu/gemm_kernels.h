@@ -1,8 +1,9 @@
 // Internal: the register-blocked micro-kernels of Matmul's prefill GEMM (kernels/cpu/matmul.cc),
 // one per instruction-set level. Weights are packed into panels of kGemmNr rows, k-major (panel
-// element [k, j] = W[row0 + j, k0 + k] at panel[k · kGemmNr + j], zero past the last row); a
-// kernel computes an mr × nr tile y[i, j] (+)= Σ_{k < kc} x[i, k] · panel[k · kGemmNr + j] for
-// i < mr ≤ kGemmMr and j < nr ≤ kGemmNr, one fp32 FMA per k in order, writing only j < nr.
+// element [k, j] = W[row0 + j, k0 + k] at panel[k · kGemmNr + j], zero past the last row; each
+// level's PackPanel writes them by register transposes); a kernel computes an mr × nr tile y[i, j]
+// (+)= Σ_{k < kc} x[i, k] · panel[k · kGemmNr + j] for i < mr ≤ kGemmMr and j < nr ≤ kGemmNr, one
+// fp32 FMA per k in order, writing only j < nr.
 #ifndef PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 #define PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 
@@ -12,6 +13,12 @@
 #include "kernels/cpu/quant_dot.h"
 
 namespace pdserve::kernels {
+
+// Writes the kc × kGemmNr panel of columns [k0, k0 + kc) of `live` ≤ kGemmNr weight rows (row j's
+// floats from src[j]): panel[k · kGemmNr + j] = src[j][k0 + k] for j < live, 0 for j ≥ live.
+// Reads nothing outside those rows' columns [k0, k0 + kc).
+using GemmPackFn = void (*)(const float* const* src, int live, int64_t k0, int64_t kc,
+                            float* panel);
 
 struct GemmTileArgs {
   const float* x;  // x[i, k] at x[i · ldx + k]
@@ -55,6 +62,7 @@ Int8GemmFn Int8GemmFor(DType dtype);
 namespace avx2 {
 inline constexpr int kGemmMr = 6, kGemmNr = 16;  // 12 accumulators of 8 floats
 void GemmTile(const GemmTileArgs& args);
+void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float* panel);
 
 // The AVX2 tile for codes ≤ max_code, or nullptr: vpmaddubsw products summed in int16 over 8
 // steps for codes ≤ 15 (Q4_0, Q4_1, Q4_K), 4 for ≤ 31 (Q5_0, Q5_1, Q5_K) — steps × 2 × code × 127
@@ -65,6 +73,7 @@ Int8GemmFn Int8GemmPanelsFor(int max_code);
 namespace avx512 {
 inline constexpr int kGemmMr = 12, kGemmNr = 32;  // 24 accumulators of 16 floats
 void GemmTile(const GemmTileArgs& args);
+void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float* panel);
 
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
@@ -78,6 +87,7 @@ inline constexpr int kGemmMaxNr = avx2::kGemmNr > avx512::kGemmNr ? avx2::kGemmN
 struct GemmKernel {
   int mr, nr;
   void (*tile)(const GemmTileArgs&);
+  GemmPackFn pack;
 };
 GemmKernel ActiveGemmKernel();
 

@@ -183,11 +183,13 @@ const float* RowFloats(const Tensor& w, int64_t r, float* tmp) {
   return tmp;
 }
 
-// Packs weight rows [begin, end) into the micro-kernel's panels of nr rows: K block b (columns
-// [b·kGemmKc, ...), kc wide) holds the chunk's ceil((end − begin) / nr) panels of kc × nr floats
-// back to back, starting at float b·kGemmKc·panels·nr; rows past `end` are zeros. `tmp` holds nr
-// rows of cols floats (16-bit and quantized rows are widened there, a panel at a time).
-void PackChunk(const Tensor& w, int64_t begin, int64_t end, int nr, float* packed, float* tmp) {
+// Packs weight rows [begin, end) into the micro-kernel's panels of kernel.nr rows: K block b
+// (columns [b·kGemmKc, ...), kc wide) holds the chunk's ceil((end − begin) / nr) panels of kc × nr
+// floats back to back, starting at float b·kGemmKc·panels·nr; rows past `end` are zeros. `tmp`
+// holds nr rows of cols floats (16-bit and quantized rows are widened there, a panel at a time).
+void PackChunk(const GemmKernel& kernel, const Tensor& w, int64_t begin, int64_t end, float* packed,
+               float* tmp) {
+  const int nr = kernel.nr;
   const int64_t cols = w.cols(), rows = end - begin, panels = (rows + nr - 1) / nr;
   const float* src[kGemmMaxNr];
   for (int64_t p = 0; p < panels; ++p) {
@@ -195,11 +197,7 @@ void PackChunk(const Tensor& w, int64_t begin, int64_t end, int nr, float* packe
     for (int j = 0; j < live; ++j) src[j] = RowFloats(w, begin + p * nr + j, tmp + j * cols);
     for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
       const int64_t kc = std::min(kGemmKc, cols - k0);
-      float* panel = packed + k0 * panels * nr + p * kc * nr;
-      for (int64_t k = 0; k < kc; ++k, panel += nr) {  // sequential stores, rows read in turn
-        for (int j = 0; j < live; ++j) panel[j] = src[j][k0 + k];
-        for (int j = live; j < nr; ++j) panel[j] = 0.0f;
-      }
+      kernel.pack(src, live, k0, kc, packed + k0 * panels * nr + p * kc * nr);
     }
   }
 }
@@ -211,7 +209,7 @@ void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor
                int64_t ldy, int64_t begin, int64_t end, float* workspace) {
   const int64_t cols = w.cols(), rows = end - begin, panels = (rows + kernel.nr - 1) / kernel.nr;
   float* packed = workspace;  // then the widened rows of one panel
-  PackChunk(w, begin, end, kernel.nr, packed, packed + panels * kernel.nr * cols);
+  PackChunk(kernel, w, begin, end, packed, packed + panels * kernel.nr * cols);
   for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
     const int64_t kc = std::min(kGemmKc, cols - k0);
     const float* block = packed + k0 * panels * kernel.nr;
@@ -279,9 +277,9 @@ void ActiveBatchGemvRows(const BatchGemvArgs& args) {
 
 GemmKernel ActiveGemmKernel() {
   if (ActiveSimdLevel() == SimdLevel::kAvx512) {
-    return {avx512::kGemmMr, avx512::kGemmNr, &avx512::GemmTile};
+    return {avx512::kGemmMr, avx512::kGemmNr, &avx512::GemmTile, &avx512::PackPanel};
   }
-  return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmTile};
+  return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmTile, &avx2::PackPanel};
 }
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
