@@ -397,7 +397,6 @@ BENCHMARK(BM_Rope)
 }  // namespace
 }  // namespace pdserve::kernels
 
-// Like BENCHMARK_MAIN(), with a default --benchmark_min_time of 0.2 s unless one is given.
 // The machine's read bandwidth: threads sum disjoint halves of a 2 GiB buffer with AVX2 loads —
 // larger than any last-level cache here (the Xeon VMs report 480 MiB of L3), so it reads memory.
 // The ceiling for decode, which streams every weight once per token.
@@ -427,6 +426,58 @@ void BM_MemoryRead(benchmark::State& state) {
                           static_cast<int64_t>(buffer->size() * sizeof(float)));
 }
 BENCHMARK(BM_MemoryRead)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+// The machine's fp32 FMA peak, the ceiling for prefill: per thread, kFmaChains independent chains
+// of register-only FMAs (enough to keep both FMA ports busy through their latency) in the vectors
+// of the active level (PDSERVE_SIMD forces AVX2).
+constexpr int kFmaChains = 12;
+constexpr int64_t kFmaSteps = 1 << 16;
+
+// The chains' sum's first lane, so that no chain is optimized away. One function per vector width,
+// each compiled for its instruction set.
+__attribute__((target("avx2,fma"))) float FmaChains256() {
+  __m256 acc[kFmaChains];
+  for (int j = 0; j < kFmaChains; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  for (int64_t i = 0; i < kFmaSteps; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < kFmaChains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  }
+  for (int j = 1; j < kFmaChains; ++j) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+  return _mm256_cvtss_f32(acc[0]);
+}
+
+__attribute__((target("avx512f"))) float FmaChains512() {
+  __m512 acc[kFmaChains];
+  for (int j = 0; j < kFmaChains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (int64_t i = 0; i < kFmaSteps; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < kFmaChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  }
+  for (int j = 1; j < kFmaChains; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+  return _mm512_cvtss_f32(acc[0]);
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool avx512 = pdserve::kernels::ActiveSimdLevel() == pdserve::kernels::SimdLevel::kAvx512;
+  pdserve::ThreadPool pool(threads);
+  std::vector<float> sums(threads);
+  for (auto _ : state) {
+    pool.ParallelFor(threads, 1, [&](int64_t, int64_t, int thread) {
+      sums[thread] = avx512 ? FmaChains512() : FmaChains256();
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  const double lanes = avx512 ? 16 : 8;
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * lanes * kFmaChains * kFmaSteps * threads,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(pdserve::kernels::SimdLevelName(pdserve::kernels::ActiveSimdLevel()));
+}
+BENCHMARK(BM_FmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+// Like BENCHMARK_MAIN(), with a default --benchmark_min_time of 0.2 s unless one is given.
 
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
