@@ -34,7 +34,7 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
           "Token retention: kvcrush (SnapKV + representatives of the evicted), snapkv (importance "
           "only) or recent (sink and newest tokens only)");
-ABSL_FLAG(double, kvcrush_ratio, 0.5,
+ABSL_FLAG(double, kvcrush_ratio, 0.75,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
 ABSL_FLAG(double, kvcrush_weight, 0.5,
           "KVCrush: a representative standing for n tokens (itself and the evicted of its group) "
