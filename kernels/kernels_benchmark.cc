@@ -478,7 +478,6 @@ void BM_FmaPeak(benchmark::State& state) {
 BENCHMARK(BM_FmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
 // Like BENCHMARK_MAIN(), with a default --benchmark_min_time of 0.2 s unless one is given.
-
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   bool has_min_time = false;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/kv/token_retention.h"
 #include "tools/flag_struct.h"
 
 ABSL_FLAG(int, swiftkv_layer, -1,
@@ -27,6 +28,8 @@ ABSL_FLAG(int, kcache_sink, 4, "KCache: first tokens always kept");
 ABSL_FLAG(int, kcache_recent, 16, "KCache: newest tokens always kept");
 ABSL_FLAG(bool, kcache_renormalize, false,
           "KCache: renormalize the kept probabilities instead of using the full softmax's");
+// The token retention flags' defaults are RetentionOptions' own (core/kv/token_retention.h).
+constexpr pdserve::RetentionOptions kRetentionDefaults{};
 ABSL_FLAG(
     std::string, kvcrush_budget, "off",
     "Token retention (KVCrush): prompt tokens each cache layer keeps, as a count (\"256\") or "
@@ -34,27 +37,29 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, kvcrush_policy, "kvcrush",
           "Token retention: kvcrush (SnapKV + representatives of the evicted), snapkv (importance "
           "only) or recent (sink and newest tokens only)");
-ABSL_FLAG(double, kvcrush_ratio, 0.75,
+ABSL_FLAG(double, kvcrush_ratio, kRetentionDefaults.kvcrush_ratio,
           "KVCrush: share of the budget (beyond sink and recent) kept as representatives");
-ABSL_FLAG(double, kvcrush_weight, 0.5,
+ABSL_FLAG(double, kvcrush_weight, kRetentionDefaults.kvcrush_weight,
           "KVCrush: a representative standing for n tokens (itself and the evicted of its group) "
           "gets this times ln min(n, --kvcrush-weight-cap) added to its attention scores; 0 = "
           "none");
-ABSL_FLAG(double, kvcrush_weight_cap, 8.0,
+ABSL_FLAG(double, kvcrush_weight_cap, kRetentionDefaults.kvcrush_weight_cap,
           "KVCrush: a representative weighs at most as much as this many tokens (≥ 1)");
-ABSL_FLAG(int, kvcrush_window, 32, "Token retention: the prompt's last queries that score tokens");
-ABSL_FLAG(int, kvcrush_max_tokens, 0,
+ABSL_FLAG(int, kvcrush_window, kRetentionDefaults.window,
+          "Token retention: the prompt's last queries that score tokens");
+ABSL_FLAG(int, kvcrush_max_tokens, kRetentionDefaults.max_tokens,
           "Decode-time eviction (H2O): once a sequence's cache reaches this + a page, keep this "
           "many tokens by the attention its decode steps paid them; 0 = off");
-ABSL_FLAG(int, kvcrush_pool, 7,
+ABSL_FLAG(int, kvcrush_pool, kRetentionDefaults.pool,
           "Token retention: average each token's score over this many neighbours (odd; 1 = none)");
-ABSL_FLAG(int, kvcrush_sink, 4, "Token retention: first tokens always kept");
-ABSL_FLAG(int, kvcrush_recent, 16, "Token retention: newest prompt tokens always kept (≥ 1)");
+ABSL_FLAG(int, kvcrush_sink, kRetentionDefaults.sink, "Token retention: first tokens always kept");
+ABSL_FLAG(int, kvcrush_recent, kRetentionDefaults.recent,
+          "Token retention: newest prompt tokens always kept (≥ 1)");
 ABSL_FLAG(std::string, kvcrush_granularity, "token",
           "Token retention: select single tokens (token) or whole KV pages (page)");
 ABSL_FLAG(std::string, kvcrush_anchor, "random",
           "KVCrush anchor: random (seeded), zeros, ones, mean or alternate");
-ABSL_FLAG(uint64_t, kvcrush_seed, 0, "KVCrush: seed of the random anchor");
+ABSL_FLAG(uint64_t, kvcrush_seed, kRetentionDefaults.seed, "KVCrush: seed of the random anchor");
 
 namespace pdserve::cli {
 namespace {
