@@ -17,6 +17,8 @@
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/gemv_kernels.h"
 #include "kernels/cpu_features.h"
+#include "kernels/panel_matrix.h"
+#include "kernels/projection.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -129,6 +131,74 @@ std::vector<MatmulCase> AllCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest, testing::ValuesIn(AllCases()), CaseName);
+
+// Matrices packed once (PanelMatrix) at each level the CPU has, against the reference on the same
+// weights: every batch from one decode row to several tiles, chunks past the first and a ragged
+// last one, K blocks past the first, y rows wider than W's; nothing written past a y row's outputs.
+TEST_P(MatmulTest, PanelMatrixMatchesReference) {
+  const MatmulCase& c = GetParam();
+  ThreadPool pool(c.threads);
+  uint32_t seed = 500;
+  std::vector<SimdLevel> levels = {SimdLevel::kAvx2};
+  if (GetCpuFeatures().avx512) levels.push_back(SimdLevel::kAvx512);
+  for (SimdLevel level : levels) {
+    for (const Shape& shape : {Shape{1, 1}, Shape{37, 33}, Shape{67, 172}, Shape{300, 24},
+                               Shape{129, 1100}, Shape{64, 768}}) {
+      SCOPED_TRACE(absl::StrCat(SimdLevelName(level), " rows ", shape.rows, " cols ", shape.cols));
+      const Tensor w = ConvertTensor(
+          MakeF32Tensor(RandomVector(shape.rows * shape.cols, seed++), {shape.rows, shape.cols}),
+          c.dtype);
+      const PanelMatrix packed(w, level);
+      ASSERT_EQ(packed.rows(), shape.rows);
+      ASSERT_EQ(packed.cols(), shape.cols);
+      ASSERT_EQ(packed.dtype(), c.dtype);
+      const std::vector<float> x = RandomVector(c.n * shape.cols, seed++);
+      const int64_t ldy = shape.rows + 3;
+      std::vector<float> y(c.n * ldy, kGuard);
+      Matmul(pool, x.data(), c.n, packed, y.data(), ldy);
+
+      std::vector<float> want(c.n * shape.rows), got(c.n * shape.rows);
+      MatmulReference(x.data(), c.n, w, want.data());
+      for (int64_t i = 0; i < c.n; ++i) {
+        for (int64_t j = 0; j < ldy; ++j) {
+          if (j < shape.rows) {
+            got[i * shape.rows + j] = y[i * ldy + j];
+          } else {
+            ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past row " << i << "'s outputs at " << j;
+          }
+        }
+      }
+      ASSERT_GT(Norm(want.data(), c.n * shape.rows), 0.0);
+      EXPECT_LT(RelativeError(got.data(), want.data(), c.n * shape.rows), kSameWeightsTolerance);
+    }
+  }
+}
+
+// A Projection packs one float part, keeps quantized and mixed stacks as stored, and multiplies
+// as Matmul does on the parts.
+TEST(ProjectionTest, PacksFloatStacksAndMatchesMatmul) {
+  ThreadPool pool(2);
+  const int64_t cols = 64, n = 5;
+  const Tensor a = MakeF32Tensor(RandomVector(40 * cols, 600), {40, cols});
+  const Tensor b = MakeF32Tensor(RandomVector(24 * cols, 601), {24, cols});
+  const std::vector<float> x = RandomVector(n * cols, 602);
+  std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), cols));
+  for (const std::vector<Tensor>& parts :
+       {std::vector<Tensor>{ConvertTensor(a, DType::kF16)},
+        std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0)},
+        std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0), ConvertTensor(b, DType::kQ4_0)}}) {
+    SCOPED_TRACE(DescribeTensor(parts.back()));
+    const Projection projection(parts);
+    const int64_t rows = parts.size() == 1 ? 40 : 64;
+    EXPECT_EQ(projection.rows(), rows);
+    EXPECT_EQ(projection.cols(), cols);
+    EXPECT_EQ(projection.packed(), !IsQuantized(parts.front().dtype));
+    std::vector<float> got(n * rows), want(n * rows);
+    Matmul(pool, x.data(), n, projection, got.data(), workspace);
+    Matmul(pool, x.data(), n, std::span<const Tensor>(parts), want.data(), workspace);
+    EXPECT_LT(RelativeError(got.data(), want.data(), n * rows), kSameWeightsTolerance);
+  }
+}
 
 // Larger projections (stories15M shapes) on the GEMM path: several chunks per thread, K blocks
 // after the first (700 columns: two full and a partial one), chunks narrower than a panel.
@@ -279,36 +349,44 @@ TEST(BatchGemvKernelTest, Avx512) {
   CheckBatchGemvKernel(&avx512::BatchGemvRows);
 }
 
-// The GEMM micro-kernels called directly: every tile height up to kGemmMr, full and partial
-// panel widths, padded x and y rows, overwriting and accumulating; y past nr stays untouched.
+// The GEMM micro-kernels called directly: f32, f16 and bf16 panels, every tile height up to
+// kGemmMr, full and partial panel widths, padded x and y rows, overwriting and accumulating; y
+// past nr stays untouched.
 void CheckGemmTile(void (*tile)(const GemmTileArgs&), int max_mr, int panel_width) {
   uint32_t seed = 300;
-  for (int64_t kc : {1, 7, 64, 257}) {
-    for (int mr = 1; mr <= max_mr; ++mr) {
-      for (int nr : {1, panel_width / 2 + 1, panel_width}) {
-        for (bool accumulate : {false, true}) {
-          SCOPED_TRACE(absl::StrCat("kc ", kc, " mr ", mr, " nr ", nr, " accumulate ", accumulate));
-          const int64_t ldx = kc + 3, ldy = panel_width + 5;
-          std::vector<float> x = RandomVector(mr * ldx, seed++);
-          std::vector<float> panel = RandomVector(kc * panel_width, seed++);
-          std::vector<float> y = RandomVector(mr * ldy, seed++);
-          for (int i = 0; i < mr; ++i) {
-            for (int64_t j = nr; j < ldy; ++j) y[i * ldy + j] = kGuard;
-          }
-          const std::vector<float> before = y;
-          tile({x.data(), ldx, mr, panel.data(), kc, y.data(), ldy, nr, accumulate});
-          for (int i = 0; i < mr; ++i) {
-            for (int j = 0; j < ldy; ++j) {
-              if (j >= nr) {
-                ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past nr at " << i << ", " << j;
-                continue;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t kc : {1, 7, 64, 257}) {
+      // The panel as the kernel stores it, and its values as floats.
+      const Tensor stored = ConvertTensor(
+          MakeF32Tensor(RandomVector(kc * panel_width, seed++), {kc, panel_width}), dtype);
+      std::vector<float> panel(kc * panel_width);
+      for (int64_t e = 0; e < kc * panel_width; ++e) panel[e] = ElementAsFloat(stored, e);
+      for (int mr = 1; mr <= max_mr; ++mr) {
+        for (int nr : {1, panel_width / 2 + 1, panel_width}) {
+          for (bool accumulate : {false, true}) {
+            SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " kc ", kc, " mr ", mr, " nr ", nr,
+                                      " accumulate ", accumulate));
+            const int64_t ldx = kc + 3, ldy = panel_width + 5;
+            std::vector<float> x = RandomVector(mr * ldx, seed++);
+            std::vector<float> y = RandomVector(mr * ldy, seed++);
+            for (int i = 0; i < mr; ++i) {
+              for (int64_t j = nr; j < ldy; ++j) y[i * ldy + j] = kGuard;
+            }
+            const std::vector<float> before = y;
+            tile({x.data(), ldx, mr, stored.data, dtype, kc, y.data(), ldy, nr, accumulate});
+            for (int i = 0; i < mr; ++i) {
+              for (int j = 0; j < ldy; ++j) {
+                if (j >= nr) {
+                  ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past nr at " << i << ", " << j;
+                  continue;
+                }
+                double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
+                for (int64_t k = 0; k < kc; ++k) {
+                  want += double{x[i * ldx + k]} * panel[k * panel_width + j];
+                  scale += std::abs(double{x[i * ldx + k]} * panel[k * panel_width + j]);
+                }
+                ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
               }
-              double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
-              for (int64_t k = 0; k < kc; ++k) {
-                want += double{x[i * ldx + k]} * panel[k * panel_width + j];
-                scale += std::abs(double{x[i * ldx + k]} * panel[k * panel_width + j]);
-              }
-              ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
             }
           }
         }

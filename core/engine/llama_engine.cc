@@ -69,6 +69,27 @@ ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format
   return run;
 }
 
+// The tensor keeps its shape and dtype but lets go of its bytes (they are packed elsewhere).
+void DropBytes(Tensor& t) {
+  t.data = nullptr;
+  t.owner.reset();
+}
+
+// `stack` as a projection; when that packed it, the stack's tensors drop their bytes.
+kernels::Projection TakeProjection(StackedWeights& stack) {
+  kernels::Projection projection(stack.parts);
+  if (projection.packed()) {
+    for (Tensor& part : stack.parts) DropBytes(part);
+  }
+  return projection;
+}
+
+kernels::Projection TakeProjection(Tensor& t) {
+  kernels::Projection projection({t});
+  if (projection.packed()) DropBytes(t);
+  return projection;
+}
+
 // Threads for num_threads = 0. Below ~2M layer parameters a matmul is a few microseconds of work
 // and waking a second thread costs more than it saves (stories260K: 1 thread ~5x faster than 2).
 int AutoThreads(const ModelConfig& c) {
@@ -214,10 +235,18 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
         std::pair{&b.hb, int64_t{c.hidden_dim}}}) {
     buffer->resize(n * width);
   }
-  for (LayerWeights& layer : weights_.layers) {
-    w13_.push_back(WeightFormat{options.weight_dtype}.Stack({layer.w1, layer.w3}));
-    layer.w1 = layer.w3 = Tensor{};  // now only in w13_
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    LayerWeights& layer = weights_.layers[i];
+    LayerPlan& layer_plan = plan_.layers[i];
+    StackedWeights w13 = WeightFormat{options.weight_dtype}.Stack({layer.w1, layer.w3});
+    layer.w1 = layer.w3 = Tensor{};  // now only in w13
+    projections_.push_back({.w_in = TakeProjection(layer_plan.w_in),
+                            .wo = TakeProjection(layer_plan.wo),
+                            .w13 = kernels::Projection(std::move(w13.parts)),
+                            .w2 = TakeProjection(layer.w2)});
   }
+  classifier_ = TakeProjection(weights_.classifier);
+  if (plan_.swiftkv()) swiftkv_kv_ = TakeProjection(plan_.swiftkv_kv);
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max({c.dim, c.q_dim(), c.hidden_dim})));
@@ -330,15 +359,16 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
   const ModelConfig& c = config();
   const LayerWeights& w = weights_.layers[layer];
   const LayerPlan& plan = plan_.layers[layer];
+  const LayerProjections& p = projections_[layer];
   Buffers& b = *buffers_;
   std::span<float> ws(b.matmul_workspace);
-  const int64_t width = plan.w_in.rows(), dim = c.dim, hidden = c.hidden_dim;
+  const int64_t width = p.w_in.rows(), dim = c.dim, hidden = c.hidden_dim;
   switch (step) {
     case LayerStep::kAttentionNorm:
       RmsNormRows(b.x.data(), w.attn_norm, n, b.xb.data());
       return;
     case LayerStep::kQkvProjection:
-      kernels::Matmul(pool_, b.xb.data(), n, plan.w_in.parts, b.qkv.data(), ws);
+      kernels::Matmul(pool_, b.xb.data(), n, p.w_in, b.qkv.data(), ws);
       return;
     case LayerStep::kQkvBias:
       AddBiasAndNormHeads(b.qkv.data(), width, n, plan.b_in, {});
@@ -374,7 +404,7 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
       return;
     }
     case LayerStep::kOutputProjection:
-      kernels::Matmul(pool_, b.attn.data(), n, plan.wo, b.xb.data(), ws);
+      kernels::Matmul(pool_, b.attn.data(), n, p.wo, b.xb.data(), ws);
       return;
     case LayerStep::kResidualFfnNorm:
       ForTokens(n, [&](int64_t begin, int64_t end, int) {
@@ -384,7 +414,7 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
       });
       return;
     case LayerStep::kGateUpProjection:
-      kernels::Matmul(pool_, b.xb.data(), n, w13_[layer].parts, b.gate_up.data(), ws);
+      kernels::Matmul(pool_, b.xb.data(), n, p.w13, b.gate_up.data(), ws);
       return;
     case LayerStep::kSwiGlu:
       ForTokens(n, [&](int64_t begin, int64_t end, int) {
@@ -395,7 +425,7 @@ void LlamaEngine::Step(LayerStep step, int layer, int n) {
       });
       return;
     case LayerStep::kDownProjection:
-      kernels::Matmul(pool_, b.hb.data(), n, w.w2, b.xb.data(), ws);
+      kernels::Matmul(pool_, b.hb.data(), n, p.w2, b.xb.data(), ws);
       return;
     case LayerStep::kResidual:
       ForTokens(n, [&](int64_t begin, int64_t end, int) {
@@ -434,9 +464,8 @@ void LlamaEngine::SwiftKvProjectAndStore(int n) {
   const ModelConfig& c = config();
   Buffers& b = *buffers_;
   RmsNormRows(b.x.data(), plan_.swiftkv_norm, n, b.xb.data());
-  kernels::Matmul(pool_, b.xb.data(), n, plan_.swiftkv_kv.parts, b.swiftkv.data(),
-                  b.matmul_workspace);
-  const int64_t width = plan_.swiftkv_kv.rows();
+  kernels::Matmul(pool_, b.xb.data(), n, swiftkv_kv_, b.swiftkv.data(), b.matmul_workspace);
+  const int64_t width = swiftkv_kv_.rows();
   const int leaders = static_cast<int>(plan_.swiftkv_v_offsets.size());
   std::vector<HeadNorm> norms;
   for (int i = 0; i < leaders && !plan_.swiftkv_k_norms.empty(); ++i) {
@@ -610,8 +639,7 @@ int LlamaEngine::ComputeLogits(int rows) {
   Buffers& b = *buffers_;
   kernels::RmsNorm(b.x.data(), weights_.final_norm.as<float>(), rows, c.dim, c.norm_eps,
                    b.xb.data());
-  kernels::Matmul(pool_, b.xb.data(), rows, weights_.classifier, b.logits.data(),
-                  b.matmul_workspace);
+  kernels::Matmul(pool_, b.xb.data(), rows, classifier_, b.logits.data(), b.matmul_workspace);
   return rows;
 }
 

@@ -44,6 +44,7 @@
 #include "core/model/layer_graph.h"
 #include "core/model/model_weights.h"
 #include "kernels/kv_view.h"
+#include "kernels/projection.h"
 #include "kernels/rope.h"
 
 namespace pdserve {
@@ -175,7 +176,16 @@ class LlamaEngine : public Engine {
   ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
   KvPlan plan_;
   std::vector<LayerStep> graph_;     // every layer's steps (the family's LayerGraph)
-  std::vector<StackedWeights> w13_;  // per layer [2·hidden, dim] = [w1; w3]
+  // The matrices Forward multiplies by, as kernels::Projection runs them (f32/f16/bf16 packed once
+  // into the GEMM's panels); the tensors of packed ones, in plan_ and weights_, keep their shapes
+  // and dtypes but no bytes.
+  struct LayerProjections {
+    kernels::Projection w_in, wo;
+    kernels::Projection w13;  // [2·hidden, dim] = [w1; w3]
+    kernels::Projection w2;
+  };
+  std::vector<LayerProjections> projections_;
+  kernels::Projection classifier_, swiftkv_kv_;
   EngineOptions options_;
   int max_context_;
   ThreadPool pool_;

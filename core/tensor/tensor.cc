@@ -33,7 +33,8 @@ std::shared_ptr<uint8_t> AllocateStorage(size_t bytes) {
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
-// A tensor of `dtype` and `shape` whose storage the caller fills through the returned pointer.
+}  // namespace
+
 std::pair<Tensor, uint8_t*> NewTensor(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
@@ -44,8 +45,6 @@ std::pair<Tensor, uint8_t*> NewTensor(DType dtype, std::vector<int64_t> shape) {
   t.owner = std::move(storage);
   return {std::move(t), data};
 }
-
-}  // namespace
 
 Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape) {
   auto storage = std::make_shared<std::vector<float>>(std::move(values));

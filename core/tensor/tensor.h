@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor/dtype.h"
@@ -40,6 +41,10 @@ struct Tensor {
 
 // Returns a tensor that owns a copy of `values` with the given shape (dtype f32).
 Tensor MakeF32Tensor(std::vector<float> values, std::vector<int64_t> shape);
+
+// An uninitialized tensor of `dtype` and `shape` in memory of its own (like CopyTensor's), and its
+// bytes, which the caller fills before sharing the tensor.
+std::pair<Tensor, uint8_t*> NewTensor(DType dtype, std::vector<int64_t> shape);
 
 // Converts any tensor to an owned f32 tensor of the same shape (quantized ones dequantized).
 Tensor ToF32(const Tensor& tensor);

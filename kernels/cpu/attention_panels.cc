@@ -89,6 +89,7 @@ void GemmOverPanels(const GemmKernel& kernel, const float* x, int64_t ldx, int m
                    .ldx = ldx,
                    .mr = std::min(kernel.mr, m - i0),
                    .panel = panels + p * panel_stride,
+                   .panel_dtype = DType::kF32,
                    .kc = kc,
                    .y = y + int64_t{i0} * ldy + j0,
                    .ldy = ldy,

@@ -1,6 +1,7 @@
 // AVX2 + FMA GEMM micro-kernel (see gemm_kernels.h).
 #include <immintrin.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/gemm_kernels.h"
@@ -14,18 +15,33 @@ __m256i Mask(int lanes) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-template <int MR>
+// 8 panel elements of type T from p, as floats (f16 and bf16 widened exactly).
+template <typename T>
+__m256 Load8(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (std::is_same_v<T, F16Bits>) {
+      return _mm256_cvtph_ps(half);
+    } else {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+    }
+  }
+}
+
+template <typename T, int MR>
 void Tile(const GemmTileArgs& a) {
   __m256 acc[MR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   // Locals, not a's fields, so that the loop keeps everything in registers.
-  const float* p = a.panel;
+  const T* p = static_cast<const T*>(a.panel);
   const float* x = a.x;
   const int64_t kc = a.kc, ldx = a.ldx;
   for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
-    const __m256 b0 = _mm256_loadu_ps(p);
-    const __m256 b1 = _mm256_loadu_ps(p + 8);
+    const __m256 b0 = Load8(p);
+    const __m256 b1 = Load8(p + 8);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const __m256 xi = _mm256_broadcast_ss(x + i * ldx);
@@ -47,15 +63,23 @@ void Tile(const GemmTileArgs& a) {
   }
 }
 
-template <int... MR>
+template <typename T, int... MR>
 void Dispatch(const GemmTileArgs& a, std::integer_sequence<int, MR...>) {
-  ((a.mr == MR + 1 ? Tile<MR + 1>(a) : void()), ...);
+  ((a.mr == MR + 1 ? Tile<T, MR + 1>(a) : void()), ...);
 }
 
 }  // namespace
 
 void GemmTile(const GemmTileArgs& args) {
-  Dispatch(args, std::make_integer_sequence<int, kGemmMr>());
+  constexpr auto kRows = std::make_integer_sequence<int, kGemmMr>();
+  switch (args.panel_dtype) {
+    case DType::kF16:
+      return Dispatch<F16Bits>(args, kRows);
+    case DType::kBF16:
+      return Dispatch<BF16Bits>(args, kRows);
+    default:
+      return Dispatch<float>(args, kRows);
+  }
 }
 
 // Blocks of 8 rows × 8 columns, transposed in registers; a block's missing rows are zeros and its

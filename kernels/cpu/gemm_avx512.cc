@@ -3,6 +3,7 @@
 // matmul_avx512.cc).
 #include <immintrin.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/gemm_kernels.h"
@@ -15,18 +16,33 @@ __mmask16 Mask(int lanes) {
                      : static_cast<__mmask16>((1u << (lanes > 0 ? lanes : 0)) - 1u);
 }
 
-template <int MR>
+// 16 panel elements of type T from p, as floats (f16 and bf16 widened exactly).
+template <typename T>
+__m512 Load16(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (std::is_same_v<T, F16Bits>) {
+      return _mm512_cvtph_ps(half);
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+    }
+  }
+}
+
+template <typename T, int MR>
 void Tile(const GemmTileArgs& a) {
   __m512 acc[MR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   // Locals, not a's fields, so that the loop keeps everything in registers.
-  const float* p = a.panel;
+  const T* p = static_cast<const T*>(a.panel);
   const float* x = a.x;
   const int64_t kc = a.kc, ldx = a.ldx;
   for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
-    const __m512 b0 = _mm512_loadu_ps(p);
-    const __m512 b1 = _mm512_loadu_ps(p + 16);
+    const __m512 b0 = Load16(p);
+    const __m512 b1 = Load16(p + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const __m512 xi = _mm512_set1_ps(x[i * ldx]);
@@ -48,9 +64,9 @@ void Tile(const GemmTileArgs& a) {
   }
 }
 
-template <int... MR>
+template <typename T, int... MR>
 void Dispatch(const GemmTileArgs& a, std::integer_sequence<int, MR...>) {
-  ((a.mr == MR + 1 ? Tile<MR + 1>(a) : void()), ...);
+  ((a.mr == MR + 1 ? Tile<T, MR + 1>(a) : void()), ...);
 }
 
 // r[i] lane j ↔ r[j] lane i for i, j < 16: pairs of rows interleaved by floats, then by pairs of
@@ -90,7 +106,15 @@ void Transpose16x16(__m512 (&r)[16]) {
 }  // namespace
 
 void GemmTile(const GemmTileArgs& args) {
-  Dispatch(args, std::make_integer_sequence<int, kGemmMr>());
+  constexpr auto kRows = std::make_integer_sequence<int, kGemmMr>();
+  switch (args.panel_dtype) {
+    case DType::kF16:
+      return Dispatch<F16Bits>(args, kRows);
+    case DType::kBF16:
+      return Dispatch<BF16Bits>(args, kRows);
+    default:
+      return Dispatch<float>(args, kRows);
+  }
 }
 
 // Blocks of 16 rows × 16 columns, transposed in registers; a block's missing rows are zeros and its

@@ -1,18 +1,26 @@
-// Internal: the register-blocked micro-kernels of Matmul's prefill GEMM (kernels/cpu/matmul.cc),
-// one per instruction-set level. Weights are packed into panels of kGemmNr rows, k-major (panel
-// element [k, j] = W[row0 + j, k0 + k] at panel[k · kGemmNr + j], zero past the last row; each
-// level's PackPanel writes them by register transposes); a kernel computes an mr × nr tile y[i, j]
-// (+)= Σ_{k < kc} x[i, k] · panel[k · kGemmNr + j] for i < mr ≤ kGemmMr and j < nr ≤ kGemmNr, one
-// fp32 FMA per k in order, writing only j < nr.
+// Internal: the register-blocked micro-kernels of Matmul's GEMM (kernels/cpu/matmul.cc), one per
+// instruction-set level. Weights are packed into panels of kGemmNr rows, k-major (panel element
+// [k, j] = W[row0 + j, k0 + k] at panel[k · kGemmNr + j], zero past the last row; each level's
+// PackPanel writes them by register transposes); panels hold fp32, or f16/bf16 widened in
+// registers as they are read (a PanelMatrix's, packed once at load). A kernel computes an mr × nr
+// tile y[i, j] (+)= Σ_{k < kc} x[i, k] · panel[k · kGemmNr + j] for i < mr ≤ kGemmMr and
+// j < nr ≤ kGemmNr, one fp32 FMA per k in order, writing only j < nr.
 #ifndef PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 #define PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tensor/dtype.h"
+#include "core/tensor/tensor.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
+
+// The element types of 16-bit panels: an f16's or a bf16's bits.
+enum class F16Bits : uint16_t {};
+enum class BF16Bits : uint16_t {};
 
 // Writes the kc × kGemmNr panel of columns [k0, k0 + kc) of `live` ≤ kGemmNr weight rows (row j's
 // floats from src[j]): panel[k · kGemmNr + j] = src[j][k0 + k] for j < live, 0 for j ≥ live.
@@ -24,7 +32,8 @@ struct GemmTileArgs {
   const float* x;  // x[i, k] at x[i · ldx + k]
   int64_t ldx;
   int mr;
-  const float* panel;  // kc × kGemmNr floats
+  const void* panel;  // kc × kGemmNr elements of panel_dtype
+  DType panel_dtype;  // f32, f16 or bf16
   int64_t kc;
   float* y;  // y[i, j] at y[i · ldy + j]
   int64_t ldy;
@@ -83,13 +92,40 @@ void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const Act
 // The widest panel of any level.
 inline constexpr int kGemmMaxNr = avx2::kGemmNr > avx512::kGemmNr ? avx2::kGemmNr : avx512::kGemmNr;
 
-// The fp32 micro-kernel for the active instruction set (kernels/cpu_features.h).
+// Weight rows per GEMM chunk, packed at a time; threads take such chunks in turn, which balances
+// uneven threads. A multiple of every micro-kernel's panel width.
+inline constexpr int64_t kGemmChunkRows = 128;
+static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kGemmNr == 0,
+              "a chunk's panels fill kGemmChunkRows rows exactly");
+// Columns per K block: a block of a chunk's panels (128 × 1024 floats at most, 512 KiB) stays in
+// L2 while the rows of x stream past it.
+inline constexpr int64_t kGemmKc = 1024;
+
+// The micro-kernel of one instruction set (kernels/cpu_features.h).
 struct GemmKernel {
   int mr, nr;
   void (*tile)(const GemmTileArgs&);
   GemmPackFn pack;
 };
+GemmKernel GemmKernelFor(SimdLevel level);
 GemmKernel ActiveGemmKernel();
+
+// The layout of a packed chunk of `rows` ≤ kGemmChunkRows weight rows of `cols` columns: K block b
+// (columns [b·kGemmKc, …), kc wide) holds the chunk's ceil(rows / kernel.nr) panels of
+// kc × kernel.nr elements back to back, starting at element b·kGemmKc·panels·nr; rows past the
+// chunk's are zeros.
+
+// Packs weight rows [begin, end) of w (f32, f16, bf16 or quantized; end − begin ≤ kGemmChunkRows)
+// into a chunk of fp32 panels at `packed`. `tmp` holds kernel.nr rows of cols floats (16-bit and
+// quantized rows are widened there, a panel at a time).
+void PackChunk(const GemmKernel& kernel, const Tensor& w, int64_t begin, int64_t end, float* packed,
+               float* tmp);
+
+// y[i, j] (+)= Σ_c x[i, c]·chunk[j, c] for i < n, j < rows: per K block, every (kernel.mr rows of
+// x) × panel tile, K blocks after the first adding to y. x rows are `cols` floats apart, y rows
+// `ldy`; the chunk's elements are `dtype` (f32, f16 or bf16).
+void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t cols,
+                   const void* chunk, DType dtype, int64_t rows, float* y, int64_t ldy);
 
 }  // namespace pdserve::kernels
 

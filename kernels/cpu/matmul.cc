@@ -22,14 +22,6 @@ static_assert(kGemvMaxBatch == 4, "gemv_dispatch.inc handles batches of 1 to 4")
 constexpr int64_t kGemmMinRowsFloat = 64;
 // The int8 GEMM quantizes x in slabs of at least this many rows.
 constexpr int64_t kInt8GemmMinSlab = 8;
-// Weight rows per GEMM chunk, packed (widened to fp32) at a time; threads take such chunks in
-// turn, which balances uneven threads. A multiple of every micro-kernel's panel width.
-constexpr int64_t kGemmChunkRows = 128;
-// Columns per K block: a block of a chunk's panels (128 × 256 floats, 128 KiB) stays in L2 while
-// the rows of x stream past it.
-constexpr int64_t kGemmKc = 1024;
-static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kGemmNr == 0,
-              "a chunk's panels fill MatmulWorkspaceFloats' kGemmChunkRows rows exactly");
 // GEMV chunks: about this many per thread, in multiples of 16 rows.
 constexpr int64_t kGemvChunksPerThread = 4;
 // Weight rows per block of the batched and the quantized GEMV: every x row passes over a block
@@ -183,50 +175,14 @@ const float* RowFloats(const Tensor& w, int64_t r, float* tmp) {
   return tmp;
 }
 
-// Packs weight rows [begin, end) into the micro-kernel's panels of kernel.nr rows: K block b
-// (columns [b·kGemmKc, ...), kc wide) holds the chunk's ceil((end − begin) / nr) panels of kc × nr
-// floats back to back, starting at float b·kGemmKc·panels·nr; rows past `end` are zeros. `tmp`
-// holds nr rows of cols floats (16-bit and quantized rows are widened there, a panel at a time).
-void PackChunk(const GemmKernel& kernel, const Tensor& w, int64_t begin, int64_t end, float* packed,
-               float* tmp) {
-  const int nr = kernel.nr;
-  const int64_t cols = w.cols(), rows = end - begin, panels = (rows + nr - 1) / nr;
-  const float* src[kGemmMaxNr];
-  for (int64_t p = 0; p < panels; ++p) {
-    const int live = static_cast<int>(std::min<int64_t>(nr, rows - p * nr));
-    for (int j = 0; j < live; ++j) src[j] = RowFloats(w, begin + p * nr + j, tmp + j * cols);
-    for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
-      const int64_t kc = std::min(kGemmKc, cols - k0);
-      kernel.pack(src, live, k0, kc, packed + k0 * panels * nr + p * kc * nr);
-    }
-  }
-}
-
-// Rows [begin, end) of y (at most kGemmChunkRows): the chunk's weights packed once into
-// `workspace`, then per K block every (kGemmMr rows of x) × (panel) tile, K blocks after the
-// first adding to y.
+// Rows [begin, end) of y (at most kGemmChunkRows): the chunk's weights packed into `workspace`,
+// then multiplied.
 void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor& w, float* y,
                int64_t ldy, int64_t begin, int64_t end, float* workspace) {
-  const int64_t cols = w.cols(), rows = end - begin, panels = (rows + kernel.nr - 1) / kernel.nr;
+  const int64_t cols = w.cols(), panels = (end - begin + kernel.nr - 1) / kernel.nr;
   float* packed = workspace;  // then the widened rows of one panel
   PackChunk(kernel, w, begin, end, packed, packed + panels * kernel.nr * cols);
-  for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
-    const int64_t kc = std::min(kGemmKc, cols - k0);
-    const float* block = packed + k0 * panels * kernel.nr;
-    for (int64_t i0 = 0; i0 < n; i0 += kernel.mr) {
-      for (int64_t p = 0; p < panels; ++p) {
-        kernel.tile({.x = x + i0 * cols + k0,
-                     .ldx = cols,
-                     .mr = static_cast<int>(std::min<int64_t>(kernel.mr, n - i0)),
-                     .panel = block + p * kc * kernel.nr,
-                     .kc = kc,
-                     .y = y + i0 * ldy + begin + p * kernel.nr,
-                     .ldy = ldy,
-                     .nr = static_cast<int>(std::min<int64_t>(kernel.nr, rows - p * kernel.nr)),
-                     .accumulate = k0 > 0});
-      }
-    }
-  }
+  MultiplyChunk(kernel, x, n, cols, packed, DType::kF32, end - begin, y + begin, ldy);
 }
 
 // Prefill on quantized weights with int8 products where Int8GemmFor has a tile: x quantized once
@@ -267,6 +223,47 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
 
 }  // namespace
 
+void PackChunk(const GemmKernel& kernel, const Tensor& w, int64_t begin, int64_t end, float* packed,
+               float* tmp) {
+  const int nr = kernel.nr;
+  const int64_t cols = w.cols(), rows = end - begin, panels = (rows + nr - 1) / nr;
+  const float* src[kGemmMaxNr];
+  for (int64_t p = 0; p < panels; ++p) {
+    const int live = static_cast<int>(std::min<int64_t>(nr, rows - p * nr));
+    for (int j = 0; j < live; ++j) src[j] = RowFloats(w, begin + p * nr + j, tmp + j * cols);
+    for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, cols - k0);
+      kernel.pack(src, live, k0, kc, packed + k0 * panels * nr + p * kc * nr);
+    }
+  }
+}
+
+void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t cols,
+                   const void* chunk, DType dtype, int64_t rows, float* y, int64_t ldy) {
+  const int nr = kernel.nr;
+  const int64_t panels = (rows + nr - 1) / nr;
+  const auto* bytes = static_cast<const uint8_t*>(chunk);
+  const size_t elem_bytes = DTypeSize(dtype);
+  for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+    const int64_t kc = std::min(kGemmKc, cols - k0);
+    const uint8_t* block = bytes + k0 * panels * nr * elem_bytes;
+    for (int64_t i0 = 0; i0 < n; i0 += kernel.mr) {
+      for (int64_t p = 0; p < panels; ++p) {
+        kernel.tile({.x = x + i0 * cols + k0,
+                     .ldx = cols,
+                     .mr = static_cast<int>(std::min<int64_t>(kernel.mr, n - i0)),
+                     .panel = block + p * kc * nr * elem_bytes,
+                     .panel_dtype = dtype,
+                     .kc = kc,
+                     .y = y + i0 * ldy + p * nr,
+                     .ldy = ldy,
+                     .nr = static_cast<int>(std::min<int64_t>(nr, rows - p * nr)),
+                     .accumulate = k0 > 0});
+      }
+    }
+  }
+}
+
 void ActiveBatchGemvRows(const BatchGemvArgs& args) {
   if (ActiveSimdLevel() == SimdLevel::kAvx512) {
     avx512::BatchGemvRows(args);
@@ -275,12 +272,14 @@ void ActiveBatchGemvRows(const BatchGemvArgs& args) {
   }
 }
 
-GemmKernel ActiveGemmKernel() {
-  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+GemmKernel GemmKernelFor(SimdLevel level) {
+  if (level == SimdLevel::kAvx512) {
     return {avx512::kGemmMr, avx512::kGemmNr, &avx512::GemmTile, &avx512::PackPanel};
   }
   return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmTile, &avx2::PackPanel};
 }
+
+GemmKernel ActiveGemmKernel() { return GemmKernelFor(ActiveSimdLevel()); }
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
   // Per thread: a chunk's panels, then one panel's rows widened.

@@ -1,0 +1,56 @@
+#include "kernels/panel_matrix.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/tensor/float16.h"
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/float16_rows.h"
+
+namespace pdserve::kernels {
+namespace {
+
+// `n` floats that are exactly `dtype` values (widened from it) back into `dtype`'s bytes.
+void NarrowExact(const float* x, int64_t n, DType dtype, uint8_t* out) {
+  if (dtype == DType::kF32) {
+    std::copy_n(x, n, reinterpret_cast<float*>(out));
+  } else if (dtype == DType::kF16) {
+    FloatsToF16Saturating(x, n, reinterpret_cast<uint16_t*>(out));
+  } else {
+    auto* bf16 = reinterpret_cast<uint16_t*>(out);
+    for (int64_t i = 0; i < n; ++i) bf16[i] = F32ToBF16(x[i]);
+  }
+}
+
+}  // namespace
+
+PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level)
+    : rows_(w.rows()), cols_(w.cols()), level_(level) {
+  const GemmKernel kernel = GemmKernelFor(level_);
+  const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
+  auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
+  const size_t chunk_bytes = kGemmChunkRows * cols_ * DTypeSize(w.dtype);
+  std::vector<float> packed((kGemmChunkRows + kernel.nr) * cols_);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kGemmChunkRows, end = std::min(rows_, begin + kGemmChunkRows);
+    const int64_t elements = (end - begin + kernel.nr - 1) / kernel.nr * kernel.nr * cols_;
+    PackChunk(kernel, w, begin, end, packed.data(), packed.data() + elements);
+    NarrowExact(packed.data(), elements, w.dtype, bytes + c * chunk_bytes);
+  }
+  storage_ = std::move(storage);
+}
+
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
+            int64_t ldy) {
+  const GemmKernel kernel = GemmKernelFor(w.level_);
+  const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
+  const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
+  pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; r += kGemmChunkRows) {
+      MultiplyChunk(kernel, x, n, w.cols_, bytes + r / kGemmChunkRows * chunk_bytes, w.dtype(),
+                    std::min(kGemmChunkRows, end - r), y + r, ldy);
+    }
+  });
+}
+
+}  // namespace pdserve::kernels

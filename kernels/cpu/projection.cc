@@ -1,0 +1,28 @@
+#include "kernels/projection.h"
+
+#include <utility>
+
+#include "kernels/matmul.h"
+
+namespace pdserve::kernels {
+
+Projection::Projection(std::vector<Tensor> parts) {
+  for (const Tensor& part : parts) rows_ += part.rows();
+  cols_ = parts.empty() ? 0 : parts.front().cols();
+  if (parts.size() == 1 && !IsQuantized(parts.front().dtype)) {
+    panels_ = PanelMatrix(parts.front());
+  } else {
+    parts_ = std::move(parts);
+  }
+}
+
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const Projection& w, float* y,
+            std::span<float> workspace) {
+  if (w.packed()) {
+    Matmul(pool, x, n, w.panels_, y, w.rows_);
+  } else {
+    Matmul(pool, x, n, std::span<const Tensor>(w.parts_), y, workspace);
+  }
+}
+
+}  // namespace pdserve::kernels

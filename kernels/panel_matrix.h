@@ -1,0 +1,48 @@
+// PanelMatrix: an f32, f16 or bf16 weight matrix [rows, cols] stored once — at model load — in the
+// layout the GEMM's micro-kernels read (kernels/cpu/gemm_kernels.h), instead of packed again on
+// every call: chunks of 128 rows, each the K blocks of its panels of the SIMD level's panel width,
+// k-major, in the matrix's own dtype (16-bit elements are widened in registers as a kernel reads
+// them, so the matrix takes the bytes it took as rows). Matmul on it runs every batch — one decode
+// row to a whole prefill — through the same register tiles, reading each weight once per tile of
+// x rows (12 with AVX-512, 6 with AVX2). Immutable after construction; copies share the bytes;
+// thread-safe for concurrent reads.
+#ifndef PDSERVE_KERNELS_PANEL_MATRIX_H_
+#define PDSERVE_KERNELS_PANEL_MATRIX_H_
+
+#include <cstdint>
+
+#include "core/base/thread_pool.h"
+#include "core/tensor/tensor.h"
+#include "kernels/cpu_features.h"
+
+namespace pdserve::kernels {
+
+class PanelMatrix {
+ public:
+  PanelMatrix() = default;
+  // Requires w [rows, cols] in f32, f16 or bf16, and a level the CPU has. Packed for `level`,
+  // whose kernels Matmul then uses.
+  explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel());
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  DType dtype() const { return storage_.dtype; }
+  bool empty() const { return storage_.empty(); }
+
+ private:
+  friend void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
+                     int64_t ldy);
+
+  int64_t rows_ = 0, cols_ = 0;
+  SimdLevel level_ = SimdLevel::kAvx2;
+  Tensor storage_;  // the chunks back to back, each kGemmChunkRows · cols elements apart
+};
+
+// y[i, j] = Σ_c x[i, c]·W[j, c] for i < n, j < w.rows(): x rows w.cols() floats apart, y rows
+// `ldy` ≥ w.rows() apart, y not aliasing x; accumulation in fp32. Does not allocate.
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
+            int64_t ldy);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_PANEL_MATRIX_H_

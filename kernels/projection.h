@@ -1,0 +1,46 @@
+// Projection: the weights of one linear layer as an engine multiplies by them. A stack of one
+// f32, f16 or bf16 part is packed once into a PanelMatrix (every batch size then runs the GEMM's
+// register tiles without packing per call); quantized weights, and stacks of parts in different
+// formats, stay as they are and take Matmul's tensor paths, read in place. Immutable; copies share
+// the bytes; thread-safe for concurrent reads.
+#ifndef PDSERVE_KERNELS_PROJECTION_H_
+#define PDSERVE_KERNELS_PROJECTION_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/base/thread_pool.h"
+#include "core/tensor/tensor.h"
+#include "kernels/panel_matrix.h"
+
+namespace pdserve::kernels {
+
+class Projection {
+ public:
+  Projection() = default;
+  // Requires matrices of one column count, stacked row-wise as by kernels::Matmul's parts.
+  explicit Projection(std::vector<Tensor> parts);
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  // Whether the weights were packed (then the parts' own bytes are no longer needed).
+  bool packed() const { return !panels_.empty(); }
+
+ private:
+  friend void Matmul(ThreadPool& pool, const float* x, int64_t n, const Projection& w, float* y,
+                     std::span<float> workspace);
+
+  int64_t rows_ = 0, cols_ = 0;
+  PanelMatrix panels_;
+  std::vector<Tensor> parts_;  // when not packed
+};
+
+// y[n, w.rows()] = x[n, w.cols()] · Wᵀ, as kernels::Matmul (workspace as it requires; a packed
+// projection does not use it).
+void Matmul(ThreadPool& pool, const float* x, int64_t n, const Projection& w, float* y,
+            std::span<float> workspace);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_PROJECTION_H_
