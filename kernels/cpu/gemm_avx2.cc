@@ -30,6 +30,9 @@ __m256 Load8(const T* p) {
   }
 }
 
+// Panel rows a tile prefetches ahead: the same 4 KiB of f16 as the AVX-512 tile's (see there).
+constexpr int64_t kPrefetchSteps = 128;
+
 template <typename T, int MR>
 void Tile(const GemmTileArgs& a) {
   __m256 acc[MR][2];
@@ -40,6 +43,7 @@ void Tile(const GemmTileArgs& a) {
   const float* x = a.x;
   const int64_t kc = a.kc, ldx = a.ldx;
   for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr), _MM_HINT_T0);
     const __m256 b0 = Load8(p);
     const __m256 b1 = Load8(p + 8);
 #pragma GCC unroll 16

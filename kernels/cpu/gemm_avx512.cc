@@ -31,6 +31,11 @@ __m512 Load16(const T* p) {
   }
 }
 
+// Panel rows a tile prefetches ahead (4 KiB of f16, 8 KiB of f32): a decode step streams each
+// panel from memory once, and the hardware prefetchers alone left f16 panels at ~75% of the read
+// bandwidth with one or a few x rows; for 16 rows (two tiles per panel) it was ~35% faster.
+constexpr int64_t kPrefetchSteps = 64;
+
 template <typename T, int MR>
 void Tile(const GemmTileArgs& a) {
   __m512 acc[MR][2];
@@ -41,6 +46,7 @@ void Tile(const GemmTileArgs& a) {
   const float* x = a.x;
   const int64_t kc = a.kc, ldx = a.ldx;
   for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr), _MM_HINT_T0);
     const __m512 b0 = Load16(p);
     const __m512 b1 = Load16(p + 16);
 #pragma GCC unroll 16
