@@ -46,14 +46,23 @@ struct LlamaEngine::Buffers {
 
 namespace {
 
+// A matrix Forward multiplies by, as `format` runs it: a kept quantized one copied into memory of
+// the engine's own (ApplyOwned), a float one as Apply leaves it — possibly still `source`'s bytes,
+// which the engine's Projection packs into memory of its own without a copy in between.
+Tensor ForProjection(const WeightFormat& format, const Tensor& t) {
+  Tensor applied = format.Apply(t);
+  return IsQuantized(applied.dtype) ? format.ApplyOwned(t) : applied;
+}
+
 // The weights Forward streams outside attention (the plan holds those), as `format` runs them and
-// in memory of the engine's own (huge pages, see CopyTensor) — the embedding, only gathered from,
-// may stay shared with `source` (often a file mapping). gate/up are copied anyway when stacked.
+// in memory of the engine's own (huge pages, see CopyTensor) once packed — the embedding, only
+// gathered from, may stay shared with `source` (often a file mapping). gate/up are copied anyway
+// when stacked.
 ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format) {
   ModelWeights run;
   run.config = source.config;
   run.token_embedding = format.Apply(source.token_embedding);
-  run.classifier = format.ApplyOwned(source.classifier);
+  run.classifier = ForProjection(format, source.classifier);
   run.final_norm = ToF32(source.final_norm);
   for (const LayerWeights& layer : source.layers) {
     LayerWeights& out = run.layers.emplace_back();
@@ -64,7 +73,7 @@ ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format
     VectorsToF32(out);
     out.w1 = format.Apply(layer.w1);
     out.w3 = format.Apply(layer.w3);
-    out.w2 = format.ApplyOwned(layer.w2);
+    out.w2 = ForProjection(format, layer.w2);
   }
   return run;
 }

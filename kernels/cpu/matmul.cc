@@ -242,16 +242,18 @@ void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t 
                    const void* chunk, DType dtype, int64_t rows, float* y, int64_t ldy) {
   const int nr = kernel.nr;
   const int64_t panels = (rows + nr - 1) / nr;
+  // x rows in tiles of equal height (16 rows: 8 + 8, not 12 + 4).
+  const int64_t tiles = (n + kernel.mr - 1) / kernel.mr, mr = (n + tiles - 1) / tiles;
   const auto* bytes = static_cast<const uint8_t*>(chunk);
   const size_t elem_bytes = DTypeSize(dtype);
   for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
     const int64_t kc = std::min(kGemmKc, cols - k0);
     const uint8_t* block = bytes + k0 * panels * nr * elem_bytes;
-    for (int64_t i0 = 0; i0 < n; i0 += kernel.mr) {
+    for (int64_t i0 = 0; i0 < n; i0 += mr) {
       for (int64_t p = 0; p < panels; ++p) {
         kernel.tile({.x = x + i0 * cols + k0,
                      .ldx = cols,
-                     .mr = static_cast<int>(std::min<int64_t>(kernel.mr, n - i0)),
+                     .mr = static_cast<int>(std::min<int64_t>(mr, n - i0)),
                      .panel = block + p * kc * nr * elem_bytes,
                      .panel_dtype = dtype,
                      .kc = kc,
