@@ -27,6 +27,7 @@
 #include "kernels/attention_importance.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/panel_matrix.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 
@@ -71,6 +72,27 @@ void BM_Matmul(benchmark::State& state) {
   state.counters["FLOPS"] =
       benchmark::Counter(2.0 * n * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.NumBytes()));
+  state.SetLabel(std::string(DTypeName(dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
+}
+
+// Args: rows, cols, n (activation rows), dtype, threads. As BM_Matmul, on the weights packed once
+// (outside the timing) into a PanelMatrix, as the engine multiplies by them.
+void BM_PanelMatmul(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
+  const auto dtype = static_cast<DType>(state.range(3));
+  ThreadPool pool(static_cast<int>(state.range(4)));
+  const Tensor& source = Weights(rows, cols, dtype);
+  const PanelMatrix w(source);
+  std::vector<float> x = RandomVector(n * cols, 1);
+  std::vector<float> y(n * rows);
+  for (auto _ : state) {
+    Matmul(pool, x.data(), n, w, y.data(), rows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * n * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(source.NumBytes()));
   state.SetLabel(std::string(DTypeName(dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
 }
 
@@ -126,6 +148,23 @@ BENCHMARK(BM_Matmul)
 BENCHMARK(BM_Matmul)
     ->Name("BM_Gemv")
     ->Apply(GemvBenchArgs)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Packed once: one decode row, a 16-sequence decode step and a prefill, each weight dtype.
+void PanelBenchArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"rows", "cols", "n", "dtype", "threads"});
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2048, 768}, {768, 2048}}) {
+    for (int64_t n : {1, 16, 512}) {
+      for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        b->Args({rows, cols, n, static_cast<int64_t>(dtype), 2});
+      }
+    }
+  }
+}
+BENCHMARK(BM_PanelMatmul)
+    ->Name("BM_PanelMatmul")
+    ->Apply(PanelBenchArgs)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1,6 +1,7 @@
 // Matmul: y[n, rows] = x[n, cols] · Wᵀ, W a [rows, cols] weight matrix in f32, f16, bf16 or a
-// ggml block format (core/tensor/quant_blocks.h), x and y fp32, accumulation in fp32. The
-// projection of every linear layer.
+// ggml block format (core/tensor/quant_blocks.h), x and y fp32, accumulation in fp32, on weights
+// as stored. (An engine's f32/16-bit matrices are packed once at load instead and multiplied by
+// kernels/projection.h, which falls back to these for quantized ones.)
 //
 // The fast path splits W's rows across the pool's threads. Few activation rows (decode) run
 // vectorized GEMV kernels that stream each weight row once for up to kGemvMaxBatch rows of x

@@ -175,7 +175,7 @@ class LlamaEngine : public Engine {
 
   ModelWeights weights_;  // embedding, norms, MLP and classifier (attention weights are in plan_)
   KvPlan plan_;
-  std::vector<LayerStep> graph_;     // every layer's steps (the family's LayerGraph)
+  std::vector<LayerStep> graph_;  // every layer's steps (the family's LayerGraph)
   // The matrices Forward multiplies by, as kernels::Projection runs them (f32/f16/bf16 packed once
   // into the GEMM's panels); the tensors of packed ones, in plan_ and weights_, keep their shapes
   // and dtypes but no bytes.
