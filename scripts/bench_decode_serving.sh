@@ -16,7 +16,7 @@ REQUESTS=${REQUESTS:-32}
 PROMPT=${PROMPT:-1536}
 GEN=${GEN:-256}
 model=$DIR/stories110M-8k-f16.gguf
-calibration=$DIR/stories110M-8k-zack-half.cal
+calibration=$DIR/stories110M-8k-zack-half-whole-vectors.cal  # as bench_batched_decode.sh makes it
 if [ ! -f "$model" ] || [ ! -f "$calibration" ]; then
   echo "run scripts/bench_batched_decode.sh first (it makes $model and $calibration)" >&2
   exit 1
