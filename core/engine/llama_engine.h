@@ -81,6 +81,8 @@ class LlamaEngine : public Engine {
   int SequencePosition(int sequence) const override;
   absl::Status SetSequencePosition(int sequence, int position) override;
 
+  // The plan's f32/f16/bf16 matrices keep their shapes and dtypes but no bytes: the engine packed
+  // them (projections_).
   const KvPlan& plan() const override { return plan_; }
   // Pages in place: K in the pool, V in the value tier for a KCache cache layer.
   absl::StatusOr<KvPageSlots> SequencePage(int sequence, int cache_layer, int page_index) override;
