@@ -11,6 +11,9 @@ namespace pdserve::kernels {
 inline constexpr float kF16Max = 65504.0f;
 
 void FloatsToF16Saturating(const float* x, int64_t n, uint16_t* out);
+// Round to nearest even without the clamp: beyond the range becomes ±Inf, Inf stays Inf (exact
+// for values that are f16 values, e.g. widened from f16).
+void FloatsToF16(const float* x, int64_t n, uint16_t* out);
 void F16ToFloats(const uint16_t* h, int64_t n, float* out);
 
 }  // namespace pdserve::kernels

@@ -6,17 +6,20 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/thread_pool.h"
+#include "core/tensor/float16.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/gemv_kernels.h"
 #include "kernels/cpu_features.h"
+#include "kernels/float16_rows.h"
 #include "kernels/panel_matrix.h"
 #include "kernels/projection.h"
 
@@ -456,6 +459,36 @@ TEST(GemvKernelTest, WidenRowMatchesElementAsFloat) {
       }
     }
   }
+}
+
+// Packing keeps every 16-bit weight as it is: infinities and the largest finite values too (a
+// saturating narrowing would turn an infinite weight into ±65504 and its outputs finite).
+TEST(PanelMatrixTest, KeepsInfinitiesAndExtremes) {
+  ThreadPool pool(1);
+  const float inf = std::numeric_limits<float>::infinity();
+  // Row j's only nonzero weight is at column j: y[j] = that weight times x[j] = 1.
+  const std::vector<float> diagonal = {inf, -inf, 65504.0f, -65504.0f, 6.1e-5f, 3.0e38f};
+  const int64_t rows = static_cast<int64_t>(diagonal.size()), cols = rows;
+  std::vector<float> values(rows * cols, 0.0f);
+  for (int64_t j = 0; j < rows; ++j) values[j * cols + j] = diagonal[j];
+  const std::vector<float> x(cols, 1.0f);
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Tensor w = ConvertTensor(MakeF32Tensor(values, {rows, cols}), dtype);
+    std::vector<float> got(rows), want(rows);
+    Matmul(pool, x.data(), 1, PanelMatrix(w), got.data(), rows);
+    MatmulReference(x.data(), 1, w, want.data());
+    for (int64_t j = 0; j < rows; ++j) EXPECT_EQ(got[j], want[j]) << "row " << j;
+  }
+}
+
+TEST(Float16RowsTest, FloatsToF16RoundsWithoutClamping) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = RandomVector(19, 11);
+  for (float v : {inf, -inf, 65504.0f, -65504.0f, 65520.0f, 1e6f, 6.0e-8f}) x.push_back(v);
+  std::vector<uint16_t> got(x.size());
+  FloatsToF16(x.data(), static_cast<int64_t>(x.size()), got.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], F32ToF16(x[i])) << "x = " << x[i];
 }
 
 TEST(CpuFeaturesTest, ActiveLevelIsConsistent) {

@@ -10,15 +10,13 @@
 namespace pdserve::kernels {
 namespace {
 
-// `n` floats that are exactly `dtype` values (widened from it) back into `dtype`'s bytes.
+// `n` floats that are `dtype` (f16 or bf16) values, widened from it, back into its bytes.
 void NarrowExact(const float* x, int64_t n, DType dtype, uint8_t* out) {
-  if (dtype == DType::kF32) {
-    std::copy_n(x, n, reinterpret_cast<float*>(out));
-  } else if (dtype == DType::kF16) {
-    FloatsToF16Saturating(x, n, reinterpret_cast<uint16_t*>(out));
+  auto* halves = reinterpret_cast<uint16_t*>(out);
+  if (dtype == DType::kF16) {
+    FloatsToF16(x, n, halves);
   } else {
-    auto* bf16 = reinterpret_cast<uint16_t*>(out);
-    for (int64_t i = 0; i < n; ++i) bf16[i] = F32ToBF16(x[i]);
+    for (int64_t i = 0; i < n; ++i) halves[i] = F32ToBF16(x[i]);
   }
 }
 
@@ -30,12 +28,19 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level)
   const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
   auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
   const size_t chunk_bytes = kGemmChunkRows * cols_ * DTypeSize(w.dtype);
-  std::vector<float> packed((kGemmChunkRows + kernel.nr) * cols_);
+  // f32 chunks are packed in place; 16-bit ones as floats here, then narrowed back.
+  const bool in_place = w.dtype == DType::kF32;
+  std::vector<float> packed(in_place ? 0 : kGemmChunkRows * cols_);
+  std::vector<float> widened(kernel.nr * cols_);  // PackChunk's rows of one panel
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kGemmChunkRows, end = std::min(rows_, begin + kGemmChunkRows);
-    const int64_t elements = (end - begin + kernel.nr - 1) / kernel.nr * kernel.nr * cols_;
-    PackChunk(kernel, w, begin, end, packed.data(), packed.data() + elements);
-    NarrowExact(packed.data(), elements, w.dtype, bytes + c * chunk_bytes);
+    uint8_t* to = bytes + c * chunk_bytes;
+    PackChunk(kernel, w, begin, end, in_place ? reinterpret_cast<float*>(to) : packed.data(),
+              widened.data());
+    if (!in_place) {
+      const int64_t elements = (end - begin + kernel.nr - 1) / kernel.nr * kernel.nr * cols_;
+      NarrowExact(packed.data(), elements, w.dtype, to);
+    }
   }
   storage_ = std::move(storage);
 }
