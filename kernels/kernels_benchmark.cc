@@ -55,45 +55,44 @@ const Tensor& Weights(int64_t rows, int64_t cols, DType dtype) {
   return it->second;
 }
 
-// Args: rows, cols, n (activation rows), dtype, threads.
-void BM_Matmul(benchmark::State& state) {
+// Times multiply(pool, x, n, y) on seeded x: args rows, cols, n (activation rows), dtype, threads;
+// bytes processed are `w`'s.
+template <typename Multiply>
+void TimeMatmul(benchmark::State& state, const Tensor& w, Multiply multiply) {
   const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
-  const auto dtype = static_cast<DType>(state.range(3));
   ThreadPool pool(static_cast<int>(state.range(4)));
-  const Tensor& w = Weights(rows, cols, dtype);
   std::vector<float> x = RandomVector(n * cols, 1);
   std::vector<float> y(n * rows);
-  std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), cols));
   for (auto _ : state) {
-    Matmul(pool, x.data(), n, w, y.data(), workspace);
+    multiply(pool, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   state.counters["FLOPS"] =
       benchmark::Counter(2.0 * n * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.NumBytes()));
-  state.SetLabel(std::string(DTypeName(dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
+  state.SetLabel(std::string(DTypeName(w.dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
 }
 
-// Args: rows, cols, n (activation rows), dtype, threads. As BM_Matmul, on the weights packed once
-// (outside the timing) into a PanelMatrix, as the engine multiplies by them.
-void BM_PanelMatmul(benchmark::State& state) {
-  const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
+// Matmul on the weights as stored.
+void BM_Matmul(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(3));
-  ThreadPool pool(static_cast<int>(state.range(4)));
-  const Tensor& source = Weights(rows, cols, dtype);
+  const Tensor& w = Weights(state.range(0), state.range(1), dtype);
+  std::vector<float> workspace(MatmulWorkspaceFloats(static_cast<int>(state.range(4)), w.cols()));
+  TimeMatmul(state, w, [&](ThreadPool& pool, const float* x, int64_t n, float* y) {
+    Matmul(pool, x, n, w, y, workspace);
+  });
+}
+
+// Matmul on the weights packed once (outside the timing) into a PanelMatrix, as the engine
+// multiplies by them.
+void BM_PanelMatmul(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(3));
+  const Tensor& source = Weights(state.range(0), state.range(1), dtype);
   const PanelMatrix w(source);
-  std::vector<float> x = RandomVector(n * cols, 1);
-  std::vector<float> y(n * rows);
-  for (auto _ : state) {
-    Matmul(pool, x.data(), n, w, y.data(), rows);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["FLOPS"] =
-      benchmark::Counter(2.0 * n * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(source.NumBytes()));
-  state.SetLabel(std::string(DTypeName(dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
+  TimeMatmul(state, source, [&](ThreadPool& pool, const float* x, int64_t n, float* y) {
+    Matmul(pool, x, n, w, y, w.rows());
+  });
 }
 
 // Projection shapes [rows, cols]: attention (768x768), FFN up/gate (2048x768), FFN down

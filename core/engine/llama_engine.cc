@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -84,18 +85,12 @@ void DropBytes(Tensor& t) {
   t.owner.reset();
 }
 
-// `stack` as a projection; when that packed it, the stack's tensors drop their bytes.
-kernels::Projection TakeProjection(StackedWeights& stack) {
-  kernels::Projection projection(stack.parts);
+// `parts` (a stack) as a projection; when that packed them, they drop their bytes.
+kernels::Projection TakeProjection(std::span<Tensor> parts) {
+  kernels::Projection projection({parts.begin(), parts.end()});
   if (projection.packed()) {
-    for (Tensor& part : stack.parts) DropBytes(part);
+    for (Tensor& part : parts) DropBytes(part);
   }
-  return projection;
-}
-
-kernels::Projection TakeProjection(Tensor& t) {
-  kernels::Projection projection({t});
-  if (projection.packed()) DropBytes(t);
   return projection;
 }
 
@@ -249,13 +244,13 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
     LayerPlan& layer_plan = plan_.layers[i];
     StackedWeights w13 = WeightFormat{options.weight_dtype}.Stack({layer.w1, layer.w3});
     layer.w1 = layer.w3 = Tensor{};  // now only in w13
-    projections_.push_back({.w_in = TakeProjection(layer_plan.w_in),
-                            .wo = TakeProjection(layer_plan.wo),
+    projections_.push_back({.w_in = TakeProjection(layer_plan.w_in.parts),
+                            .wo = TakeProjection({&layer_plan.wo, 1}),
                             .w13 = kernels::Projection(std::move(w13.parts)),
-                            .w2 = TakeProjection(layer.w2)});
+                            .w2 = TakeProjection({&layer.w2, 1})});
   }
-  classifier_ = TakeProjection(weights_.classifier);
-  if (plan_.swiftkv()) swiftkv_kv_ = TakeProjection(plan_.swiftkv_kv);
+  classifier_ = TakeProjection({&weights_.classifier, 1});
+  if (plan_.swiftkv()) swiftkv_kv_ = TakeProjection(plan_.swiftkv_kv.parts);
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max({c.dim, c.q_dim(), c.hidden_dim})));
