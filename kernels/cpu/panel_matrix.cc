@@ -50,11 +50,10 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, f
   const GemmKernel kernel = GemmKernelFor(w.level_);
   const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
   const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
+  // Each range is one chunk.
   pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t r = begin; r < end; r += kGemmChunkRows) {
-      MultiplyChunk(kernel, x, n, w.cols_, bytes + r / kGemmChunkRows * chunk_bytes, w.dtype(),
-                    std::min(kGemmChunkRows, end - r), y + r, ldy);
-    }
+    MultiplyChunk(kernel, x, n, w.cols_, bytes + begin / kGemmChunkRows * chunk_bytes, w.dtype(),
+                  end - begin, y + begin, ldy);
   });
 }
 
