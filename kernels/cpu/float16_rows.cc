@@ -13,10 +13,6 @@ namespace {
 // x clamped to ±kF16Max; a NaN x passes through (every comparison with it is false).
 float Saturate(float x) { return std::clamp(x, -kF16Max, kF16Max); }
 
-}  // namespace
-
-namespace {
-
 // x narrowed to f16, clamped to ±kF16Max first when kSaturate.
 template <bool kSaturate>
 void Narrow(const float* x, int64_t n, uint16_t* out) {
