@@ -1,7 +1,7 @@
 // Runtime CPU feature detection. pdserve requires AVX2+FMA+F16C (x86-64-v3); kernels with an
 // AVX-512 variant use it when the CPU has AVX-512 F/BW/VL/DQ, unless PDSERVE_SIMD=avx2 is set in
-// the environment (to compare paths); the quantized GEMV kernels also need VNNI and VBMI.
-// Thread-safe: detected once.
+// the environment (to compare paths); the quantized GEMV kernels also need VNNI and VBMI, and the
+// bf16 dot-product GEMM AVX512_BF16 (Bf16DotActive). Thread-safe: detected once.
 #ifndef PDSERVE_KERNELS_CPU_FEATURES_H_
 #define PDSERVE_KERNELS_CPU_FEATURES_H_
 
@@ -17,12 +17,23 @@ struct CpuFeatures {
   bool f16c = false;
   bool avx512 = false;       // F, BW, VL and DQ together
   bool avx512_vnni = false;  // AVX-512 with VNNI and VBMI as well (Ice Lake and later, Zen 4/5)
+  bool avx512_bf16 = false;  // AVX-512 with AVX512_BF16 (vdpbf16ps: Cooper Lake and later, Zen 4/5)
+  bool amd = false;          // the vendor is AuthenticAMD
 };
 
 const CpuFeatures& GetCpuFeatures();
 
 // The widest level both the CPU and the PDSERVE_SIMD override allow.
 SimdLevel ActiveSimdLevel();
+
+// Whether bf16 weight matrices multiply many activation rows (prefill) with vdpbf16ps, the
+// activations rounded to bf16 (as llama.cpp does for bf16 weights), instead of widening the weights
+// to fp32 FMAs: on AVX-512 CPUs with AVX512_BF16 whose vdpbf16ps runs at the FMA's instruction
+// rate, i.e. twice its flops — AMD Zen 4 and Zen 5; Intel Xeons run it at a quarter of that rate
+// (docs/measurements.md), so not there. PDSERVE_BF16_DOT=off turns it off, =on forces it on any
+// CPU with AVX512_BF16 (both for tests and A/B runs); needs the AVX-512 level (not with
+// PDSERVE_SIMD=avx2).
+bool Bf16DotActive();
 
 // "avx512" or "avx2".
 const char* SimdLevelName(SimdLevel level);

@@ -56,9 +56,10 @@ const Tensor& Weights(int64_t rows, int64_t cols, DType dtype) {
 }
 
 // Times multiply(pool, x, n, y) on seeded x: args rows, cols, n (activation rows), dtype, threads;
-// bytes processed are `w`'s.
+// bytes processed are `w`'s; the label names w's dtype, the SIMD level and label_suffix.
 template <typename Multiply>
-void TimeMatmul(benchmark::State& state, const Tensor& w, Multiply multiply) {
+void TimeMatmul(benchmark::State& state, const Tensor& w, Multiply multiply,
+                const char* label_suffix = "") {
   const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
   ThreadPool pool(static_cast<int>(state.range(4)));
   std::vector<float> x = RandomVector(n * cols, 1);
@@ -71,7 +72,8 @@ void TimeMatmul(benchmark::State& state, const Tensor& w, Multiply multiply) {
   state.counters["FLOPS"] =
       benchmark::Counter(2.0 * n * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.NumBytes()));
-  state.SetLabel(std::string(DTypeName(w.dtype)) + " " + SimdLevelName(ActiveSimdLevel()));
+  state.SetLabel(std::string(DTypeName(w.dtype)) + " " + SimdLevelName(ActiveSimdLevel()) +
+                 label_suffix);
 }
 
 // Matmul on the weights as stored.
@@ -90,9 +92,13 @@ void BM_PanelMatmul(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(3));
   const Tensor& source = Weights(state.range(0), state.range(1), dtype);
   const PanelMatrix w(source);
-  TimeMatmul(state, source, [&](ThreadPool& pool, const float* x, int64_t n, float* y) {
-    Matmul(pool, x, n, w, y, w.rows());
-  });
+  std::vector<float> workspace(MatmulWorkspaceFloats(static_cast<int>(state.range(4)), w.cols()));
+  TimeMatmul(
+      state, source,
+      [&](ThreadPool& pool, const float* x, int64_t n, float* y) {
+        Matmul(pool, x, n, w, y, w.rows(), workspace);
+      },
+      w.bf16_dot() ? " bf16-dot" : "");
 }
 
 // Projection shapes [rows, cols]: attention (768x768), FFN up/gate (2048x768), FFN down

@@ -125,7 +125,7 @@ TEST_P(MatmulTest, FastPathMatchesReference) {
 
 std::vector<MatmulCase> AllCases() {
   std::vector<MatmulCase> cases;
-  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 63, 64}) {
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 63, 64, 100}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int threads : {1, 2, 3}) cases.push_back({n, dtype, threads});
     }
@@ -135,33 +135,56 @@ std::vector<MatmulCase> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest, testing::ValuesIn(AllCases()), CaseName);
 
-// Matrices packed once (PanelMatrix) at each level the CPU has, against the reference on the same
-// weights: every batch from one decode row to several tiles, chunks past the first and a ragged
-// last one, K blocks past the first, y rows wider than W's; nothing written past a y row's outputs.
+// x with every element rounded to bf16 (nearest even), as the bf16 dot product reads it.
+std::vector<float> RoundedToBf16(std::vector<float> x) {
+  for (float& v : x) v = BF16ToF32(F32ToBF16(v));
+  return x;
+}
+
+// The packings a PanelMatrix can take on this CPU: each level, and the bf16 dot product where the
+// CPU has AVX512_BF16 (whatever Bf16DotActive() says, so every machine with it tests it).
+struct Packing {
+  SimdLevel level;
+  bool bf16_dot;
+};
+std::vector<Packing> Packings() {
+  std::vector<Packing> packings = {{SimdLevel::kAvx2, false}};
+  if (GetCpuFeatures().avx512) packings.push_back({SimdLevel::kAvx512, false});
+  if (GetCpuFeatures().avx512_bf16) packings.push_back({SimdLevel::kAvx512, true});
+  return packings;
+}
+
+// Matrices packed once (PanelMatrix) in each packing, against the reference on the same weights:
+// every batch from one decode row to several tiles, chunks past the first and a ragged last one,
+// K blocks past the first, y rows wider than W's; nothing written past a y row's outputs. A bf16
+// dot product's x is the reference's x rounded to bf16; below kBf16DotMinRows it is x itself.
 TEST_P(MatmulTest, PanelMatrixMatchesReference) {
   const MatmulCase& c = GetParam();
   ThreadPool pool(c.threads);
   uint32_t seed = 500;
-  std::vector<SimdLevel> levels = {SimdLevel::kAvx2};
-  if (GetCpuFeatures().avx512) levels.push_back(SimdLevel::kAvx512);
-  for (SimdLevel level : levels) {
+  for (const Packing& packing : Packings()) {
     for (const Shape& shape : {Shape{1, 1}, Shape{37, 33}, Shape{67, 172}, Shape{300, 24},
                                Shape{129, 1100}, Shape{64, 768}}) {
-      SCOPED_TRACE(absl::StrCat(SimdLevelName(level), " rows ", shape.rows, " cols ", shape.cols));
+      SCOPED_TRACE(absl::StrCat(SimdLevelName(packing.level), " bf16_dot ", packing.bf16_dot,
+                                " rows ", shape.rows, " cols ", shape.cols));
       const Tensor w = ConvertTensor(
           MakeF32Tensor(RandomVector(shape.rows * shape.cols, seed++), {shape.rows, shape.cols}),
           c.dtype);
-      const PanelMatrix packed(w, level);
+      const PanelMatrix packed(w, packing.level, packing.bf16_dot);
       ASSERT_EQ(packed.rows(), shape.rows);
       ASSERT_EQ(packed.cols(), shape.cols);
       ASSERT_EQ(packed.dtype(), c.dtype);
+      ASSERT_EQ(packed.bf16_dot(),
+                packing.bf16_dot && c.dtype == DType::kBF16 && shape.cols % 2 == 0);
       const std::vector<float> x = RandomVector(c.n * shape.cols, seed++);
       const int64_t ldy = shape.rows + 3;
       std::vector<float> y(c.n * ldy, kGuard);
-      Matmul(pool, x.data(), c.n, packed, y.data(), ldy);
+      std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), shape.cols));
+      Matmul(pool, x.data(), c.n, packed, y.data(), ldy, workspace);
 
+      const bool rounds = packed.bf16_dot() && c.n >= kBf16DotMinRows;
       std::vector<float> want(c.n * shape.rows), got(c.n * shape.rows);
-      MatmulReference(x.data(), c.n, w, want.data());
+      MatmulReference(rounds ? RoundedToBf16(x).data() : x.data(), c.n, w, want.data());
       for (int64_t i = 0; i < c.n; ++i) {
         for (int64_t j = 0; j < ldy; ++j) {
           if (j < shape.rows) {
@@ -173,6 +196,122 @@ TEST_P(MatmulTest, PanelMatrixMatchesReference) {
       }
       ASSERT_GT(Norm(want.data(), c.n * shape.rows), 0.0);
       EXPECT_LT(RelativeError(got.data(), want.data(), c.n * shape.rows), kSameWeightsTolerance);
+    }
+  }
+}
+
+// The bf16 pairs layout below kBf16DotMinRows multiplies exactly: bit for bit what the k-major
+// bf16 panels give.
+TEST(PanelMatrixTest, Bf16PairsBelowTheDotRowsEqualKMajorPanels) {
+  if (!GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "CPU lacks AVX512_BF16";
+  ThreadPool pool(2);
+  const int64_t rows = 150, cols = 1100;
+  const Tensor w =
+      ConvertTensor(MakeF32Tensor(RandomVector(rows * cols, 40), {rows, cols}), DType::kBF16);
+  const PanelMatrix pairs(w, SimdLevel::kAvx512, true), k_major(w, SimdLevel::kAvx512, false);
+  ASSERT_TRUE(pairs.bf16_dot());
+  std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), cols));
+  for (int64_t n : {int64_t{1}, int64_t{16}, kBf16DotMinRows - 1}) {
+    const std::vector<float> x = RandomVector(n * cols, 41);
+    std::vector<float> a(n * rows), b(n * rows);
+    Matmul(pool, x.data(), n, pairs, a.data(), rows, workspace);
+    Matmul(pool, x.data(), n, k_major, b.data(), rows, workspace);
+    for (int64_t i = 0; i < n * rows; ++i) ASSERT_EQ(a[i], b[i]) << "n " << n << " at " << i;
+  }
+}
+
+// A workspace that holds fewer rows than n: the dot product runs slab by slab and still gives every
+// row; one too small for a tile's rows multiplies exactly instead.
+TEST(PanelMatrixTest, Bf16DotRunsInSlabsOfTheWorkspace) {
+  if (!GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "CPU lacks AVX512_BF16";
+  ThreadPool pool(2);
+  const int64_t rows = 70, cols = 96, n = 130;
+  const Tensor w =
+      ConvertTensor(MakeF32Tensor(RandomVector(rows * cols, 50), {rows, cols}), DType::kBF16);
+  const PanelMatrix packed(w, SimdLevel::kAvx512, true);
+  const std::vector<float> x = RandomVector(n * cols, 51);
+  for (int64_t slab_rows : {int64_t{avx512::kGemmMr} - 1, int64_t{avx512::kGemmMr}, int64_t{50}}) {
+    SCOPED_TRACE(absl::StrCat("workspace rows ", slab_rows));
+    std::vector<float> workspace(slab_rows * cols / 2), y(n * rows), want(n * rows);
+    Matmul(pool, x.data(), n, packed, y.data(), rows, workspace);
+    const bool rounds = slab_rows >= avx512::kGemmMr;
+    MatmulReference(rounds ? RoundedToBf16(x).data() : x.data(), n, w, want.data());
+    EXPECT_LT(RelativeError(y.data(), want.data(), n * rows), kSameWeightsTolerance);
+  }
+}
+
+// RoundToBf16Pairs rounds as F32ToBF16 does (nearest even, overflow to infinity), bit for bit, at
+// every ragged row end, writing nothing past a row's pairs.
+TEST(Bf16DotKernelTest, RoundToBf16PairsMatchesF32ToBF16) {
+  if (!GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "CPU lacks AVX512_BF16";
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t cols : {2, 14, 30, 32, 34, 62, 64, 100}) {
+    const int64_t rows = 3;
+    std::vector<float> x = RandomVector(rows * cols, 60 + cols);
+    x[0] = inf;
+    x[1] = -3.4e38f;            // rounds to −infinity
+    x[cols - 1] = 1.00390625f;  // halfway between two bf16 values: to the even one
+    std::vector<uint32_t> out(rows * cols / 2 + 8, 0xdeadbeefu);
+    avx512::RoundToBf16Pairs(x.data(), rows, cols, out.data());
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint32_t pair = out[i / 2];
+      const auto got = static_cast<uint16_t>(i % 2 == 0 ? pair & 0xffffu : pair >> 16);
+      ASSERT_EQ(got, F32ToBF16(x[i])) << "cols " << cols << " element " << i << " = " << x[i];
+    }
+    for (size_t i = rows * cols / 2; i < out.size(); ++i) ASSERT_EQ(out[i], 0xdeadbeefu);
+  }
+}
+
+// The dot-product tile called directly: every tile height, full and partial panel widths, padded
+// x and y rows, overwriting and accumulating, against the exact sum of the bf16 values.
+TEST(Bf16DotKernelTest, TileMatchesExactSums) {
+  if (!GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "CPU lacks AVX512_BF16";
+  constexpr int kNr = avx512::kGemmNr;
+  uint32_t seed = 700;
+  for (int64_t kc : {2, 8, 64, 258}) {
+    std::vector<uint16_t> panel(kc * kNr);
+    const std::vector<float> values = RandomVector(kc * kNr, seed++);
+    // values[k · kNr + j] is W[j, k]; stored in the pairs layout.
+    for (int64_t k = 0; k < kc; ++k) {
+      for (int j = 0; j < kNr; ++j) {
+        panel[(k / 2) * 2 * kNr + 2 * j + k % 2] = F32ToBF16(values[k * kNr + j]);
+      }
+    }
+    for (int mr = 1; mr <= avx512::kGemmMr; ++mr) {
+      for (int nr : {1, 17, kNr}) {
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE(absl::StrCat("kc ", kc, " mr ", mr, " nr ", nr, " accumulate ", accumulate));
+          const int64_t ldx = kc / 2 + 3, ldy = kNr + 5;
+          const std::vector<float> xf = RandomVector(mr * ldx * 2, seed++);
+          std::vector<uint32_t> x(mr * ldx);
+          for (size_t i = 0; i < x.size(); ++i) {
+            x[i] = F32ToBF16(xf[2 * i]) | uint32_t{F32ToBF16(xf[2 * i + 1])} << 16;
+          }
+          std::vector<float> y = RandomVector(mr * ldy, seed++);
+          for (int i = 0; i < mr; ++i) {
+            for (int64_t j = nr; j < ldy; ++j) y[i * ldy + j] = kGuard;
+          }
+          const std::vector<float> before = y;
+          avx512::Bf16DotTile({x.data(), ldx, mr, panel.data(), kc, y.data(), ldy, nr, accumulate});
+          for (int i = 0; i < mr; ++i) {
+            for (int j = 0; j < ldy; ++j) {
+              if (j >= nr) {
+                ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past nr at " << i << ", " << j;
+                continue;
+              }
+              double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
+              for (int64_t k = 0; k < kc; ++k) {
+                const uint32_t pair = x[i * ldx + k / 2];
+                const double xk = BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
+                const double wk = BF16ToF32(panel[(k / 2) * 2 * kNr + 2 * j + k % 2]);
+                want += xk * wk;
+                scale += std::abs(xk * wk);
+              }
+              ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
+            }
+          }
+        }
+      }
     }
   }
 }
@@ -476,7 +615,7 @@ TEST(PanelMatrixTest, KeepsInfinitiesAndExtremes) {
     SCOPED_TRACE(DTypeName(dtype));
     const Tensor w = ConvertTensor(MakeF32Tensor(values, {rows, cols}), dtype);
     std::vector<float> got(rows), want(rows);
-    Matmul(pool, x.data(), 1, PanelMatrix(w), got.data(), rows);
+    Matmul(pool, x.data(), 1, PanelMatrix(w), got.data(), rows, {});
     MatmulReference(x.data(), 1, w, want.data());
     for (int64_t j = 0; j < rows; ++j) EXPECT_EQ(got[j], want[j]) << "row " << j;
   }

@@ -4,12 +4,15 @@
 // k-major, in the matrix's own dtype (16-bit elements are widened in registers as a kernel reads
 // them, so the matrix takes the bytes it took as rows). Matmul on it runs every batch — one decode
 // row to a whole prefill — through the same register tiles, reading each weight once per tile of
-// x rows (12 with AVX-512, 6 with AVX2). Immutable after construction; copies share the bytes;
-// thread-safe for concurrent reads.
+// x rows (12 with AVX-512, 6 with AVX2). bf16 matrices on CPUs where Bf16DotActive() keep their
+// panels in the pairs layout (kernels/cpu/gemm_kernels.h), so that prefill-sized products run
+// vdpbf16ps on activations rounded to bf16 while smaller ones stay exact. Immutable after
+// construction; copies share the bytes; thread-safe for concurrent reads.
 #ifndef PDSERVE_KERNELS_PANEL_MATRIX_H_
 #define PDSERVE_KERNELS_PANEL_MATRIX_H_
 
 #include <cstdint>
+#include <span>
 
 #include "core/base/thread_pool.h"
 #include "core/tensor/tensor.h"
@@ -21,27 +24,36 @@ class PanelMatrix {
  public:
   PanelMatrix() = default;
   // Requires w [rows, cols] in f32, f16 or bf16, and a level the CPU has. Packed for `level`,
-  // whose kernels Matmul then uses.
-  explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel());
+  // whose kernels Matmul then uses; with `bf16_dot` (which requires the AVX-512 level and the
+  // CPU's AVX512_BF16), a bf16 matrix of even cols multiplies kBf16DotMinRows or more x rows by
+  // vdpbf16ps.
+  explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel(),
+                       bool bf16_dot = Bf16DotActive());
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   DType dtype() const { return storage_.dtype; }
   bool empty() const { return storage_.empty(); }
+  // Whether products of many rows round x to bf16 and run vdpbf16ps.
+  bool bf16_dot() const { return bf16_pairs_; }
 
  private:
   friend void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
-                     int64_t ldy);
+                     int64_t ldy, std::span<float> workspace);
 
   int64_t rows_ = 0, cols_ = 0;
   SimdLevel level_ = SimdLevel::kAvx2;
-  Tensor storage_;  // the chunks back to back, each kGemmChunkRows · cols elements apart
+  bool bf16_pairs_ = false;  // bf16 panels in the pairs layout
+  Tensor storage_;           // the chunks back to back, each kGemmChunkRows · cols elements apart
 };
 
 // y[i, j] = Σ_c x[i, c]·W[j, c] for i < n, j < w.rows(): x rows w.cols() floats apart, y rows
-// `ldy` ≥ w.rows() apart, y not aliasing x; accumulation in fp32. Does not allocate.
+// `ldy` ≥ w.rows() apart, y not aliasing x; accumulation in fp32. `workspace` holds the rounded
+// activations of w.bf16_dot()'s products, in slabs of as many rows as fit (MatmulWorkspaceFloats
+// of the pool's threads and w.cols() is plenty; with room for fewer than a tile's rows the product
+// is exact instead); unused otherwise. Does not allocate.
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
-            int64_t ldy);
+            int64_t ldy, std::span<float> workspace);
 
 }  // namespace pdserve::kernels
 

@@ -37,7 +37,7 @@ class Projection {
 };
 
 // y[n, w.rows()] = x[n, w.cols()] · Wᵀ, as kernels::Matmul (workspace as it requires; a packed
-// projection does not use it).
+// projection uses it only for a bf16 dot product's rounded activations).
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const Projection& w, float* y,
             std::span<float> workspace);
 

@@ -19,6 +19,10 @@ const CpuFeatures& GetCpuFeatures() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_vnni =
         f.avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+    f.avx512_bf16 =
+        f.avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+    f.amd = __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == signature_AMD_ebx &&
+            ecx == signature_AMD_ecx && edx == signature_AMD_edx;
     return f;
   }();
   return features;
@@ -31,6 +35,18 @@ SimdLevel ActiveSimdLevel() {
     return GetCpuFeatures().avx512 && allow_avx512 ? SimdLevel::kAvx512 : SimdLevel::kAvx2;
   }();
   return level;
+}
+
+bool Bf16DotActive() {
+  static const bool active = [] {
+    const CpuFeatures& f = GetCpuFeatures();
+    if (ActiveSimdLevel() != SimdLevel::kAvx512 || !f.avx512_bf16) return false;
+    const char* requested = std::getenv("PDSERVE_BF16_DOT");
+    if (requested != nullptr && std::strcmp(requested, "off") == 0) return false;
+    if (requested != nullptr && std::strcmp(requested, "on") == 0) return true;
+    return f.amd;
+  }();
+  return active;
 }
 
 const char* SimdLevelName(SimdLevel level) {

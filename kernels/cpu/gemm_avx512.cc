@@ -6,15 +6,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cpu/gemm_avx512_tile.h"
 #include "kernels/cpu/gemm_kernels.h"
 
 namespace pdserve::kernels::avx512 {
 namespace {
 
-__mmask16 Mask(int lanes) {
-  return lanes >= 16 ? static_cast<__mmask16>(0xffff)
-                     : static_cast<__mmask16>((1u << (lanes > 0 ? lanes : 0)) - 1u);
-}
+static_assert(kGemmNr == 32, "a tile's panel rows are two vectors of 16 (gemm_avx512_tile.h)");
 
 // 16 panel elements of type T from p, as floats (f16 and bf16 widened exactly).
 template <typename T>
@@ -30,11 +28,6 @@ __m512 Load16(const T* p) {
     }
   }
 }
-
-// Panel rows a tile prefetches ahead (4 KiB of f16, 8 KiB of f32): a decode step streams each
-// panel from memory once, and the hardware prefetchers alone left f16 panels at ~75% of the read
-// bandwidth with one or a few x rows; for 16 rows (two tiles per panel) it was ~35% faster.
-constexpr int64_t kPrefetchSteps = 64;
 
 template <typename T, int MR>
 void Tile(const GemmTileArgs& a) {
@@ -56,23 +49,52 @@ void Tile(const GemmTileArgs& a) {
       acc[i][1] = _mm512_fmadd_ps(xi, b1, acc[i][1]);
     }
   }
-  const __mmask16 m0 = Mask(a.nr), m1 = Mask(a.nr - 16);
-  // Unrolled like the loops above: a loop over acc[i] here would keep acc in memory throughout.
+  StoreTile(acc, a.y, a.ldy, a.nr, a.accumulate);
+}
+
+// Tile on bf16 panels of interleaved k pairs: each 32-bit lane's halves widened exactly (the low
+// half is k, the high half k + 1), then the FMAs in Tile's order, so the sums are Tile's bit for
+// bit.
+template <int MR>
+void PairsTile(const GemmTileArgs& a) {
+  __m512 acc[MR][2];
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    float* y = a.y + i * a.ldy;
-    if (a.accumulate) {
-      acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_maskz_loadu_ps(m0, y));
-      acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, y + 16));
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const auto* p = static_cast<const uint16_t*>(a.panel);
+  const float* x = a.x;
+  const int64_t steps = a.kc / 2, ldx = a.ldx;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t q = 0; q < steps; ++q, p += 2 * kGemmNr, x += 2) {
+    PrefetchPairStep(p);
+    const __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + kGemmNr);
+    const __m512 even0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+    const __m512 even1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+    const __m512 odd0 = _mm512_castsi512_ps(_mm512_and_si512(v0, high));
+    const __m512 odd1 = _mm512_castsi512_ps(_mm512_and_si512(v1, high));
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xe = _mm512_set1_ps(x[i * ldx]);
+      acc[i][0] = _mm512_fmadd_ps(xe, even0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xe, even1, acc[i][1]);
     }
-    _mm512_mask_storeu_ps(y, m0, acc[i][0]);
-    _mm512_mask_storeu_ps(y + 16, m1, acc[i][1]);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xo = _mm512_set1_ps(x[i * ldx + 1]);
+      acc[i][0] = _mm512_fmadd_ps(xo, odd0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xo, odd1, acc[i][1]);
+    }
   }
+  StoreTile(acc, a.y, a.ldy, a.nr, a.accumulate);
 }
 
 template <typename T, int... MR>
 void Dispatch(const GemmTileArgs& a, std::integer_sequence<int, MR...>) {
   ((a.mr == MR + 1 ? Tile<T, MR + 1>(a) : void()), ...);
+}
+
+template <int... MR>
+void DispatchPairs(const GemmTileArgs& a, std::integer_sequence<int, MR...>) {
+  ((a.mr == MR + 1 ? PairsTile<MR + 1>(a) : void()), ...);
 }
 
 // r[i] lane j ↔ r[j] lane i for i, j < 16: pairs of rows interleaved by floats, then by pairs of
@@ -113,6 +135,7 @@ void Transpose16x16(__m512 (&r)[16]) {
 
 void GemmTile(const GemmTileArgs& args) {
   constexpr auto kRows = std::make_integer_sequence<int, kGemmMr>();
+  if (args.pairs) return DispatchPairs(args, kRows);
   switch (args.panel_dtype) {
     case DType::kF16:
       return Dispatch<F16Bits>(args, kRows);

@@ -5,6 +5,11 @@
 // registers as they are read (a PanelMatrix's, packed once at load). A kernel computes an mr × nr
 // tile y[i, j] (+)= Σ_{k < kc} x[i, k] · panel[k · kGemmNr + j] for i < mr ≤ kGemmMr and
 // j < nr ≤ kGemmNr, one fp32 FMA per k in order, writing only j < nr.
+//
+// bf16 panels of the AVX-512 level may instead interleave pairs of k (the layout vdpbf16ps
+// multiplies; kc even): element [k, j] at panel[(k / 2) · 2 · kGemmNr + 2j + k % 2], so that each
+// 32-bit lane holds one row's weights at k and k + 1. GemmTile reads them exactly, as above;
+// Bf16DotTile multiplies them by activations rounded to bf16.
 #ifndef PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 #define PDSERVE_KERNELS_CPU_GEMM_KERNELS_H_
 
@@ -38,8 +43,29 @@ struct GemmTileArgs {
   float* y;  // y[i, j] at y[i · ldy + j]
   int64_t ldy;
   int nr;
-  bool accumulate;  // add to y's values instead of overwriting them
+  bool accumulate;     // add to y's values instead of overwriting them
+  bool pairs = false;  // bf16 panels in the interleaved pairs layout (AVX-512 only)
 };
+
+// A tile of the bf16 dot-product GEMM: y[i, j] (+)= Σ_{q < kc/2} (x[i, 2q]·W[j, 2q] +
+// x[i, 2q+1]·W[j, 2q+1]), x rounded to bf16, each pair's products added to the fp32 sum by one
+// vdpbf16ps (bf16 products are exact in fp32).
+struct Bf16DotTileArgs {
+  const uint32_t* x;  // row i's bf16 pairs at x[i · ldx + q], x[i, 2q] in the low half
+  int64_t ldx;        // in pairs
+  int mr;
+  const uint16_t* panel;  // kc × kGemmNr bf16 in the pairs layout
+  int64_t kc;             // even
+  float* y;
+  int64_t ldy;
+  int nr;
+  bool accumulate;
+};
+
+// Activation rows below which a PanelMatrix with bf16 pairs multiplies exactly (GemmTile) rather
+// than by Bf16DotTile: decode steps and small batches keep fp32 activations; prefill, bound by
+// multiplies, takes vdpbf16ps's doubled rate.
+inline constexpr int64_t kBf16DotMinRows = 64;
 
 // The int8 GEMM for quantized weights whose blocks Block32AsU8For unpacks. Weights are packed
 // into panels of kInt8GemmNr rows: per 32-element block, 8 steps of 64 bytes (step s holds row
@@ -84,6 +110,12 @@ inline constexpr int kGemmMr = 12, kGemmNr = 32;  // 24 accumulators of 16 float
 void GemmTile(const GemmTileArgs& args);
 void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float* panel);
 
+// AVX512_BF16 (gemm_avx512_bf16.cc): the dot-product tile, mr ≤ kGemmMr, and the activations it
+// reads: `rows` rows of x (`cols` floats apart, cols even) rounded to bf16 (nearest even) as pairs,
+// row i's at out[i · cols / 2].
+void Bf16DotTile(const Bf16DotTileArgs& args);
+void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out);
+
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy);
@@ -121,11 +153,36 @@ GemmKernel ActiveGemmKernel();
 void PackChunk(const GemmKernel& kernel, const Tensor& w, int64_t begin, int64_t end, float* packed,
                float* tmp);
 
+// Calls tile(k0, kc, i0, mr, p, nr) for every tile of a product of n x rows by a chunk of `rows`
+// weight rows of `cols` columns: per K block (columns [k0, k0 + kc)), every tile of mr ≤ kernel_mr
+// x rows from row i0 (tiles of equal height: 16 rows go as 8 + 8, not 12 + 4) by panel p, whose
+// first nr ≤ kernel_nr rows are live.
+template <typename TileFn>
+void ForEachGemmTile(int kernel_mr, int kernel_nr, int64_t n, int64_t cols, int64_t rows,
+                     TileFn&& tile) {
+  const int64_t panels = (rows + kernel_nr - 1) / kernel_nr;
+  const int64_t tiles = (n + kernel_mr - 1) / kernel_mr, mr = (n + tiles - 1) / tiles;
+  for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+    const int64_t kc = cols - k0 < kGemmKc ? cols - k0 : kGemmKc;
+    for (int64_t i0 = 0; i0 < n; i0 += mr) {
+      for (int64_t p = 0; p < panels; ++p) {
+        tile(k0, kc, i0, static_cast<int>(n - i0 < mr ? n - i0 : mr), p,
+             static_cast<int>(rows - p * kernel_nr < kernel_nr ? rows - p * kernel_nr : kernel_nr));
+      }
+    }
+  }
+}
+
 // y[i, j] (+)= Σ_c x[i, c]·chunk[j, c] for i < n, j < rows: per K block, every (kernel.mr rows of
 // x) × panel tile, K blocks after the first adding to y. x rows are `cols` floats apart, y rows
-// `ldy`; the chunk's elements are `dtype` (f32, f16 or bf16).
+// `ldy`; the chunk's elements are `dtype` (f32, f16 or bf16), bf16 in the pairs layout if `pairs`.
 void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t cols,
-                   const void* chunk, DType dtype, int64_t rows, float* y, int64_t ldy);
+                   const void* chunk, DType dtype, bool pairs, int64_t rows, float* y, int64_t ldy);
+
+// The same product with AVX-512 panels of bf16 pairs by Bf16DotTile, x as RoundToBf16Pairs wrote
+// its n rows.
+void MultiplyChunkBf16Dot(const uint32_t* x, int64_t n, int64_t cols, const uint16_t* chunk,
+                          int64_t rows, float* y, int64_t ldy);
 
 }  // namespace pdserve::kernels
 

@@ -182,7 +182,7 @@ void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor
   const int64_t cols = w.cols(), panels = (end - begin + kernel.nr - 1) / kernel.nr;
   float* packed = workspace;  // then the widened rows of one panel
   PackChunk(kernel, w, begin, end, packed, packed + panels * kernel.nr * cols);
-  MultiplyChunk(kernel, x, n, cols, packed, DType::kF32, end - begin, y + begin, ldy);
+  MultiplyChunk(kernel, x, n, cols, packed, DType::kF32, false, end - begin, y + begin, ldy);
 }
 
 // Prefill on quantized weights with int8 products where Int8GemmFor has a tile: x quantized once
@@ -239,31 +239,43 @@ void PackChunk(const GemmKernel& kernel, const Tensor& w, int64_t begin, int64_t
 }
 
 void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t cols,
-                   const void* chunk, DType dtype, int64_t rows, float* y, int64_t ldy) {
-  const int nr = kernel.nr;
-  const int64_t panels = (rows + nr - 1) / nr;
-  // x rows in tiles of equal height (16 rows: 8 + 8, not 12 + 4).
-  const int64_t tiles = (n + kernel.mr - 1) / kernel.mr, mr = (n + tiles - 1) / tiles;
+                   const void* chunk, DType dtype, bool pairs, int64_t rows, float* y,
+                   int64_t ldy) {
+  const int64_t panels = (rows + kernel.nr - 1) / kernel.nr;
   const auto* bytes = static_cast<const uint8_t*>(chunk);
   const size_t elem_bytes = DTypeSize(dtype);
-  for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
-    const int64_t kc = std::min(kGemmKc, cols - k0);
-    const uint8_t* block = bytes + k0 * panels * nr * elem_bytes;
-    for (int64_t i0 = 0; i0 < n; i0 += mr) {
-      for (int64_t p = 0; p < panels; ++p) {
-        kernel.tile({.x = x + i0 * cols + k0,
-                     .ldx = cols,
-                     .mr = static_cast<int>(std::min<int64_t>(mr, n - i0)),
-                     .panel = block + p * kc * nr * elem_bytes,
-                     .panel_dtype = dtype,
-                     .kc = kc,
-                     .y = y + i0 * ldy + p * nr,
-                     .ldy = ldy,
-                     .nr = static_cast<int>(std::min<int64_t>(nr, rows - p * nr)),
-                     .accumulate = k0 > 0});
-      }
-    }
-  }
+  ForEachGemmTile(kernel.mr, kernel.nr, n, cols, rows,
+                  [&](int64_t k0, int64_t kc, int64_t i0, int mr, int64_t p, int nr) {
+                    kernel.tile({.x = x + i0 * cols + k0,
+                                 .ldx = cols,
+                                 .mr = mr,
+                                 .panel = bytes + (k0 * panels + p * kc) * kernel.nr * elem_bytes,
+                                 .panel_dtype = dtype,
+                                 .kc = kc,
+                                 .y = y + i0 * ldy + p * kernel.nr,
+                                 .ldy = ldy,
+                                 .nr = nr,
+                                 .accumulate = k0 > 0,
+                                 .pairs = pairs});
+                  });
+}
+
+void MultiplyChunkBf16Dot(const uint32_t* x, int64_t n, int64_t cols, const uint16_t* chunk,
+                          int64_t rows, float* y, int64_t ldy) {
+  constexpr int kNr = avx512::kGemmNr;
+  const int64_t panels = (rows + kNr - 1) / kNr, pair_cols = cols / 2;
+  ForEachGemmTile(avx512::kGemmMr, kNr, n, cols, rows,
+                  [&](int64_t k0, int64_t kc, int64_t i0, int mr, int64_t p, int nr) {
+                    avx512::Bf16DotTile({.x = x + i0 * pair_cols + k0 / 2,
+                                         .ldx = pair_cols,
+                                         .mr = mr,
+                                         .panel = chunk + (k0 * panels + p * kc) * kNr,
+                                         .kc = kc,
+                                         .y = y + i0 * ldy + p * kNr,
+                                         .ldy = ldy,
+                                         .nr = nr,
+                                         .accumulate = k0 > 0});
+                  });
 }
 
 void ActiveBatchGemvRows(const BatchGemvArgs& args) {

@@ -20,10 +20,31 @@ void NarrowExact(const float* x, int64_t n, DType dtype, uint8_t* out) {
   }
 }
 
+// A chunk's `panels` fp32 panels of `nr` rows (PackChunk's layout, `cols` columns) as bf16 panels
+// in the pairs layout (gemm_kernels.h); cols even.
+void NarrowToBf16Pairs(const float* packed, int64_t panels, int64_t cols, int nr, uint8_t* out) {
+  auto* halves = reinterpret_cast<uint16_t*>(out);
+  for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+    const int64_t kc = std::min(kGemmKc, cols - k0);
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t base = (k0 * panels + p * kc) * nr;
+      for (int64_t k = 0; k < kc; ++k) {
+        for (int j = 0; j < nr; ++j) {
+          halves[base + (k / 2) * 2 * nr + 2 * j + k % 2] = F32ToBF16(packed[base + k * nr + j]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
-PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level)
-    : rows_(w.rows()), cols_(w.cols()), level_(level) {
+PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
+    : rows_(w.rows()),
+      cols_(w.cols()),
+      level_(level),
+      bf16_pairs_(bf16_dot && level == SimdLevel::kAvx512 && w.dtype == DType::kBF16 &&
+                  w.cols() % 2 == 0) {
   const GemmKernel kernel = GemmKernelFor(level_);
   const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
   auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
@@ -37,23 +58,45 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level)
     uint8_t* to = bytes + c * chunk_bytes;
     PackChunk(kernel, w, begin, end, in_place ? reinterpret_cast<float*>(to) : packed.data(),
               widened.data());
-    if (!in_place) {
-      const int64_t elements = (end - begin + kernel.nr - 1) / kernel.nr * kernel.nr * cols_;
-      NarrowExact(packed.data(), elements, w.dtype, to);
+    const int64_t panels = (end - begin + kernel.nr - 1) / kernel.nr;
+    if (bf16_pairs_) {
+      NarrowToBf16Pairs(packed.data(), panels, cols_, kernel.nr, to);
+    } else if (!in_place) {
+      NarrowExact(packed.data(), panels * kernel.nr * cols_, w.dtype, to);
     }
   }
   storage_ = std::move(storage);
 }
 
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
-            int64_t ldy) {
+            int64_t ldy, std::span<float> workspace) {
   const GemmKernel kernel = GemmKernelFor(w.level_);
   const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
   const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
+  // Rows of rounded activations the workspace holds (a pair of bf16 a float).
+  const int64_t pair_cols = w.cols_ / 2;
+  const int64_t slab = w.bf16_pairs_ ? std::min<int64_t>(n, workspace.size() / pair_cols) : 0;
+  if (n >= kBf16DotMinRows && slab >= avx512::kGemmMr) {
+    auto* pairs = reinterpret_cast<uint32_t*>(workspace.data());
+    for (int64_t i0 = 0; i0 < n; i0 += slab) {
+      const int64_t rows_x = std::min(slab, n - i0);
+      pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
+        avx512::RoundToBf16Pairs(x + (i0 + begin) * w.cols_, end - begin, w.cols_,
+                                 pairs + begin * pair_cols);
+      });
+      pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
+        MultiplyChunkBf16Dot(
+            pairs, rows_x, w.cols_,
+            reinterpret_cast<const uint16_t*>(bytes + begin / kGemmChunkRows * chunk_bytes),
+            end - begin, y + i0 * ldy + begin, ldy);
+      });
+    }
+    return;
+  }
   // Each range is one chunk.
   pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
     MultiplyChunk(kernel, x, n, w.cols_, bytes + begin / kGemmChunkRows * chunk_bytes, w.dtype(),
-                  end - begin, y + begin, ldy);
+                  w.bf16_pairs_, end - begin, y + begin, ldy);
   });
 }
 

@@ -19,7 +19,7 @@ Projection::Projection(std::vector<Tensor> parts) {
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const Projection& w, float* y,
             std::span<float> workspace) {
   if (w.packed()) {
-    Matmul(pool, x, n, w.panels_, y, w.rows_);
+    Matmul(pool, x, n, w.panels_, y, w.rows_, workspace);
   } else {
     Matmul(pool, x, n, std::span<const Tensor>(w.parts_), y, workspace);
   }
