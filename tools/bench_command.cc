@@ -200,6 +200,7 @@ absl::Status RunBench() {
       {"threads", engine->options().num_threads},
       {"weights", weights_label},
       {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
+      {"bf16_dot", kernels::Bf16DotActive()},
       {"prompt_tokens", prompt_tokens},
       {"gen_tokens", gen_tokens},
       {"decode_context", decode_context},

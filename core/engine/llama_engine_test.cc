@@ -12,6 +12,7 @@
 #include "core/formats/model_writer.h"
 #include "core/model/random_model.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_features.h"
 #include "tests/support/scratch_dir.h"
 
 namespace pdserve {
@@ -161,6 +162,20 @@ TEST(LlamaEngineTest, SixteenBitWeightsMatchReferenceOnTheSameRoundedWeights) {
     EXPECT_LT(MaxRelativeError(PrefillLogits(*engine, tokens), ReferenceLogits(w, tokens)),
               tolerance);
   }
+}
+
+// A prompt long enough for the GEMM's bf16 dot product (kernels/cpu_features.h: Bf16DotActive, on
+// AMD Zen 4/5; elsewhere the same prompt takes the exact path): activations rounded to bf16 keep
+// the logits within bf16's rounding of the reference on the same weights and of the f32 model.
+TEST(LlamaEngineTest, LongBf16PrefillStaysWithinBf16Rounding) {
+  ModelWeights w = MakeRandomModel(SmallGqaConfig(), 4);
+  auto tokens = Tokens(90, w.config.vocab_size);
+  auto engine = MakeEngine(w, 2, DType::kBF16);
+  const std::vector<float> got = PrefillLogits(*engine, tokens);
+  const double same_weights = kernels::Bf16DotActive() ? 1e-2 : 1e-5;
+  EXPECT_LT(MaxRelativeError(got, ReferenceLogits(ConvertWeights(w, DType::kBF16), tokens)),
+            same_weights);
+  EXPECT_LT(MaxRelativeError(got, ReferenceLogits(w, tokens)), 5e-2);
 }
 
 TEST(LlamaEngineTest, PrefillThenDecodeEqualsOneShotPrefill) {
