@@ -221,7 +221,8 @@ TEST(PanelMatrixTest, Bf16PairsBelowTheDotRowsEqualKMajorPanels) {
 }
 
 // A workspace that holds fewer rows than n: the dot product runs slab by slab and still gives every
-// row; one too small for a tile's rows multiplies exactly instead.
+// row (room for 40 rows of pairs, a little padding aside, runs slabs; 200, one); one too small for
+// a tile's rows (11) multiplies exactly instead.
 TEST(PanelMatrixTest, Bf16DotRunsInSlabsOfTheWorkspace) {
   if (!GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "CPU lacks AVX512_BF16";
   ThreadPool pool(2);
@@ -230,7 +231,7 @@ TEST(PanelMatrixTest, Bf16DotRunsInSlabsOfTheWorkspace) {
       ConvertTensor(MakeF32Tensor(RandomVector(rows * cols, 50), {rows, cols}), DType::kBF16);
   const PanelMatrix packed(w, SimdLevel::kAvx512, true);
   const std::vector<float> x = RandomVector(n * cols, 51);
-  for (int64_t slab_rows : {int64_t{avx512::kGemmMr} - 1, int64_t{avx512::kGemmMr}, int64_t{50}}) {
+  for (int64_t slab_rows : {11, 40, 200}) {
     SCOPED_TRACE(absl::StrCat("workspace rows ", slab_rows));
     std::vector<float> workspace(slab_rows * cols / 2), y(n * rows), want(n * rows);
     Matmul(pool, x.data(), n, packed, y.data(), rows, workspace);
@@ -252,7 +253,7 @@ TEST(Bf16DotKernelTest, RoundToBf16PairsMatchesF32ToBF16) {
     x[1] = -3.4e38f;            // rounds to −infinity
     x[cols - 1] = 1.00390625f;  // halfway between two bf16 values: to the even one
     std::vector<uint32_t> out(rows * cols / 2 + 8, 0xdeadbeefu);
-    avx512::RoundToBf16Pairs(x.data(), rows, cols, out.data());
+    avx512::RoundToBf16Pairs(x.data(), rows, cols, out.data(), cols / 2);
     for (int64_t i = 0; i < rows * cols; ++i) {
       const uint32_t pair = out[i / 2];
       const auto got = static_cast<uint16_t>(i % 2 == 0 ? pair & 0xffffu : pair >> 16);

@@ -47,11 +47,10 @@ void Bf16DotTile(const Bf16DotTileArgs& args) {
   Dispatch(args, std::make_integer_sequence<int, kGemmMr>());
 }
 
-void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out) {
-  const int64_t pair_cols = cols / 2;
+void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out, int64_t ldo) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* from = x + i * cols;
-    auto* to = reinterpret_cast<__m512i*>(out + i * pair_cols);
+    auto* to = reinterpret_cast<__m512i*>(out + i * ldo);
     int64_t c = 0;
     for (; c + 32 <= cols; c += 32, ++to) {
       // The second operand's floats become the low 16 bf16 elements.

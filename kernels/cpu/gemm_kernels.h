@@ -112,9 +112,9 @@ void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float*
 
 // AVX512_BF16 (gemm_avx512_bf16.cc): the dot-product tile, mr ≤ kGemmMr, and the activations it
 // reads: `rows` rows of x (`cols` floats apart, cols even) rounded to bf16 (nearest even) as pairs,
-// row i's at out[i · cols / 2].
+// row i's cols / 2 pairs at out[i · ldo], ldo ≥ cols / 2.
 void Bf16DotTile(const Bf16DotTileArgs& args);
-void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out);
+void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out, int64_t ldo);
 
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
@@ -180,9 +180,9 @@ void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t 
                    const void* chunk, DType dtype, bool pairs, int64_t rows, float* y, int64_t ldy);
 
 // The same product with AVX-512 panels of bf16 pairs by Bf16DotTile, x as RoundToBf16Pairs wrote
-// its n rows.
-void MultiplyChunkBf16Dot(const uint32_t* x, int64_t n, int64_t cols, const uint16_t* chunk,
-                          int64_t rows, float* y, int64_t ldy);
+// its n rows, ldx pairs apart.
+void MultiplyChunkBf16Dot(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols,
+                          const uint16_t* chunk, int64_t rows, float* y, int64_t ldy);
 
 }  // namespace pdserve::kernels
 

@@ -260,14 +260,14 @@ void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t 
                   });
 }
 
-void MultiplyChunkBf16Dot(const uint32_t* x, int64_t n, int64_t cols, const uint16_t* chunk,
-                          int64_t rows, float* y, int64_t ldy) {
+void MultiplyChunkBf16Dot(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols,
+                          const uint16_t* chunk, int64_t rows, float* y, int64_t ldy) {
   constexpr int kNr = avx512::kGemmNr;
-  const int64_t panels = (rows + kNr - 1) / kNr, pair_cols = cols / 2;
+  const int64_t panels = (rows + kNr - 1) / kNr;
   ForEachGemmTile(avx512::kGemmMr, kNr, n, cols, rows,
                   [&](int64_t k0, int64_t kc, int64_t i0, int mr, int64_t p, int nr) {
-                    avx512::Bf16DotTile({.x = x + i0 * pair_cols + k0 / 2,
-                                         .ldx = pair_cols,
+                    avx512::Bf16DotTile({.x = x + i0 * ldx + k0 / 2,
+                                         .ldx = ldx,
                                          .mr = mr,
                                          .panel = chunk + (k0 * panels + p * kc) * kNr,
                                          .kc = kc,

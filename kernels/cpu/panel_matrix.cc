@@ -73,20 +73,22 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, f
   const GemmKernel kernel = GemmKernelFor(w.level_);
   const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
   const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
-  // Rows of rounded activations the workspace holds (a pair of bf16 a float).
-  const int64_t pair_cols = w.cols_ / 2;
-  const int64_t slab = w.bf16_pairs_ ? std::min<int64_t>(n, workspace.size() / pair_cols) : 0;
+  // Rows of rounded activations the workspace holds (a pair of bf16 a float). Rows are padded by a
+  // cache line: at a multiple of 4 KiB apart (cols of 2048) a tile's 12 rows would share one L1
+  // set.
+  const int64_t ldp = w.cols_ / 2 + 16;
+  const int64_t slab = w.bf16_pairs_ ? std::min<int64_t>(n, workspace.size() / ldp) : 0;
   if (n >= kBf16DotMinRows && slab >= avx512::kGemmMr) {
     auto* pairs = reinterpret_cast<uint32_t*>(workspace.data());
     for (int64_t i0 = 0; i0 < n; i0 += slab) {
       const int64_t rows_x = std::min(slab, n - i0);
       pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
         avx512::RoundToBf16Pairs(x + (i0 + begin) * w.cols_, end - begin, w.cols_,
-                                 pairs + begin * pair_cols);
+                                 pairs + begin * ldp, ldp);
       });
       pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
         MultiplyChunkBf16Dot(
-            pairs, rows_x, w.cols_,
+            pairs, ldp, rows_x, w.cols_,
             reinterpret_cast<const uint16_t*>(bytes + begin / kGemmChunkRows * chunk_bytes),
             end - begin, y + i0 * ldy + begin, ldy);
       });
