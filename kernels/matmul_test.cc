@@ -79,6 +79,39 @@ const Shape kShapes[] = {{1, 1},   {3, 7},    {37, 33},  {67, 172}, {129, 1},
 
 constexpr float kGuard = 12345.0f;
 
+// A kernel's output block before the call: m rows of ldy floats, seeded values in the first `live`
+// columns and kGuard past them.
+std::vector<float> GuardedOutput(int64_t m, int64_t ldy, int64_t live, uint32_t seed) {
+  std::vector<float> y = RandomVector(m * ldy, seed);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = live; j < ldy; ++j) y[i * ldy + j] = kGuard;
+  }
+  return y;
+}
+
+// A kernel's output against double-precision sums: y[i, j] = Σ_{k < terms} term(i, j, k), plus
+// before[i, j] when accumulating, within 1e-6 of the sum of the terms' magnitudes; the guard past
+// `live` columns untouched.
+template <typename Term>
+void ExpectSums(const std::vector<float>& y, const std::vector<float>& before, int64_t m,
+                int64_t ldy, int64_t live, bool accumulate, int64_t terms, Term term) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      if (j >= live) {
+        ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past the outputs at " << i << ", " << j;
+        continue;
+      }
+      double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
+      for (int64_t k = 0; k < terms; ++k) {
+        const double t = term(i, j, k);
+        want += t;
+        scale += std::abs(t);
+      }
+      ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
+    }
+  }
+}
+
 struct MatmulCase {
   int64_t n;
   DType dtype;
@@ -288,29 +321,14 @@ TEST(Bf16DotKernelTest, TileMatchesExactSums) {
           for (size_t i = 0; i < x.size(); ++i) {
             x[i] = F32ToBF16(xf[2 * i]) | uint32_t{F32ToBF16(xf[2 * i + 1])} << 16;
           }
-          std::vector<float> y = RandomVector(mr * ldy, seed++);
-          for (int i = 0; i < mr; ++i) {
-            for (int64_t j = nr; j < ldy; ++j) y[i * ldy + j] = kGuard;
-          }
+          std::vector<float> y = GuardedOutput(mr, ldy, nr, seed++);
           const std::vector<float> before = y;
           avx512::Bf16DotTile({x.data(), ldx, mr, panel.data(), kc, y.data(), ldy, nr, accumulate});
-          for (int i = 0; i < mr; ++i) {
-            for (int j = 0; j < ldy; ++j) {
-              if (j >= nr) {
-                ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past nr at " << i << ", " << j;
-                continue;
-              }
-              double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
-              for (int64_t k = 0; k < kc; ++k) {
-                const uint32_t pair = x[i * ldx + k / 2];
-                const double xk = BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
-                const double wk = BF16ToF32(panel[(k / 2) * 2 * kNr + 2 * j + k % 2]);
-                want += xk * wk;
-                scale += std::abs(xk * wk);
-              }
-              ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
-            }
-          }
+          ExpectSums(y, before, mr, ldy, nr, accumulate, kc, [&](int64_t i, int64_t j, int64_t k) {
+            const uint32_t pair = x[i * ldx + k / 2];
+            const double xk = BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
+            return xk * BF16ToF32(panel[(k / 2) * 2 * kNr + 2 * j + k % 2]);
+          });
         }
       }
     }
@@ -453,29 +471,15 @@ void CheckBatchGemvKernel(void (*kernel)(const BatchGemvArgs&)) {
           std::vector<float> x = RandomVector(n * ldx, seed++);
           const Tensor w =
               ConvertTensor(MakeF32Tensor(RandomVector(w_len, seed++), {w_len}), dtype);
-          std::vector<float> y = RandomVector(n * ldy, seed++);
-          for (int64_t b = 0; b < n; ++b) {
-            for (int64_t j = rows; j < ldy; ++j) y[b * ldy + j] = kGuard;
-          }
+          std::vector<float> y = GuardedOutput(n, ldy, rows, seed++);
           const std::vector<float> before = y;
           const std::vector<float> next = RandomVector(300, seed++);
           kernel({x.data(), ldx, n, w.data, dtype, ldw, rows, cols, y.data(), ldy, accumulate,
                   next.data(), n % 3 == 0 ? 0 : static_cast<int64_t>(next.size() * sizeof(float))});
-          for (int64_t b = 0; b < n; ++b) {
-            for (int64_t j = 0; j < ldy; ++j) {
-              if (j >= rows) {
-                ASSERT_EQ(y[b * ldy + j], kGuard) << "wrote past the rows at " << b << ", " << j;
-                continue;
-              }
-              double want = accumulate ? before[b * ldy + j] : 0.0, scale = std::abs(want);
-              for (int64_t c = 0; c < cols; ++c) {
-                const double product = double{x[b * ldx + c]} * ElementAsFloat(w, j * ldw + c);
-                want += product;
-                scale += std::abs(product);
-              }
-              ASSERT_NEAR(y[b * ldy + j], want, 1e-6 * scale) << b << ", " << j;
-            }
-          }
+          ExpectSums(y, before, n, ldy, rows, accumulate, cols,
+                     [&](int64_t b, int64_t j, int64_t c) {
+                       return double{x[b * ldx + c]} * ElementAsFloat(w, j * ldw + c);
+                     });
         }
       }
     }
@@ -511,26 +515,13 @@ void CheckGemmTile(void (*tile)(const GemmTileArgs&), int max_mr, int panel_widt
                                       " accumulate ", accumulate));
             const int64_t ldx = kc + 3, ldy = panel_width + 5;
             std::vector<float> x = RandomVector(mr * ldx, seed++);
-            std::vector<float> y = RandomVector(mr * ldy, seed++);
-            for (int i = 0; i < mr; ++i) {
-              for (int64_t j = nr; j < ldy; ++j) y[i * ldy + j] = kGuard;
-            }
+            std::vector<float> y = GuardedOutput(mr, ldy, nr, seed++);
             const std::vector<float> before = y;
             tile({x.data(), ldx, mr, stored.data, dtype, kc, y.data(), ldy, nr, accumulate});
-            for (int i = 0; i < mr; ++i) {
-              for (int j = 0; j < ldy; ++j) {
-                if (j >= nr) {
-                  ASSERT_EQ(y[i * ldy + j], kGuard) << "wrote past nr at " << i << ", " << j;
-                  continue;
-                }
-                double want = accumulate ? before[i * ldy + j] : 0.0, scale = std::abs(want);
-                for (int64_t k = 0; k < kc; ++k) {
-                  want += double{x[i * ldx + k]} * panel[k * panel_width + j];
-                  scale += std::abs(double{x[i * ldx + k]} * panel[k * panel_width + j]);
-                }
-                ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * scale) << i << ", " << j;
-              }
-            }
+            ExpectSums(y, before, mr, ldy, nr, accumulate, kc,
+                       [&](int64_t i, int64_t j, int64_t k) {
+                         return double{x[i * ldx + k]} * panel[k * panel_width + j];
+                       });
           }
         }
       }

@@ -24,9 +24,9 @@ class PanelMatrix {
  public:
   PanelMatrix() = default;
   // Requires w [rows, cols] in f32, f16 or bf16, and a level the CPU has. Packed for `level`,
-  // whose kernels Matmul then uses; with `bf16_dot` (which requires the AVX-512 level and the
-  // CPU's AVX512_BF16), a bf16 matrix of even cols multiplies kBf16DotMinRows or more x rows by
-  // vdpbf16ps.
+  // whose kernels Matmul then uses; with `bf16_dot` (taken at the AVX-512 level on a CPU with
+  // AVX512_BF16, ignored elsewhere), a bf16 matrix of even cols multiplies kBf16DotMinRows or more
+  // x rows by vdpbf16ps.
   explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel(),
                        bool bf16_dot = Bf16DotActive());
 

@@ -37,14 +37,40 @@ void NarrowToBf16Pairs(const float* packed, int64_t panels, int64_t cols, int nr
   }
 }
 
+// Matmul's product on chunks of bf16 pairs by the dot-product tile: x rounded to bf16 pairs into
+// `workspace`, in slabs of as many rows as it holds, then every chunk of each slab. Rows of pairs
+// are padded by a cache line: a multiple of 4 KiB apart (2048 columns) a tile's 12 rows would share
+// one L1 set. False, doing nothing, when the workspace holds fewer rows than a tile's.
+bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, int64_t rows,
+                   const uint8_t* chunks, size_t chunk_bytes, float* y, int64_t ldy,
+                   std::span<float> workspace) {
+  const int64_t ldp = cols / 2 + 16;  // a pair of bf16 takes a float's bytes
+  const int64_t slab = std::min<int64_t>(n, workspace.size() / ldp);
+  if (slab < avx512::kGemmMr) return false;
+  auto* pairs = reinterpret_cast<uint32_t*>(workspace.data());
+  for (int64_t i0 = 0; i0 < n; i0 += slab) {
+    const int64_t rows_x = std::min(slab, n - i0);
+    pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
+      avx512::RoundToBf16Pairs(x + (i0 + begin) * cols, end - begin, cols, pairs + begin * ldp,
+                               ldp);
+    });
+    pool.ParallelForDynamic(rows, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
+      const auto* chunk =
+          reinterpret_cast<const uint16_t*>(chunks + begin / kGemmChunkRows * chunk_bytes);
+      MultiplyChunkBf16Dot(pairs, ldp, rows_x, cols, chunk, end - begin, y + i0 * ldy + begin, ldy);
+    });
+  }
+  return true;
+}
+
 }  // namespace
 
 PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
     : rows_(w.rows()),
       cols_(w.cols()),
       level_(level),
-      bf16_pairs_(bf16_dot && level == SimdLevel::kAvx512 && w.dtype == DType::kBF16 &&
-                  w.cols() % 2 == 0) {
+      bf16_pairs_(bf16_dot && GetCpuFeatures().avx512_bf16 && level == SimdLevel::kAvx512 &&
+                  w.dtype == DType::kBF16 && w.cols() % 2 == 0) {
   const GemmKernel kernel = GemmKernelFor(level_);
   const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
   auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
@@ -70,31 +96,13 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
 
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
             int64_t ldy, std::span<float> workspace) {
-  const GemmKernel kernel = GemmKernelFor(w.level_);
   const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
   const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
-  // Rows of rounded activations the workspace holds (a pair of bf16 a float). Rows are padded by a
-  // cache line: at a multiple of 4 KiB apart (cols of 2048) a tile's 12 rows would share one L1
-  // set.
-  const int64_t ldp = w.cols_ / 2 + 16;
-  const int64_t slab = w.bf16_pairs_ ? std::min<int64_t>(n, workspace.size() / ldp) : 0;
-  if (n >= kBf16DotMinRows && slab >= avx512::kGemmMr) {
-    auto* pairs = reinterpret_cast<uint32_t*>(workspace.data());
-    for (int64_t i0 = 0; i0 < n; i0 += slab) {
-      const int64_t rows_x = std::min(slab, n - i0);
-      pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
-        avx512::RoundToBf16Pairs(x + (i0 + begin) * w.cols_, end - begin, w.cols_,
-                                 pairs + begin * ldp, ldp);
-      });
-      pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
-        MultiplyChunkBf16Dot(
-            pairs, ldp, rows_x, w.cols_,
-            reinterpret_cast<const uint16_t*>(bytes + begin / kGemmChunkRows * chunk_bytes),
-            end - begin, y + i0 * ldy + begin, ldy);
-      });
-    }
+  if (w.bf16_pairs_ && n >= kBf16DotMinRows &&
+      Bf16DotMatmul(pool, x, n, w.cols_, w.rows_, bytes, chunk_bytes, y, ldy, workspace)) {
     return;
   }
+  const GemmKernel kernel = GemmKernelFor(w.level_);
   // Each range is one chunk.
   pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
     MultiplyChunk(kernel, x, n, w.cols_, bytes + begin / kGemmChunkRows * chunk_bytes, w.dtype(),
