@@ -43,6 +43,9 @@ for b in json.load(sys.stdin)['benchmarks']:
 print(json.dumps(out))")
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+# VMs often report a bare "AMD EPYC": the cpuid family and model name the core (25/1 Zen 3,
+# 25/17 Zen 4, 26 Zen 5).
+cpu="$cpu (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' '))"
 echo "CPU: $cpu; peer: $peer; simd = pdserve's kernel level (PDSERVE_SIMD forces avx2; +bf16dot:"
 echo "bf16 prefill on vdpbf16ps, two multiplies per lane, so its share of the fp32 peak can pass 100%)"
 python3 -c "
