@@ -40,6 +40,10 @@ void Tile(const GemmTileArgs& a) {
   const int64_t kc = a.kc, ldx = a.ldx;
   for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
     _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr), _MM_HINT_T0);
+    // An f32 step is two cache lines: prefetch both.
+    if constexpr (sizeof(T) == 4) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr + 16), _MM_HINT_T0);
+    }
     const __m512 b0 = Load16(p);
     const __m512 b1 = Load16(p + 16);
 #pragma GCC unroll 16
