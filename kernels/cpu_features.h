@@ -31,8 +31,8 @@ SimdLevel ActiveSimdLevel();
 // to fp32 FMAs: on AVX-512 CPUs with AVX512_BF16 whose vdpbf16ps runs at the FMA's instruction
 // rate, i.e. twice its flops — AMD Zen 4 (measured) and Zen 5 (where llama.cpp's bf16 prefill on
 // it outran fp32 FMAs); Intel Xeons run it at a quarter of the FMA's instruction rate, half its
-// flops (docs/measurements.md), so not there. PDSERVE_BF16_DOT=off turns it off, =on forces it on any
-// CPU with AVX512_BF16 (both for tests and A/B runs); needs the AVX-512 level (not with
+// flops (docs/measurements.md), so not there. PDSERVE_BF16_DOT=off turns it off, =on forces it on
+// any CPU with AVX512_BF16 (both for tests and A/B runs); needs the AVX-512 level (not with
 // PDSERVE_SIMD=avx2).
 bool Bf16DotActive();
 
