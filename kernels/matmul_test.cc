@@ -254,8 +254,9 @@ TEST(PanelMatrixTest, Bf16PairsBelowTheDotRowsEqualKMajorPanels) {
 }
 
 // A workspace that holds fewer rows than n: the dot product runs slab by slab and still gives every
-// row (room for 40 rows of pairs, a little padding aside, runs slabs; 200, one); one too small for
-// a tile's rows (11) multiplies exactly instead.
+// row; one too small for a tile's rows multiplies exactly instead. Sizes in unpadded rows of pairs:
+// 11 hold fewer than a tile's 12 rows however rows are padded; 40 hold 12 or more (30 with the
+// padding of 16 pairs a row: slabs); 200 hold all 130 (one slab).
 TEST(PanelMatrixTest, Bf16DotRunsInSlabsOfTheWorkspace) {
   if (!GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "CPU lacks AVX512_BF16";
   ThreadPool pool(2);

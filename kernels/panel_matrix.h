@@ -48,7 +48,8 @@ class PanelMatrix {
 };
 
 // y[i, j] = Σ_c x[i, c]·W[j, c] for i < n, j < w.rows(): x rows w.cols() floats apart, y rows
-// `ldy` ≥ w.rows() apart, y not aliasing x; accumulation in fp32. `workspace` holds the rounded
+// `ldy` ≥ w.rows() apart, y not aliasing x; accumulation in fp32. `workspace` (aliasing neither x
+// nor y) holds the rounded
 // activations of w.bf16_dot()'s products, in slabs of as many rows as fit (MatmulWorkspaceFloats
 // of the pool's threads and w.cols() is plenty; with room for fewer than a tile's rows the product
 // is exact instead); unused otherwise. Does not allocate.

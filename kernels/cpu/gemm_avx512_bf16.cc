@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <bit>
+#include <cstring>
 #include <utility>
 
 #include "kernels/cpu/gemm_avx512_tile.h"
@@ -28,7 +29,9 @@ void DotTile(const Bf16DotTileArgs& a) {
     const auto w1 = std::bit_cast<__m512bh>(_mm512_loadu_si512(p + kGemmNr));
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const auto xi = std::bit_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[i * ldx])));
+      int32_t pair;  // copied, not read as uint32_t: the pairs live in a float workspace
+      std::memcpy(&pair, x + i * ldx, sizeof(pair));
+      const auto xi = std::bit_cast<__m512bh>(_mm512_set1_epi32(pair));
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], xi, w0);
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], xi, w1);
     }

@@ -49,7 +49,8 @@ struct GemmTileArgs {
 
 // A tile of the bf16 dot-product GEMM: y[i, j] (+)= Σ_{q < kc/2} (x[i, 2q]·W[j, 2q] +
 // x[i, 2q+1]·W[j, 2q+1]), x rounded to bf16, each pair's products added to the fp32 sum by one
-// vdpbf16ps (bf16 products are exact in fp32).
+// vdpbf16ps (bf16 products are exact in fp32). vdpbf16ps and the rounding ignore MXCSR and, as
+// Intel documents them, take subnormal inputs as zero and flush subnormal results.
 struct Bf16DotTileArgs {
   const uint32_t* x;  // row i's bf16 pairs at x[i · ldx + q], x[i, 2q] in the low half
   int64_t ldx;        // in pairs
@@ -63,8 +64,10 @@ struct Bf16DotTileArgs {
 };
 
 // Activation rows below which a PanelMatrix with bf16 pairs multiplies exactly (GemmTile) rather
-// than by Bf16DotTile: decode steps and small batches keep fp32 activations; prefill, bound by
-// multiplies, takes vdpbf16ps's doubled rate.
+// than by Bf16DotTile: decode steps of fewer sequences keep fp32 activations; prefill, bound by
+// multiplies, takes vdpbf16ps's doubled rate. The choice is per call, so a decode step of this
+// many sequences or more (or a prompt chunk this long) rounds too: a sequence's logits can depend
+// on what shares its step, within bf16's rounding.
 inline constexpr int64_t kBf16DotMinRows = 64;
 
 // The int8 GEMM for quantized weights whose blocks Block32AsU8For unpacks. Weights are packed
@@ -175,7 +178,8 @@ void ForEachGemmTile(int kernel_mr, int kernel_nr, int64_t n, int64_t cols, int6
 
 // y[i, j] (+)= Σ_c x[i, c]·chunk[j, c] for i < n, j < rows: per K block, every (kernel.mr rows of
 // x) × panel tile, K blocks after the first adding to y. x rows are `cols` floats apart, y rows
-// `ldy`; the chunk's elements are `dtype` (f32, f16 or bf16), bf16 in the pairs layout if `pairs`.
+// `ldy`; the chunk's elements are `dtype` (f32, f16 or bf16), bf16 in the pairs layout if `pairs`
+// (which requires the AVX-512 kernel: the AVX2 tile has no such layout).
 void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t cols,
                    const void* chunk, DType dtype, bool pairs, int64_t rows, float* y, int64_t ldy);
 
