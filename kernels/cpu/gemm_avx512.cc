@@ -39,11 +39,7 @@ void Tile(const GemmTileArgs& a) {
   const float* x = a.x;
   const int64_t kc = a.kc, ldx = a.ldx;
   for (int64_t k = 0; k < kc; ++k, p += kGemmNr, ++x) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr), _MM_HINT_T0);
-    // An f32 step is two cache lines: prefetch both.
-    if constexpr (sizeof(T) == 4) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr + 16), _MM_HINT_T0);
-    }
+    PrefetchStep(p);
     const __m512 b0 = Load16(p);
     const __m512 b1 = Load16(p + 16);
 #pragma GCC unroll 16
@@ -69,7 +65,8 @@ void PairsTile(const GemmTileArgs& a) {
   const int64_t steps = a.kc / 2, ldx = a.ldx;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t q = 0; q < steps; ++q, p += 2 * kGemmNr, x += 2) {
-    PrefetchPairStep(p);
+    PrefetchStep(p);
+    PrefetchStep(p + kGemmNr);
     const __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + kGemmNr);
     const __m512 even0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
     const __m512 even1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));

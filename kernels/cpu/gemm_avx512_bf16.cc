@@ -24,7 +24,8 @@ void DotTile(const Bf16DotTileArgs& a) {
   const uint32_t* x = a.x;
   const int64_t steps = a.kc / 2, ldx = a.ldx;
   for (int64_t q = 0; q < steps; ++q, p += 2 * kGemmNr, ++x) {
-    PrefetchPairStep(p);
+    PrefetchStep(p);
+    PrefetchStep(p + kGemmNr);
     const auto w0 = std::bit_cast<__m512bh>(_mm512_loadu_si512(p));
     const auto w1 = std::bit_cast<__m512bh>(_mm512_loadu_si512(p + kGemmNr));
 #pragma GCC unroll 16

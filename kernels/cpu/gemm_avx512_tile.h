@@ -1,5 +1,5 @@
 // Internal: what the AVX-512 GEMM tiles (gemm_avx512.cc, gemm_avx512_bf16.cc) share — lane masks,
-// the panel prefetch distance and the tile's store. Include only from units compiled for AVX-512;
+// the panel prefetch and the tile's store. Include only from units compiled for AVX-512;
 // everything here has internal linkage, so units built with different extensions never share a
 // copy.
 #ifndef PDSERVE_KERNELS_CPU_GEMM_AVX512_TILE_H_
@@ -7,7 +7,10 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include "kernels/cpu/gemm_kernels.h"
 
 namespace pdserve::kernels::avx512 {
 namespace {
@@ -23,11 +26,16 @@ __mmask16 Mask(int lanes) {
 // read bandwidth with one or a few x rows; for 16 rows (two tiles per panel) it was ~35% faster.
 constexpr int64_t kPrefetchSteps = 64;
 
-// A tile of bf16 pairs steps two k at a time (two cache lines): prefetches both lines
-// kPrefetchSteps k-steps ahead of p.
-[[gnu::always_inline]] inline void PrefetchPairStep(const uint16_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * 32), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchSteps * 32 + 32), _MM_HINT_T0);
+// Prefetches every cache line of the panel step (kGemmNr elements of T: one line of 16-bit
+// elements, two of f32) kPrefetchSteps steps ahead of p. A tile of bf16 pairs, two k a step,
+// calls it for each of them.
+template <typename T>
+[[gnu::always_inline]] inline void PrefetchStep(const T* p) {
+  const auto* ahead = reinterpret_cast<const char*>(p + kPrefetchSteps * kGemmNr);
+#pragma GCC unroll 2
+  for (size_t line = 0; line < kGemmNr * sizeof(T); line += 64) {
+    _mm_prefetch(ahead + line, _MM_HINT_T0);
+  }
 }
 
 // Writes an mr × nr tile's accumulators (acc[i][0]: columns 0–15 of row i, acc[i][1]: 16–31) to y
