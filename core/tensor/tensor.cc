@@ -20,17 +20,29 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 
 // Uninitialized storage for `bytes` bytes. Buffers of a huge page or more are 2 MiB aligned and
-// advised into transparent huge pages: the decode weight stream then misses the TLB 512× less.
+// advised into transparent huge pages (the decode weight stream then misses the TLB 512× less),
+// each its own anonymous mapping, unmapped when freed: through malloc, whose mmap threshold rises
+// to the size of each mapped buffer freed, the weights' copies freed once packed at load stayed in
+// its heap (llama3.2-1B Q4_0's peak RSS 970 MB against 862 before its matrices were packed).
 std::shared_ptr<uint8_t> AllocateStorage(size_t bytes) {
   if (bytes < kHugePage) {
     return std::shared_ptr<uint8_t>(new uint8_t[std::max<size_t>(bytes, 1)],
                                     std::default_delete<uint8_t[]>());
   }
   const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, rounded);
-  if (p == nullptr) throw std::bad_alloc();
+  // Mapped a huge page larger, then trimmed to the aligned part.
+  void* mapped = ::mmap(nullptr, rounded + kHugePage, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  const auto begin = reinterpret_cast<uintptr_t>(mapped);
+  const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > begin) ::munmap(mapped, aligned - begin);
+  if (const size_t tail = begin + kHugePage - aligned; tail > 0) {
+    ::munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  }
+  auto* p = reinterpret_cast<uint8_t*>(aligned);
   ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves normal pages
-  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  return std::shared_ptr<uint8_t>(p, [rounded](uint8_t* q) { ::munmap(q, rounded); });
 }
 
 }  // namespace
