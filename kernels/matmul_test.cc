@@ -336,8 +336,9 @@ TEST(Bf16DotKernelTest, TileMatchesExactSums) {
   }
 }
 
-// A Projection packs one float part, keeps quantized and mixed stacks as stored, and multiplies
-// as Matmul does on the parts.
+// A Projection packs one part PanelMatrix takes (float; Q4_0 and Q8_0 with AVX512-VNNI), keeps
+// other quantized parts and mixed stacks as stored, and multiplies as Matmul does on the parts
+// (quantized panels, whose sums are added in another order, within 1e-5).
 TEST(ProjectionTest, PacksFloatStacksAndMatchesMatmul) {
   ThreadPool pool(2);
   const int64_t cols = 64, n = 5;
@@ -348,17 +349,35 @@ TEST(ProjectionTest, PacksFloatStacksAndMatchesMatmul) {
   for (const std::vector<Tensor>& parts :
        {std::vector<Tensor>{ConvertTensor(a, DType::kF16)},
         std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0)},
+        std::vector<Tensor>{ConvertTensor(a, DType::kQ4_0)},
         std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0), ConvertTensor(b, DType::kQ4_0)}}) {
     SCOPED_TRACE(DescribeTensor(parts.back()));
     const Projection projection(parts);
     const int64_t rows = parts.size() == 1 ? 40 : 64;
     EXPECT_EQ(projection.rows(), rows);
     EXPECT_EQ(projection.cols(), cols);
-    EXPECT_EQ(projection.packed(), !IsQuantized(parts.front().dtype));
+    EXPECT_EQ(projection.packed(), parts.size() == 1 && PanelMatrix::Takes(parts.front().dtype));
     std::vector<float> got(n * rows), want(n * rows);
     Matmul(pool, x.data(), n, projection, got.data(), workspace);
     Matmul(pool, x.data(), n, std::span<const Tensor>(parts), want.data(), workspace);
     EXPECT_LT(RelativeError(got.data(), want.data(), n * rows), kSameWeightsTolerance);
+  }
+}
+
+// Which dtypes a PanelMatrix packs at each level.
+TEST(PanelMatrixTest, TakesFloatsEverywhereAndQ4_0AndQ8_0WithVnni) {
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      EXPECT_TRUE(PanelMatrix::Takes(dtype, level)) << DTypeName(dtype);
+    }
+    for (DType dtype : {DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+      EXPECT_FALSE(PanelMatrix::Takes(dtype, level)) << DTypeName(dtype);
+    }
+  }
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0}) {
+    EXPECT_FALSE(PanelMatrix::Takes(dtype, SimdLevel::kAvx2)) << DTypeName(dtype);
+    EXPECT_EQ(PanelMatrix::Takes(dtype, SimdLevel::kAvx512), GetCpuFeatures().avx512_vnni)
+        << DTypeName(dtype);
   }
 }
 

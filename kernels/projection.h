@@ -1,8 +1,8 @@
 // Projection: the weights of one linear layer as an engine multiplies by them. A stack of one
-// f32, f16 or bf16 part is packed once into a PanelMatrix (every batch size then runs the GEMM's
-// register tiles without packing per call); quantized weights, and stacks of parts in different
-// formats, stay as they are and take Matmul's tensor paths, read in place. Immutable; copies share
-// the bytes; thread-safe for concurrent reads.
+// part that PanelMatrix takes (f32, f16, bf16; Q4_0 and Q8_0 on CPUs with AVX512-VNNI) is packed
+// once into a PanelMatrix (every batch size then runs the GEMM's register tiles without packing per
+// call); other quantized weights, and stacks of several parts, stay as they are and take Matmul's
+// tensor paths, read in place. Immutable; copies share the bytes; thread-safe for concurrent reads.
 #ifndef PDSERVE_KERNELS_PROJECTION_H_
 #define PDSERVE_KERNELS_PROJECTION_H_
 

@@ -5,6 +5,7 @@
 // blocks and on adversarial ones (extreme scales, all-zero blocks, extreme codes).
 #include "kernels/cpu/quant_dot.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/panel_matrix.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -409,6 +411,67 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   Matmul(pool, x.data(), n, w.tensor, all.data(), workspace);
   Matmul(pool, x.data() + 400 * cols, 100, w.tensor, last.data(), workspace);
   for (int64_t i = 0; i < 100 * rows; ++i) ASSERT_EQ(all[400 * rows + i], last[i]) << i;
+}
+
+// Q4_0 and Q8_0 kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for bit, the
+// prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels — for
+// one decode row to several tiles, on ragged panels, every block pattern (extreme scales overflow
+// alike) and the largest codes, one and two threads, y rows wider than W's (untouched past them),
+// and a workspace of room for only a few x rows (slabs).
+TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0}) {
+    if (!PanelMatrix::Takes(dtype, SimdLevel::kAvx512)) {
+      GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
+    }
+    const Block32AsU8Fn unpack = Block32AsU8For(dtype);
+    uint32_t seed = 300;
+    for (auto [rows, cols] :
+         {std::pair<int64_t, int64_t>{1, 32}, {37, 256}, {300, 96}, {64, 768}}) {
+      const int64_t blocks = cols / 32, ldy = rows + 3;
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        QuantMatrix w = MakeMatrix(dtype, rows, cols, seed++,
+                                   pattern == 3 ? Pattern::kRandom : static_cast<Pattern>(pattern));
+        if (pattern == 3) SetLargestCodes(dtype, w.bytes);
+        const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
+        ASSERT_EQ(panels.dtype(), dtype);
+        ASSERT_EQ(panels.rows(), rows);
+        std::vector<uint8_t> u8((rows + 15) / 16 * blocks * kInt8PanelBlockBytes);
+        PackInt8Panels(unpack, w.bytes.data(), RowBytes(dtype, cols), cols, 0, rows, u8.data());
+        for (int64_t n : {1, 2, 4, 5, 12, 13, 100}) {
+          const std::vector<float> x = RandomVector(n * cols, seed++);
+          std::vector<ActBlock32> act(n * blocks);
+          for (int64_t i = 0; i < n; ++i) {
+            QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
+          }
+          std::vector<float> want(n * rows);
+          avx512::Int8GemmPanels(u8.data(), rows, cols, act.data(), n, want.data(), rows);
+          for (int threads : {1, 2}) {
+            ThreadPool pool(threads);
+            const size_t roomy = MatmulWorkspaceFloats(threads, cols);
+            const size_t few_rows = 3 * blocks * sizeof(ActBlock32) / sizeof(float);
+            for (size_t floats : {roomy, few_rows}) {
+              std::vector<float> workspace(floats);
+              std::vector<float> got(n * ldy, -7.0f);
+              Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
+              for (int64_t i = 0; i < n; ++i) {
+                for (int64_t r = 0; r < ldy; ++r) {
+                  const float g = got[i * ldy + r];
+                  if (r >= rows) {
+                    ASSERT_EQ(g, -7.0f) << "wrote past row " << i << "'s outputs at " << r;
+                    continue;
+                  }
+                  ASSERT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(want[i * rows + r]))
+                      << DTypeName(dtype) << " rows " << rows << " cols " << cols << " pattern "
+                      << pattern << " n " << n << " threads " << threads << " workspace " << floats
+                      << " at " << i << ", " << r << ": " << g << " vs " << want[i * rows + r];
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // Row-stacked parts in different formats (as Q4_K_M's q/k in Q4_K with v in Q6_K): each part's

@@ -1,6 +1,8 @@
-// The prefill int8 GEMM for quantized weights (gemm_kernels.h), AVX512-VNNI: a 12 × 16 tile of
-// y keeps 12 int32 accumulators for the current 32-element block (8 vpdpbusd each, the x codes
-// broadcast from memory) and 12 fp32 ones that take each block's sums times its scales. Compiled
+// The int8 GEMM for quantized weights (gemm_kernels.h), AVX512-VNNI: a 12 × 16 tile of y keeps
+// 12 int32 accumulators for the current 32-element block (8 vpdpbusd each, the x codes broadcast
+// from memory) and 12 fp32 ones that take each block's sums times its scales. One tile serves every
+// panel format — the prefill's, packed per call, and PanelMatrix's Q4_0 and Q8_0 panels, which
+// every batch from one decode row up reads — so all give the same sums bit for bit. Compiled
 // with AVX-512, VNNI and VBMI; called only when the CPU has them.
 #include <immintrin.h>
 
@@ -11,6 +13,7 @@
 
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/quant_dot.h"
 
 namespace pdserve::kernels::avx512 {
 namespace {
@@ -20,25 +23,77 @@ using quant::kQK;
 constexpr size_t kCodesBytes = 8 * 64;
 constexpr int kTileMr = 12;  // x rows per tile
 
+// The two panel formats (gemm_kernels.h): Steps(panel, f) calls f(codes, s) for each step s of a
+// block's codes (unsigned bytes, row j's at lanes 4j..4j+3), Scale and Min give the 16 rows'.
+struct U8Panels {  // the int8 GEMM's, packed per call
+  static constexpr size_t kBlockBytes = kInt8PanelBlockBytes;
+  template <typename F>
+  static void Steps(const uint8_t* panel, F f) {
+    for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(panel + 64 * s), s);
+  }
+  static __m512 Scale(const uint8_t* panel) { return _mm512_loadu_ps(panel + kCodesBytes); }
+  static __m512 Min(const uint8_t* panel, __m512) {
+    return _mm512_loadu_ps(panel + kCodesBytes + kInt8GemmNr * sizeof(float));
+  }
+};
+
+struct Q4_0Panels {  // Q4_0 as PanelMatrix keeps it, streamed from memory by decode
+  static constexpr size_t kBlockBytes = kQ4_0PanelBlockBytes;
+  template <typename F>
+  static void Steps(const uint8_t* panel, F f) {
+    for (size_t i = 0; i < kBlockBytes; i += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(panel + kQuantPrefetchBytes + i), _MM_HINT_T0);
+    }
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i z = _mm512_loadu_si512(panel + 64 * c);
+      f(_mm512_and_si512(z, nibble), c);
+      f(_mm512_and_si512(_mm512_srli_epi16(z, 4), nibble), c + 4);
+    }
+  }
+  static __m512 Scale(const uint8_t* panel) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 256)));
+  }
+  static __m512 Min(const uint8_t*, __m512 scale) {  // 8·d: value = d·(q − 8)
+    return _mm512_mul_ps(scale, _mm512_set1_ps(8.0f));
+  }
+};
+
+struct Q8_0Panels {  // Q8_0 as PanelMatrix keeps it: the codes already flipped to unsigned
+  static constexpr size_t kBlockBytes = kQ8_0PanelBlockBytes;
+  template <typename F>
+  static void Steps(const uint8_t* panel, F f) {
+    for (size_t i = 0; i < kBlockBytes; i += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(panel + kQuantPrefetchBytes + i), _MM_HINT_T0);
+    }
+    for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(panel + 64 * s), s);
+  }
+  static __m512 Scale(const uint8_t* panel) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 512)));
+  }
+  static __m512 Min(const uint8_t*, __m512 scale) {  // 128·d: value = d·(u − 128)
+    return _mm512_mul_ps(scale, _mm512_set1_ps(128.0f));
+  }
+};
+
 // One tile: rows [0, MR) of x against one panel; columns j < nr of y written.
-template <int MR>
+template <typename Format, int MR>
 void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy,
           int nr) {
   __m512 sum[MR];
   for (int i = 0; i < MR; ++i) sum[i] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b, panel += kInt8PanelBlockBytes) {
+  for (int64_t b = 0; b < blocks; ++b, panel += Format::kBlockBytes) {
     __m512i dot[MR];
     for (int i = 0; i < MR; ++i) dot[i] = _mm512_setzero_si512();
-    for (int s = 0; s < 8; ++s) {
-      const __m512i w = _mm512_loadu_si512(panel + 64 * s);
+    Format::Steps(panel, [&](__m512i w, int s) {
       for (int i = 0; i < MR; ++i) {
         int32_t codes;
         std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
         dot[i] = _mm512_dpbusd_epi32(dot[i], w, _mm512_set1_epi32(codes));
       }
-    }
-    const __m512 scale = _mm512_loadu_ps(panel + kCodesBytes);
-    const __m512 min = _mm512_loadu_ps(panel + kCodesBytes + kInt8GemmNr * sizeof(float));
+    });
+    const __m512 scale = Format::Scale(panel);
+    const __m512 min = Format::Min(panel, scale);
     for (int i = 0; i < MR; ++i) {
       const ActBlock32& a = x[i * blocks + b];
       sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]),
@@ -52,25 +107,42 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
 
 using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int);
 
-template <int... M>
+template <typename Format, int... M>
 constexpr std::array<TileFn, sizeof...(M)> Tiles(std::integer_sequence<int, M...>) {
-  return {Tile<M + 1>...};
+  return {Tile<Format, M + 1>...};
 }
-// kTiles[mr − 1]: the tile for mr x rows.
-constexpr auto kTiles = Tiles(std::make_integer_sequence<int, kTileMr>());
+
+// Every tile of 12 x rows against every panel; kTiles[mr − 1]: the tile for mr x rows.
+template <typename Format>
+void GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x, int64_t n,
+                float* y, int64_t ldy) {
+  static constexpr auto kTiles = Tiles<Format>(std::make_integer_sequence<int, kTileMr>());
+  const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
+  for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
+    const TileFn tile = kTiles[std::min<int64_t>(kTileMr, n - i0) - 1];
+    for (int64_t p = 0; p < panels; ++p) {
+      tile(packed + p * blocks * Format::kBlockBytes, blocks, x + i0 * blocks,
+           y + i0 * ldy + p * kInt8GemmNr, ldy,
+           static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - p * kInt8GemmNr)));
+    }
+  }
+}
 
 }  // namespace
 
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy) {
-  const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
-  for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
-    const TileFn tile = kTiles[std::min<int64_t>(kTileMr, n - i0) - 1];
-    for (int64_t p = 0; p < panels; ++p) {
-      tile(packed + p * blocks * kInt8PanelBlockBytes, blocks, x + i0 * blocks,
-           y + i0 * ldy + p * kInt8GemmNr, ldy,
-           static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - p * kInt8GemmNr)));
-    }
+  GemmPanels<U8Panels>(packed, rows, cols, x, n, y, ldy);
+}
+
+Int8GemmFn QuantPanelsGemm(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0:
+      return GemmPanels<Q4_0Panels>;
+    case DType::kQ8_0:
+      return GemmPanels<Q8_0Panels>;
+    default:
+      return nullptr;
   }
 }
 

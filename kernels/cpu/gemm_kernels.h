@@ -79,6 +79,16 @@ inline constexpr int64_t kBf16DotMinRows = 64;
 inline constexpr int kInt8GemmNr = 16;
 inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof(float);
 
+// Q4_0 and Q8_0 weights as PanelMatrix keeps them for the VNNI tile (no per-call packing; the
+// bytes of the file's blocks, rearranged): panels of kInt8GemmNr rows (rows past the matrix zero),
+// per 32-element block the codes, then the rows' 16 f16 scales d; codes unsigned, as Block32AsU8
+// gives them. Q4_0: 4 chunks of 64 bytes, byte 4j + i of chunk c row j's qs[4c + i] — its low
+// nibble code 4c + i (step c), its high nibble code 16 + 4c + i (step c + 4); value = d·q − 8·d.
+// Q8_0: the 8 steps of the int8 GEMM's panels, each code flipped to unsigned (q ^ 0x80);
+// value = d·u − 128·d.
+inline constexpr size_t kQ4_0PanelBlockBytes = 4 * 64 + kInt8GemmNr * sizeof(uint16_t);
+inline constexpr size_t kQ8_0PanelBlockBytes = 8 * 64 + kInt8GemmNr * sizeof(uint16_t);
+
 // Packs weight rows [begin, end) (`row_bytes` apart from `w`, `cols` columns) into
 // ceil((end − begin) / kInt8GemmNr) panels of cols / 32 blocks each at `packed`; rows past `end`
 // have zero codes, scales and mins.
@@ -122,6 +132,9 @@ void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out,
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy);
+// The same tile on Q4_0 or Q8_0 panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes a block):
+// Int8GemmPanels's sums, bit for bit, on PackInt8Panels of the same rows; nullptr for other dtypes.
+Int8GemmFn QuantPanelsGemm(DType dtype);
 }  // namespace avx512
 
 // The widest panel of any level.

@@ -1,11 +1,16 @@
 #include "kernels/panel_matrix.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/tensor/float16.h"
+#include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/float16_rows.h"
+#include "kernels/matmul.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -63,7 +68,85 @@ bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, in
   return true;
 }
 
+// Bytes a block of `dtype`'s panels (gemm_kernels.h) takes.
+size_t PanelBlockBytes(DType dtype) {
+  return dtype == DType::kQ4_0 ? kQ4_0PanelBlockBytes : kQ8_0PanelBlockBytes;
+}
+
+// Row j's block `block` into a panel block at `out`: its codes, and its f16 scale at `scale`.
+void PackBlock(const quant::BlockQ4_0& block, int j, uint8_t* out, uint16_t* scale) {
+  for (int c = 0; c < 4; ++c) std::memcpy(out + 64 * c + 4 * j, block.qs + 4 * c, 4);
+  std::memcpy(scale, &block.d, sizeof(uint16_t));
+}
+void PackBlock(const quant::BlockQ8_0& block, int j, uint8_t* out, uint16_t* scale) {
+  for (int s = 0; s < 8; ++s) {
+    for (int i = 0; i < 4; ++i) {
+      out[64 * s + 4 * j + i] = static_cast<uint8_t>(block.qs[4 * s + i]) ^ 0x80;
+    }
+  }
+  std::memcpy(scale, &block.d, sizeof(uint16_t));
+}
+
+// Rows [0, rows) of `w` (Block's rows, row_bytes apart) as panels (gemm_kernels.h) at `out`; the
+// last panel's rows past `rows` zero.
+template <typename Block>
+void PackPanels(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t blocks,
+                size_t block_bytes, uint8_t* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kInt8GemmNr) {
+    const int live = static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - r0));
+    for (int64_t b = 0; b < blocks; ++b, out += block_bytes) {
+      std::memset(out, 0, block_bytes);
+      auto* scales =
+          reinterpret_cast<uint16_t*>(out + block_bytes - kInt8GemmNr * sizeof(uint16_t));
+      for (int j = 0; j < live; ++j) {
+        PackBlock(reinterpret_cast<const Block*>(w + (r0 + j) * row_bytes)[b], j, out, scales + j);
+      }
+    }
+  }
+}
+
+// Matmul's product on Q4_0 or Q8_0 panels: x quantized per 32 into the workspace, in slabs of as
+// many rows as it holds, then ranges of whole panels by the VNNI tile — ranges of a few panels for
+// decode batches, so that both threads stream, of a GEMM chunk's rows for prefill.
+void QuantPanelsMatmul(ThreadPool& pool, const float* x, int64_t n, DType dtype, int64_t cols,
+                       int64_t rows, const uint8_t* panels, float* y, int64_t ldy,
+                       std::span<float> workspace) {
+  const int64_t blocks = cols / quant::kQK;
+  const size_t act_row_bytes = blocks * sizeof(ActBlock32);
+  const int64_t slab = std::min<int64_t>(n, workspace.size_bytes() / act_row_bytes);
+  if (slab == 0) {
+    std::fprintf(stderr, "pdserve: Matmul on %s panels: a workspace of %zu bytes < %zu\n",
+                 DTypeName(dtype), workspace.size_bytes(), act_row_bytes);
+    std::abort();
+  }
+  auto* acts = reinterpret_cast<ActBlock32*>(workspace.data());
+  const size_t panel_bytes = blocks * PanelBlockBytes(dtype);
+  const Int8GemmFn gemm = avx512::QuantPanelsGemm(dtype);
+  const int64_t chunk =
+      n <= kGemvMaxBatch
+          ? std::max<int64_t>(kInt8GemmNr, rows / (pool.size() * 4) / kInt8GemmNr * kInt8GemmNr)
+          : kGemmChunkRows;
+  for (int64_t i0 = 0; i0 < n; i0 += slab) {
+    const int64_t rows_x = std::min(slab, n - i0);
+    pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) {
+        QuantizeActivations32(x + (i0 + i) * cols, cols, acts + i * blocks);
+      }
+    });
+    pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
+      gemm(panels + begin / kInt8GemmNr * panel_bytes, end - begin, cols, acts, rows_x,
+           y + i0 * ldy + begin, ldy);
+    });
+  }
+}
+
 }  // namespace
+
+bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
+  if (!IsQuantized(dtype)) return true;
+  return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0) && level == SimdLevel::kAvx512 &&
+         GetCpuFeatures().avx512_vnni;
+}
 
 PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
     : rows_(w.rows()),
@@ -71,6 +154,20 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
       level_(level),
       bf16_pairs_(bf16_dot && GetCpuFeatures().avx512_bf16 && level == SimdLevel::kAvx512 &&
                   w.dtype == DType::kBF16 && w.cols() % 2 == 0) {
+  if (IsQuantized(w.dtype)) {
+    const int64_t panels = (rows_ + kInt8GemmNr - 1) / kInt8GemmNr;
+    auto [storage, bytes] = NewTensor(w.dtype, {panels * kInt8GemmNr, cols_});
+    const auto* rows = static_cast<const uint8_t*>(w.data);
+    const size_t row_bytes = RowBytes(w.dtype, cols_), block_bytes = PanelBlockBytes(w.dtype);
+    const int64_t blocks = cols_ / quant::kQK;
+    if (w.dtype == DType::kQ4_0) {
+      PackPanels<quant::BlockQ4_0>(rows, row_bytes, rows_, blocks, block_bytes, bytes);
+    } else {
+      PackPanels<quant::BlockQ8_0>(rows, row_bytes, rows_, blocks, block_bytes, bytes);
+    }
+    storage_ = std::move(storage);
+    return;
+  }
   const GemmKernel kernel = GemmKernelFor(level_);
   const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
   auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
@@ -97,6 +194,10 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
             int64_t ldy, std::span<float> workspace) {
   const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
+  if (IsQuantized(w.dtype())) {
+    QuantPanelsMatmul(pool, x, n, w.dtype(), w.cols_, w.rows_, bytes, y, ldy, workspace);
+    return;
+  }
   const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
   if (w.bf16_pairs_ && n >= kBf16DotMinRows &&
       Bf16DotMatmul(pool, x, n, w.cols_, w.rows_, bytes, chunk_bytes, y, ldy, workspace)) {

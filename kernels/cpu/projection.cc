@@ -9,7 +9,7 @@ namespace pdserve::kernels {
 Projection::Projection(std::vector<Tensor> parts) {
   for (const Tensor& part : parts) rows_ += part.rows();
   cols_ = parts.empty() ? 0 : parts.front().cols();
-  if (parts.size() == 1 && !IsQuantized(parts.front().dtype)) {
+  if (parts.size() == 1 && PanelMatrix::Takes(parts.front().dtype)) {
     panels_ = PanelMatrix(parts.front());
   } else {
     parts_ = std::move(parts);
