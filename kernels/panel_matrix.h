@@ -31,8 +31,11 @@ class PanelMatrix {
   // `level`, whose kernels Matmul then uses; with `bf16_dot` (taken at the AVX-512 level on a CPU
   // with AVX512_BF16, ignored elsewhere), a bf16 matrix of even cols multiplies kBf16DotMinRows or
   // more x rows by vdpbf16ps.
+  // With `release_source`, a quantized matrix's source pages are released (ReleaseResidentPages)
+  // slice by slice as they are packed — for a source read no more, such as a file mapping, whose
+  // pages would otherwise stay resident beside the panels; ignored for float matrices.
   explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel(),
-                       bool bf16_dot = Bf16DotActive());
+                       bool bf16_dot = Bf16DotActive(), bool release_source = false);
 
   // Whether a matrix of `dtype` can be packed for `level`: f32, f16 and bf16 at every level; Q4_0
   // and Q8_0 at the AVX-512 level on a CPU with AVX512-VNNI (its panels feed the int8 tile, for
@@ -54,7 +57,7 @@ class PanelMatrix {
   SimdLevel level_ = SimdLevel::kAvx2;
   bool bf16_pairs_ = false;  // bf16 panels in the pairs layout
   Tensor storage_;           // the chunks back to back, each kGemmChunkRows · cols elements apart;
-                    // quantized: the panels back to back, rows rounded up to whole panels
+                             // quantized: the panels back to back, rows rounded up to whole panels
 };
 
 // y[i, j] = Σ_c x[i, c]·W[j, c] for i < n, j < w.rows(): x rows w.cols() floats apart, y rows

@@ -474,6 +474,41 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
   }
 }
 
+// A matrix of several packing slices (2 MiB of source each; the last ragged, ending in a partial
+// panel), packed with and without releasing its source's pages: both equal the int8 GEMM bit for
+// bit, and the source's bytes are unchanged.
+TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
+  if (!PanelMatrix::Takes(DType::kQ8_0, SimdLevel::kAvx512)) {
+    GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
+  }
+  const int64_t rows = 4100, cols = 1024, blocks = cols / 32;
+  const QuantMatrix w = MakeMatrix(DType::kQ8_0, rows, cols, 91, Pattern::kRandom);
+  const std::vector<uint8_t> before = w.bytes;
+  std::vector<uint8_t> u8((rows + 15) / 16 * blocks * kInt8PanelBlockBytes);
+  PackInt8Panels(Block32AsU8For(DType::kQ8_0), w.bytes.data(), RowBytes(DType::kQ8_0, cols), cols,
+                 0, rows, u8.data());
+  ThreadPool pool(2);
+  std::vector<float> workspace(MatmulWorkspaceFloats(2, cols));
+  for (bool release : {false, true}) {
+    const PanelMatrix panels(w.tensor, SimdLevel::kAvx512, false, release);
+    for (int64_t n : {1, 13}) {
+      const std::vector<float> x = RandomVector(n * cols, 93 + n);
+      std::vector<ActBlock32> act(n * blocks);
+      for (int64_t i = 0; i < n; ++i) {
+        QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
+      }
+      std::vector<float> want(n * rows), got(n * rows);
+      avx512::Int8GemmPanels(u8.data(), rows, cols, act.data(), n, want.data(), rows);
+      Matmul(pool, x.data(), n, panels, got.data(), rows, workspace);
+      for (int64_t i = 0; i < n * rows; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << "release " << release << " n " << n << " at " << i;
+      }
+    }
+  }
+  EXPECT_EQ(w.bytes, before);
+}
+
 // Row-stacked parts in different formats (as Q4_K_M's q/k in Q4_K with v in Q6_K): each part's
 // outputs land in its columns of y, equal to that part alone.
 TEST(QuantDotTest, StackedPartsOfDifferentFormats) {

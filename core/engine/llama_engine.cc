@@ -16,6 +16,7 @@
 #include "kernels/embedding.h"
 #include "kernels/kcache_attention.h"
 #include "kernels/matmul.h"
+#include "kernels/panel_matrix.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
 
@@ -47,12 +48,14 @@ struct LlamaEngine::Buffers {
 
 namespace {
 
-// A matrix Forward multiplies by, as `format` runs it: a kept quantized one copied into memory of
-// the engine's own (ApplyOwned), a float one as Apply leaves it — possibly still `source`'s bytes,
-// which the engine's Projection packs into memory of its own without a copy in between.
+// A matrix Forward multiplies by, as `format` runs it: a kept quantized one that PanelMatrix does
+// not take copied into memory of the engine's own (ApplyOwned), any other as Apply leaves it —
+// possibly still `source`'s bytes, which the engine's Projection packs into memory of its own
+// without a copy in between (TakeSourceProjection).
 Tensor ForProjection(const WeightFormat& format, const Tensor& t) {
   Tensor applied = format.Apply(t);
-  return IsQuantized(applied.dtype) ? format.ApplyOwned(t) : applied;
+  const bool packed = !IsQuantized(applied.dtype) || kernels::PanelMatrix::Takes(applied.dtype);
+  return packed ? applied : format.ApplyOwned(t);
 }
 
 // The weights Forward streams outside attention (the plan holds those), as `format` runs them and
@@ -85,13 +88,20 @@ void DropBytes(Tensor& t) {
   t.owner.reset();
 }
 
-// `parts` (a stack) as a projection; when that packed them, they drop their bytes.
-kernels::Projection TakeProjection(std::span<Tensor> parts) {
-  kernels::Projection projection({parts.begin(), parts.end()});
+// `parts` (a stack) as a projection; when that packed them, they drop their bytes. With
+// `release_source`, packed quantized parts release their pages as they are packed.
+kernels::Projection TakeProjection(std::span<Tensor> parts, bool release_source = false) {
+  kernels::Projection projection({parts.begin(), parts.end()}, release_source);
   if (projection.packed()) {
     for (Tensor& part : parts) DropBytes(part);
   }
   return projection;
+}
+
+// A ForProjection matrix as a projection: a quantized one packed from `source`'s bytes (a file
+// mapping, often) releases their pages as it goes, so that the model is not resident twice.
+kernels::Projection TakeSourceProjection(Tensor& t) {
+  return TakeProjection({&t, 1}, IsQuantized(t.dtype));
 }
 
 // Threads for num_threads = 0. Below ~2M layer parameters a matmul is a few microseconds of work
@@ -247,9 +257,9 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
     projections_.push_back({.w_in = TakeProjection(layer_plan.w_in.parts),
                             .wo = TakeProjection({&layer_plan.wo, 1}),
                             .w13 = kernels::Projection(std::move(w13.parts)),
-                            .w2 = TakeProjection({&layer.w2, 1})});
+                            .w2 = TakeSourceProjection(layer.w2)});
   }
-  classifier_ = TakeProjection({&weights_.classifier, 1});
+  classifier_ = TakeSourceProjection(weights_.classifier);
   if (plan_.swiftkv()) swiftkv_kv_ = TakeProjection(plan_.swiftkv_kv.parts);
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(

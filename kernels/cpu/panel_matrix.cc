@@ -68,6 +68,10 @@ bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, in
   return true;
 }
 
+// Source bytes per slice of a quantized matrix's packing, after which a releasing pack advises its
+// pages out.
+constexpr size_t kReleaseSliceBytes = size_t{2} << 20;
+
 // Bytes a block of `dtype`'s panels (gemm_kernels.h) takes.
 size_t PanelBlockBytes(DType dtype) {
   return dtype == DType::kQ4_0 ? kQ4_0PanelBlockBytes : kQ8_0PanelBlockBytes;
@@ -148,7 +152,7 @@ bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
          GetCpuFeatures().avx512_vnni;
 }
 
-PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
+PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool release_source)
     : rows_(w.rows()),
       cols_(w.cols()),
       level_(level),
@@ -160,10 +164,26 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot)
     const auto* rows = static_cast<const uint8_t*>(w.data);
     const size_t row_bytes = RowBytes(w.dtype, cols_), block_bytes = PanelBlockBytes(w.dtype);
     const int64_t blocks = cols_ / quant::kQK;
-    if (w.dtype == DType::kQ4_0) {
-      PackPanels<quant::BlockQ4_0>(rows, row_bytes, rows_, blocks, block_bytes, bytes);
-    } else {
-      PackPanels<quant::BlockQ8_0>(rows, row_bytes, rows_, blocks, block_bytes, bytes);
+    // Slices of whole panels of about kReleaseSliceBytes of the source each.
+    const int64_t slice =
+        std::max<int64_t>(kInt8GemmNr, kReleaseSliceBytes / row_bytes / kInt8GemmNr * kInt8GemmNr);
+    for (int64_t r0 = 0; r0 < rows_; r0 += slice) {
+      const int64_t live = std::min(slice, rows_ - r0);
+      uint8_t* out = bytes + r0 / kInt8GemmNr * blocks * block_bytes;
+      if (w.dtype == DType::kQ4_0) {
+        PackPanels<quant::BlockQ4_0>(rows + r0 * row_bytes, row_bytes, live, blocks, block_bytes,
+                                     out);
+      } else {
+        PackPanels<quant::BlockQ8_0>(rows + r0 * row_bytes, row_bytes, live, blocks, block_bytes,
+                                     out);
+      }
+      if (release_source) {  // every page of rows [0, r0 + live): page edges fall between slices
+        Tensor done;         // a view of the rows packed so far
+        done.dtype = w.dtype;
+        done.shape = {r0 + live, cols_};
+        done.data = rows;
+        ReleaseResidentPages(done);
+      }
     }
     storage_ = std::move(storage);
     return;

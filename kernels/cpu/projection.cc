@@ -6,11 +6,11 @@
 
 namespace pdserve::kernels {
 
-Projection::Projection(std::vector<Tensor> parts) {
+Projection::Projection(std::vector<Tensor> parts, bool release_source) {
   for (const Tensor& part : parts) rows_ += part.rows();
   cols_ = parts.empty() ? 0 : parts.front().cols();
   if (parts.size() == 1 && PanelMatrix::Takes(parts.front().dtype)) {
-    panels_ = PanelMatrix(parts.front());
+    panels_ = PanelMatrix(parts.front(), ActiveSimdLevel(), Bf16DotActive(), release_source);
   } else {
     parts_ = std::move(parts);
   }
