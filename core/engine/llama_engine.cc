@@ -54,8 +54,7 @@ namespace {
 // without a copy in between (TakeSourceProjection).
 Tensor ForProjection(const WeightFormat& format, const Tensor& t) {
   Tensor applied = format.Apply(t);
-  const bool packed = !IsQuantized(applied.dtype) || kernels::PanelMatrix::Takes(applied.dtype);
-  return packed ? applied : format.ApplyOwned(t);
+  return kernels::PanelMatrix::Takes(applied.dtype) ? applied : format.ApplyOwned(t);
 }
 
 // The weights Forward streams outside attention (the plan holds those), as `format` runs them and
@@ -100,9 +99,7 @@ kernels::Projection TakeProjection(std::span<Tensor> parts, bool release_source 
 
 // A ForProjection matrix as a projection: a quantized one packed from `source`'s bytes (a file
 // mapping, often) releases their pages as it goes, so that the model is not resident twice.
-kernels::Projection TakeSourceProjection(Tensor& t) {
-  return TakeProjection({&t, 1}, IsQuantized(t.dtype));
-}
+kernels::Projection TakeSourceProjection(Tensor& t) { return TakeProjection({&t, 1}, true); }
 
 // Threads for num_threads = 0. Below ~2M layer parameters a matmul is a few microseconds of work
 // and waking a second thread costs more than it saves (stories260K: 1 thread ~5x faster than 2).

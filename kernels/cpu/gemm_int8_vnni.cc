@@ -23,7 +23,7 @@ using quant::kQK;
 constexpr size_t kCodesBytes = 8 * 64;
 constexpr int kTileMr = 12;  // x rows per tile
 
-// The two panel formats (gemm_kernels.h): Steps(panel, f) calls f(codes, s) for each step s of a
+// The panel formats (gemm_kernels.h): Steps(panel, f) calls f(codes, s) for each step s of a
 // block's codes (unsigned bytes, row j's at lanes 4j..4j+3), Scale and Min give the 16 rows'.
 struct U8Panels {  // the int8 GEMM's, packed per call
   static constexpr size_t kBlockBytes = kInt8PanelBlockBytes;
@@ -37,13 +37,30 @@ struct U8Panels {  // the int8 GEMM's, packed per call
   }
 };
 
-struct Q4_0Panels {  // Q4_0 as PanelMatrix keeps it, streamed from memory by decode
-  static constexpr size_t kBlockBytes = kQ4_0PanelBlockBytes;
-  template <typename F>
-  static void Steps(const uint8_t* panel, F f) {
+// PanelMatrix's formats: kCodeBytes of codes a block, then the rows' 16 f16 scales d, and a min of
+// kOffset·d (value = d·(u − kOffset)); streamed from memory by decode, so prefetched ahead.
+template <size_t kCodeBytes, int kOffset>
+struct F16ScalePanels {
+  static constexpr size_t kBlockBytes = kCodeBytes + kInt8GemmNr * sizeof(uint16_t);
+  static void Prefetch(const uint8_t* panel) {
     for (size_t i = 0; i < kBlockBytes; i += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(panel + kQuantPrefetchBytes + i), _MM_HINT_T0);
     }
+  }
+  static __m512 Scale(const uint8_t* panel) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + kCodeBytes)));
+  }
+  static __m512 Min(const uint8_t*, __m512 scale) {
+    return _mm512_mul_ps(scale, _mm512_set1_ps(static_cast<float>(kOffset)));
+  }
+};
+
+struct Q4_0Panels : F16ScalePanels<4 * 64, 8> {  // a code's nibbles: steps c and c + 4
+  static_assert(kBlockBytes == kQ4_0PanelBlockBytes);
+  template <typename F>
+  static void Steps(const uint8_t* panel, F f) {
+    Prefetch(panel);
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
       const __m512i z = _mm512_loadu_si512(panel + 64 * c);
@@ -51,28 +68,14 @@ struct Q4_0Panels {  // Q4_0 as PanelMatrix keeps it, streamed from memory by de
       f(_mm512_and_si512(_mm512_srli_epi16(z, 4), nibble), c + 4);
     }
   }
-  static __m512 Scale(const uint8_t* panel) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 256)));
-  }
-  static __m512 Min(const uint8_t*, __m512 scale) {  // 8·d: value = d·(q − 8)
-    return _mm512_mul_ps(scale, _mm512_set1_ps(8.0f));
-  }
 };
 
-struct Q8_0Panels {  // Q8_0 as PanelMatrix keeps it: the codes already flipped to unsigned
-  static constexpr size_t kBlockBytes = kQ8_0PanelBlockBytes;
+struct Q8_0Panels : F16ScalePanels<8 * 64, 128> {  // the codes already flipped to unsigned
+  static_assert(kBlockBytes == kQ8_0PanelBlockBytes);
   template <typename F>
   static void Steps(const uint8_t* panel, F f) {
-    for (size_t i = 0; i < kBlockBytes; i += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(panel + kQuantPrefetchBytes + i), _MM_HINT_T0);
-    }
+    Prefetch(panel);
     for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(panel + 64 * s), s);
-  }
-  static __m512 Scale(const uint8_t* panel) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 512)));
-  }
-  static __m512 Min(const uint8_t*, __m512 scale) {  // 128·d: value = d·(u − 128)
-    return _mm512_mul_ps(scale, _mm512_set1_ps(128.0f));
   }
 };
 

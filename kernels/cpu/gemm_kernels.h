@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/base/thread_pool.h"
 #include "core/tensor/dtype.h"
 #include "core/tensor/tensor.h"
 #include "kernels/cpu/quant_dot.h"
@@ -88,6 +89,9 @@ inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof
 // value = d·u − 128·d.
 inline constexpr size_t kQ4_0PanelBlockBytes = 4 * 64 + kInt8GemmNr * sizeof(uint16_t);
 inline constexpr size_t kQ8_0PanelBlockBytes = 8 * 64 + kInt8GemmNr * sizeof(uint16_t);
+static_assert(kQ4_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ4_0) &&
+                  kQ8_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ8_0),
+              "a panel takes its 16 rows' bytes: panel p starts where row 16p does");
 
 // Packs weight rows [begin, end) (`row_bytes` apart from `w`, `cols` columns) into
 // ceil((end − begin) / kInt8GemmNr) panels of cols / 32 blocks each at `packed`; rows past `end`
@@ -97,6 +101,11 @@ void PackInt8Panels(Block32AsU8Fn unpack, const uint8_t* w, size_t row_bytes, in
 
 // QuantizeActivations(DType::kQ8_0, …)'s bytes, bit for bit, with AVX2.
 void QuantizeActivations32(const float* x, int64_t cols, ActBlock32* out);
+
+// QuantizeActivations32 of `rows` x rows (cols floats apart) into rows of cols / 32 blocks at
+// `out`, the rows split across the pool's threads (matmul.cc).
+void QuantizeActivationRows(ThreadPool& pool, const float* x, int64_t rows, int64_t cols,
+                            ActBlock32* out);
 
 // y[i, j] = Σ_c x[i, c]·W[j, c] for i < n and j < rows, W the `rows` rows packed at `packed`;
 // x as n rows of cols / 32 ActBlock32, y rows `ldy` floats apart.
@@ -145,6 +154,11 @@ inline constexpr int kGemmMaxNr = avx2::kGemmNr > avx512::kGemmNr ? avx2::kGemmN
 inline constexpr int64_t kGemmChunkRows = 128;
 static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kGemmNr == 0,
               "a chunk's panels fill kGemmChunkRows rows exactly");
+// Weight rows per range of a decode-sized product (the GEMV's, or a PanelMatrix's quantized
+// panels for a few x rows) on `threads` threads: about four ranges per thread, in multiples of 16
+// rows (matmul.cc).
+int64_t GemvChunkRows(int64_t rows, int threads);
+
 // Columns per K block: a block of a chunk's panels (128 × 1024 floats at most, 512 KiB) stays in
 // L2 while the rows of x stream past it.
 inline constexpr int64_t kGemmKc = 1024;

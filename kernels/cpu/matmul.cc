@@ -130,8 +130,7 @@ void QuantizedGemv(ThreadPool& pool, const float* x, int64_t n, std::span<const 
     table[used++] = p;
     rows = p.end_row;
   }
-  const int64_t chunk =
-      std::max<int64_t>(16, rows / (pool.size() * kGemvChunksPerThread) / 16 * 16);
+  const int64_t chunk = GemvChunkRows(rows, pool.size());
   pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
     size_t i = 0;
     for (int64_t r = begin; r < end;) {
@@ -207,11 +206,7 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
   const size_t row_bytes = RowBytes(w.dtype, cols);
   for (int64_t i0 = 0; i0 < n; i0 += slab) {
     const int64_t rows_x = std::min(slab, n - i0);
-    pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
-      for (int64_t i = begin; i < end; ++i) {
-        QuantizeActivations32(x + (i0 + i) * cols, cols, acts + i * blocks);
-      }
-    });
+    QuantizeActivationRows(pool, x + i0 * cols, rows_x, cols, acts);
     pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
       uint8_t* panels = bytes + thread * panel_bytes;
       PackInt8Panels(unpack, data, row_bytes, cols, begin, end, panels);
@@ -295,6 +290,20 @@ GemmKernel GemmKernelFor(SimdLevel level) {
 
 GemmKernel ActiveGemmKernel() { return GemmKernelFor(ActiveSimdLevel()); }
 
+void QuantizeActivationRows(ThreadPool& pool, const float* x, int64_t rows, int64_t cols,
+                            ActBlock32* out) {
+  const int64_t blocks = cols / quant::kQK;
+  pool.ParallelFor(rows, 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      QuantizeActivations32(x + i * cols, cols, out + i * blocks);
+    }
+  });
+}
+
+int64_t GemvChunkRows(int64_t rows, int threads) {
+  return std::max<int64_t>(16, rows / (threads * kGemvChunksPerThread) / 16 * 16);
+}
+
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
   // Per thread: a chunk's panels, then one panel's rows widened.
   return static_cast<size_t>(num_threads) * (kGemmChunkRows + kGemmMaxNr) * max_cols;
@@ -309,8 +318,7 @@ void MatmulInto(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, fl
     return;
   }
   if (n < kGemmMinRowsFloat && !IsQuantized(w.dtype)) {
-    const int64_t chunk =
-        std::max<int64_t>(16, w.rows() / (pool.size() * kGemvChunksPerThread) / 16 * 16);
+    const int64_t chunk = GemvChunkRows(w.rows(), pool.size());
     pool.ParallelForDynamic(w.rows(), chunk, [&](int64_t begin, int64_t end, int) {
       if (n <= kGemvMaxBatch) {
         GemvRange(x, n, w, y, ldy, begin, end);

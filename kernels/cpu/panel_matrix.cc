@@ -72,11 +72,6 @@ bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, in
 // pages out.
 constexpr size_t kReleaseSliceBytes = size_t{2} << 20;
 
-// Bytes a block of `dtype`'s panels (gemm_kernels.h) takes.
-size_t PanelBlockBytes(DType dtype) {
-  return dtype == DType::kQ4_0 ? kQ4_0PanelBlockBytes : kQ8_0PanelBlockBytes;
-}
-
 // Row j's block `block` into a panel block at `out`: its codes, and its f16 scale at `scale`.
 void PackBlock(const quant::BlockQ4_0& block, int j, uint8_t* out, uint16_t* scale) {
   for (int c = 0; c < 4; ++c) std::memcpy(out + 64 * c + 4 * j, block.qs + 4 * c, 4);
@@ -94,8 +89,8 @@ void PackBlock(const quant::BlockQ8_0& block, int j, uint8_t* out, uint16_t* sca
 // Rows [0, rows) of `w` (Block's rows, row_bytes apart) as panels (gemm_kernels.h) at `out`; the
 // last panel's rows past `rows` zero.
 template <typename Block>
-void PackPanels(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t blocks,
-                size_t block_bytes, uint8_t* out) {
+void PackPanels(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t blocks, uint8_t* out) {
+  constexpr size_t block_bytes = kInt8GemmNr * sizeof(Block);  // gemm_kernels.h's static_assert
   for (int64_t r0 = 0; r0 < rows; r0 += kInt8GemmNr) {
     const int live = static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - r0));
     for (int64_t b = 0; b < blocks; ++b, out += block_bytes) {
@@ -124,22 +119,15 @@ void QuantPanelsMatmul(ThreadPool& pool, const float* x, int64_t n, DType dtype,
     std::abort();
   }
   auto* acts = reinterpret_cast<ActBlock32*>(workspace.data());
-  const size_t panel_bytes = blocks * PanelBlockBytes(dtype);
+  const size_t row_bytes = RowBytes(dtype, cols);  // panel p starts where row 16p does
   const Int8GemmFn gemm = avx512::QuantPanelsGemm(dtype);
-  const int64_t chunk =
-      n <= kGemvMaxBatch
-          ? std::max<int64_t>(kInt8GemmNr, rows / (pool.size() * 4) / kInt8GemmNr * kInt8GemmNr)
-          : kGemmChunkRows;
+  const int64_t chunk = n <= kGemvMaxBatch ? GemvChunkRows(rows, pool.size()) : kGemmChunkRows;
+  static_assert(kGemmChunkRows % kInt8GemmNr == 0, "ranges of whole panels");
   for (int64_t i0 = 0; i0 < n; i0 += slab) {
     const int64_t rows_x = std::min(slab, n - i0);
-    pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
-      for (int64_t i = begin; i < end; ++i) {
-        QuantizeActivations32(x + (i0 + i) * cols, cols, acts + i * blocks);
-      }
-    });
+    QuantizeActivationRows(pool, x + i0 * cols, rows_x, cols, acts);
     pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
-      gemm(panels + begin / kInt8GemmNr * panel_bytes, end - begin, cols, acts, rows_x,
-           y + i0 * ldy + begin, ldy);
+      gemm(panels + begin * row_bytes, end - begin, cols, acts, rows_x, y + i0 * ldy + begin, ldy);
     });
   }
 }
@@ -162,20 +150,19 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
     const int64_t panels = (rows_ + kInt8GemmNr - 1) / kInt8GemmNr;
     auto [storage, bytes] = NewTensor(w.dtype, {panels * kInt8GemmNr, cols_});
     const auto* rows = static_cast<const uint8_t*>(w.data);
-    const size_t row_bytes = RowBytes(w.dtype, cols_), block_bytes = PanelBlockBytes(w.dtype);
+    const size_t row_bytes = RowBytes(w.dtype, cols_);  // a panel takes its rows' bytes
     const int64_t blocks = cols_ / quant::kQK;
     // Slices of whole panels of about kReleaseSliceBytes of the source each.
     const int64_t slice =
         std::max<int64_t>(kInt8GemmNr, kReleaseSliceBytes / row_bytes / kInt8GemmNr * kInt8GemmNr);
     for (int64_t r0 = 0; r0 < rows_; r0 += slice) {
       const int64_t live = std::min(slice, rows_ - r0);
-      uint8_t* out = bytes + r0 / kInt8GemmNr * blocks * block_bytes;
+      const uint8_t* from = rows + r0 * row_bytes;
+      uint8_t* to = bytes + r0 * row_bytes;
       if (w.dtype == DType::kQ4_0) {
-        PackPanels<quant::BlockQ4_0>(rows + r0 * row_bytes, row_bytes, live, blocks, block_bytes,
-                                     out);
+        PackPanels<quant::BlockQ4_0>(from, row_bytes, live, blocks, to);
       } else {
-        PackPanels<quant::BlockQ8_0>(rows + r0 * row_bytes, row_bytes, live, blocks, block_bytes,
-                                     out);
+        PackPanels<quant::BlockQ8_0>(from, row_bytes, live, blocks, to);
       }
       if (release_source) {  // every page of rows [0, r0 + live): page edges fall between slices
         Tensor done;         // a view of the rows packed so far
