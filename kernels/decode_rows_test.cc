@@ -181,28 +181,39 @@ TEST(DecodeRowsTest, AccumulationMatchesExactWeightedSums) {
 
 // A NaN code poisons exactly the scores of its row and every output it is weighted into, as the
 // table decoding does; the page's other rows still score exactly. The code sits first, inside the
-// page, and last (in the tail a whole vector does not cover, on either instruction set).
+// page, and last (in the tail a whole vector does not cover, on either instruction set), in rows
+// read a vector at a time (40 dimensions) and in whole pairs of vectors (32 and 64), in blocks of
+// 8 rows and alone (17 rows), for one query and for several.
 TEST(DecodeRowsTest, NanCodesPropagate) {
-  constexpr int kRows = 9, kDim = 40;
+  constexpr int kRows = 17;
   for (const Kernels& k : AvailableKernels()) {
-    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
-      for (int at : {0, 3 * kDim + 17, kRows * kDim - 1}) {
-        SCOPED_TRACE(absl::StrCat(k.name, " code ", int{nan}, " at ", at));
-        Page page(kRows, kDim, RowFormat::kE4M3, 1, 2, 5);
-        page.codes[at] = nan;
-        std::vector<float> scores(page.w.size());
-        k.set->score(page.QueryRows().data(), 2, page.rows, 1.0f, scores.data(), page.ld());
-        for (int j = 0; j < 2; ++j) {
-          for (int r = 0; r < kRows; ++r) {
-            EXPECT_EQ(std::isnan(scores[j * page.ld() + r]), r == at / kDim)
-                << "query " << j << " row " << r;
+    for (int dim : {40, 32, 64}) {
+      for (int nq : {1, 2}) {
+        for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+          for (int at : {0, 3 * dim + 17, 9 * dim + 5, kRows * dim - 1}) {
+            SCOPED_TRACE(absl::StrCat(k.name, " dim ", dim, " queries ", nq, " code ", int{nan},
+                                      " at ", at));
+            Page page(kRows, dim, RowFormat::kE4M3, 1, nq, 5);
+            page.codes[at] = nan;
+            std::vector<float> scores(page.w.size());
+            k.set->score(page.QueryRows().data(), nq, page.rows, 1.0f, scores.data(), page.ld());
+            for (int j = 0; j < nq; ++j) {
+              for (int r = 0; r < kRows; ++r) {
+                ASSERT_EQ(std::isnan(scores[j * page.ld() + r]), r == at / dim)
+                    << "query " << j << " row " << r;
+              }
+            }
+            std::vector<float> out(static_cast<size_t>(nq) * dim, 0.0f);
+            std::vector<float*> rows_out;
+            for (int j = 0; j < nq; ++j) rows_out.push_back(out.data() + int64_t{j} * dim);
+            k.set->accumulate(page.w.data(), page.ld(), nq, page.rows, rows_out.data());
+            for (int j = 0; j < nq; ++j) {
+              for (int c = 0; c < dim; ++c) {
+                ASSERT_EQ(std::isnan(rows_out[j][c]), c == at % dim)
+                    << "query " << j << " col " << c;
+              }
+            }
           }
-        }
-        std::vector<float> out(2 * kDim, 0.0f);
-        float* rows_out[] = {out.data(), out.data() + kDim};
-        k.set->accumulate(page.w.data(), page.ld(), 2, page.rows, rows_out);
-        for (int j = 0; j < 2; ++j) {
-          for (int c = 0; c < kDim; ++c) EXPECT_EQ(std::isnan(rows_out[j][c]), c == at % kDim) << c;
         }
       }
     }

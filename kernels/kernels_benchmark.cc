@@ -166,6 +166,10 @@ void PanelBenchArgs(benchmark::internal::Benchmark* b) {
       }
     }
   }
+  // One decode row streaming a matrix from memory (250 MiB of f32, past any last-level cache).
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (int threads : {1, 2}) b->Args({32000, 2048, 1, static_cast<int64_t>(dtype), threads});
+  }
 }
 BENCHMARK(BM_PanelMatmul)
     ->Name("BM_PanelMatmul")
@@ -390,6 +394,7 @@ BENCHMARK(BM_CompressedDecode)
     ->ArgsProduct({{2048}, {16}, {64, 37, 32}, {0, 3, 1, 2}, {2}, {0}})
     ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 2}, {2}, {1}})    // one copy: as far as L3 holds it
     ->ArgsProduct({{8192}, {1}, {64, 32}, {0, 2}, {2}, {0, 1}})  // issue 18's single long sequence
+    ->ArgsProduct({{8192}, {1}, {64, 32}, {2}, {1}, {1}})        // its kernels' compute, one thread
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

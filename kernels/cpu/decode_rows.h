@@ -3,8 +3,10 @@
 // E4M3 codes — and widen them in registers, with no dequantized copy: f16 by F16C, and E4M3 too,
 // since an E4M3 code's bits moved into an f16 are its value · 2^-8, subnormals included. The
 // row's scale (and the 2^8) is applied once per row, to the score or to the weight. Every query
-// head of a GQA group shares each row load. fp32 arithmetic throughout; NaN codes (0x7F/0xFF) are
-// honoured by a scalar path for the page that holds one.
+// head of a GQA group shares each row load. fp32 arithmetic throughout. NaN codes (0x7F/0xFF),
+// which widen to finite values, are honoured without a second pass over the codes: every load
+// notes what it read, and where a NaN code was among them the scores of its row and the outputs of
+// its column are set to NaN, as the exact sums would be.
 #ifndef PDSERVE_KERNELS_CPU_DECODE_ROWS_H_
 #define PDSERVE_KERNELS_CPU_DECODE_ROWS_H_
 

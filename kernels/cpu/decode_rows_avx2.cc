@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "kernels/cpu/decode_rows.h"
-#include "kernels/fp8.h"
 
 namespace pdserve::kernels::avx2 {
 namespace {
@@ -40,12 +39,20 @@ struct Simd {
     std::memcpy(part, p, sizeof(uint16_t) * static_cast<size_t>(n));
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(part)));
   }
+  // What the E4M3 loads saw: the running unsigned max of (code | 0x80), 0xFF exactly where a NaN
+  // code (0x7F, 0xFF) was among them.
+  using Seen = __m128i;
+  static Seen NoneSeen() { return _mm_setzero_si128(); }
+  static Seen Union(Seen a, Seen b) { return _mm_max_epu8(a, b); }
+  static bool SawNan(Seen seen) {
+    return _mm_movemask_epi8(_mm_cmpeq_epi8(seen, _mm_set1_epi8(-1))) != 0;
+  }
   // Sign-extending the byte puts the sign in bits 8..15; shifted left by 7, [exponent:4]
   // [mantissa:3] sits where an f16's low exponent and high mantissa bits are, the sign at 15,
   // and a copy of it at 14 (the f16 exponent's top bit), cleared.
   // A full vector is one 8-byte load; only a tail goes through memcpy (of a variable size, a
-  // library call).
-  static V LoadE4M3(const uint8_t* p, int n) {
+  // library call). The bytes past the codes are 0, which notes nothing.
+  static V LoadE4M3(const uint8_t* p, int n, Seen& seen) {
     __m128i bytes;
     if (n == kLanes) {
       bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
@@ -54,13 +61,14 @@ struct Simd {
       std::memcpy(&codes, p, static_cast<size_t>(n));
       bytes = _mm_cvtsi64_si128(codes);
     }
+    seen = _mm_max_epu8(seen, _mm_or_si128(bytes, _mm_set1_epi8(-128)));
     const __m128i words = _mm_cvtepi8_epi16(bytes);
     return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(words, 7), _mm_set1_epi16(-16385)));
   }
   // Two LoadE4M3s: widening 16 codes together saves no shuffle µop at this width.
-  static void LoadE4M3Pair(const uint8_t* p, V& lo, V& hi) {
-    lo = LoadE4M3(p, kLanes);
-    hi = LoadE4M3(p + kLanes, kLanes);
+  static void LoadE4M3Pair(const uint8_t* p, V& lo, V& hi, Seen& seen) {
+    lo = LoadE4M3(p, kLanes, seen);
+    hi = LoadE4M3(p + kLanes, kLanes, seen);
   }
   static float Sum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -74,22 +82,6 @@ struct Simd {
         _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
     return _mm256_add_ps(_mm256_permute2f128_ps(r0123, r4567, 0x20),
                          _mm256_permute2f128_ps(r0123, r4567, 0x31));
-  }
-  // The largest code & 0x7F over all n codes is 0x7F exactly when one of them is a NaN: one
-  // branch for the whole run instead of one per vector.
-  static bool HasNanCode(const uint8_t* p, int64_t n) {
-    const __m256i low7 = _mm256_set1_epi8(0x7F);
-    __m256i top = _mm256_setzero_si256();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
-      top = _mm256_max_epu8(top, _mm256_and_si256(c, low7));
-    }
-    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(top, low7)) != 0) return true;
-    for (; i < n; ++i) {
-      if ((p[i] & 0x7F) == 0x7F) return true;
-    }
-    return false;
   }
 };
 

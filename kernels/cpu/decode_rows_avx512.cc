@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/decode_rows.h"
-#include "kernels/fp8.h"
 
 namespace pdserve::kernels::avx512 {
 namespace {
@@ -33,19 +32,32 @@ struct Simd {
     return _mm512_cvtph_ps(n == kLanes ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
                                        : _mm256_maskz_loadu_epi16(Mask(n), p));
   }
+  // What the E4M3 loads saw: the running unsigned max of (code | 0x80), 0xFF exactly where a NaN
+  // code (0x7F, 0xFF) was among them.
+  using Seen = __m256i;
+  static Seen NoneSeen() { return _mm256_setzero_si256(); }
+  static Seen Union(Seen a, Seen b) { return _mm256_max_epu8(a, b); }
+  static Seen Note(Seen seen, __m256i codes) {
+    return _mm256_max_epu8(seen, _mm256_or_si256(codes, _mm256_set1_epi8(-128)));
+  }
+  static bool SawNan(Seen seen) {
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(seen, _mm256_set1_epi8(-1))) != 0;
+  }
   // As the AVX2 unit's: the sign-extended code shifted left by 7 is the f16 of value · 2^-8 once
   // bit 14 (a copy of the sign) is cleared.
-  static V LoadE4M3(const uint8_t* p, int n) {
+  static V LoadE4M3(const uint8_t* p, int n, Seen& seen) {
     const __m128i codes = n == kLanes ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
                                       : _mm_maskz_loadu_epi8(Mask(n), p);
+    seen = Note(seen, _mm256_zextsi128_si256(codes));
     const __m256i words = _mm256_cvtepi8_epi16(codes);
     return _mm512_cvtph_ps(
         _mm256_and_si256(_mm256_slli_epi16(words, 7), _mm256_set1_epi16(-16385)));
   }
   // One sign extension and one shift for 32 codes, where LoadE4M3 takes one each per 16.
-  static void LoadE4M3Pair(const uint8_t* p, V& lo, V& hi) {
-    const __m512i words =
-        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  static void LoadE4M3Pair(const uint8_t* p, V& lo, V& hi, Seen& seen) {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    seen = Note(seen, codes);
+    const __m512i words = _mm512_cvtepi8_epi16(codes);
     const __m512i halves = _mm512_and_si512(_mm512_slli_epi16(words, 7), _mm512_set1_epi16(-16385));
     lo = _mm512_cvtph_ps(_mm512_castsi512_si256(halves));
     hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
@@ -74,21 +86,6 @@ struct Simd {
     // Row r < 4 is at lane 4r, row r + 4 at lane 4r + 2.
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, sums));
-  }
-  // The largest code & 0x7F over all n codes is 0x7F exactly when one of them is a NaN: one
-  // branch for the whole run instead of one per vector.
-  static bool HasNanCode(const uint8_t* p, int64_t n) {
-    const __m512i low7 = _mm512_set1_epi8(0x7F);
-    __m512i top = _mm512_setzero_si512();
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      top = _mm512_max_epu8(top, _mm512_and_si512(_mm512_loadu_si512(p + i), low7));
-    }
-    if (i < n) {
-      const __mmask64 live = (__mmask64{1} << (n - i)) - 1;
-      top = _mm512_max_epu8(top, _mm512_and_si512(_mm512_maskz_loadu_epi8(live, p + i), low7));
-    }
-    return _mm512_cmpeq_epi8_mask(top, low7) != 0;
   }
 };
 
