@@ -36,6 +36,15 @@ SimdLevel ActiveSimdLevel();
 // PDSERVE_SIMD=avx2).
 bool Bf16DotActive();
 
+// What is wrong with the overrides `simd` (PDSERVE_SIMD: avx2, or avx512 where the CPU `f` has
+// it) and `bf16_dot` (PDSERVE_BF16_DOT: off, or on where `f` has AVX512_BF16 and `simd` leaves the
+// AVX-512 level) — e.g. "PDSERVE_SIMD=avx5l2: expected avx2 or avx512" — or "" when both are
+// valid; null or empty values are unset. ActiveSimdLevel and Bf16DotActive take what they know
+// and ignore the rest, so a program asks this once at start and refuses to run on an error.
+std::string SimdOverrideError(const char* simd, const char* bf16_dot, const CpuFeatures& f);
+// The same for this process's environment and CPU.
+std::string SimdOverrideError();
+
 // "avx512" or "avx2".
 const char* SimdLevelName(SimdLevel level);
 

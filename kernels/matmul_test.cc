@@ -652,5 +652,30 @@ TEST(CpuFeaturesTest, ActiveLevelIsConsistent) {
   EXPECT_TRUE(CpuIsSupported());
 }
 
+// Each bad override is named with its value; valid ones, and unset or empty ones, are not.
+TEST(CpuFeaturesTest, SimdOverridesAreCheckedAgainstTheCpu) {
+  CpuFeatures avx2_only;
+  avx2_only.avx2 = avx2_only.fma = avx2_only.f16c = true;
+  CpuFeatures bf16 = avx2_only;
+  bf16.avx512 = bf16.avx512_vnni = bf16.avx512_bf16 = true;
+  for (const CpuFeatures& f : {avx2_only, bf16}) {
+    EXPECT_EQ(SimdOverrideError(nullptr, nullptr, f), "");
+    EXPECT_EQ(SimdOverrideError("", "", f), "");
+    EXPECT_EQ(SimdOverrideError("avx2", "off", f), "");
+    EXPECT_EQ(SimdOverrideError("avx5l2", nullptr, f),
+              "PDSERVE_SIMD=avx5l2: expected avx2 or avx512");
+    EXPECT_EQ(SimdOverrideError(nullptr, "yes", f), "PDSERVE_BF16_DOT=yes: expected on or off");
+    EXPECT_EQ(SimdOverrideError("AVX2", nullptr, f), "PDSERVE_SIMD=AVX2: expected avx2 or avx512");
+  }
+  EXPECT_EQ(SimdOverrideError("avx512", "on", bf16), "");
+  EXPECT_EQ(SimdOverrideError(nullptr, "on", bf16), "");
+  EXPECT_NE(SimdOverrideError("avx512", nullptr, avx2_only).find("lacks AVX-512"),
+            std::string::npos);
+  EXPECT_NE(SimdOverrideError(nullptr, "on", avx2_only).find("lacks AVX512_BF16"),
+            std::string::npos);
+  EXPECT_NE(SimdOverrideError("avx2", "on", bf16).find("PDSERVE_SIMD=avx2 is set"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace pdserve::kernels

@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: this CPU lacks AVX2/FMA/F16C, which pdserve requires\n");
     return 1;
   }
+  if (const std::string bad = pdserve::kernels::SimdOverrideError(); !bad.empty()) {
+    std::fprintf(stderr, "error: %s\n", bad.c_str());
+    return 1;
+  }
   absl::SetProgramUsageMessage(kUsage);
   absl::StatusOr<std::vector<std::string>> expanded =
       pdserve::cli::ExpandFlagFiles(std::vector<std::string>(argv, argv + argc));

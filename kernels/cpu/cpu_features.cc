@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace pdserve::kernels {
 
@@ -47,6 +48,32 @@ bool Bf16DotActive() {
     return f.amd;
   }();
   return active;
+}
+
+std::string SimdOverrideError(const char* simd, const char* bf16_dot, const CpuFeatures& f) {
+  auto set = [](const char* v) { return v != nullptr && *v != '\0'; };
+  auto is = [](const char* v, const char* value) { return std::strcmp(v, value) == 0; };
+  if (set(simd) && !is(simd, "avx2") && !is(simd, "avx512")) {
+    return std::string("PDSERVE_SIMD=") + simd + ": expected avx2 or avx512";
+  }
+  if (set(simd) && is(simd, "avx512") && !f.avx512) {
+    return "PDSERVE_SIMD=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (avx2 is the widest level here)";
+  }
+  if (set(bf16_dot) && !is(bf16_dot, "on") && !is(bf16_dot, "off")) {
+    return std::string("PDSERVE_BF16_DOT=") + bf16_dot + ": expected on or off";
+  }
+  if (set(bf16_dot) && is(bf16_dot, "on")) {
+    if (!f.avx512_bf16) return "PDSERVE_BF16_DOT=on: this CPU lacks AVX512_BF16";
+    if (set(simd) && is(simd, "avx2")) {
+      return "PDSERVE_BF16_DOT=on: needs the AVX-512 level, and PDSERVE_SIMD=avx2 is set";
+    }
+  }
+  return "";
+}
+
+std::string SimdOverrideError() {
+  return SimdOverrideError(std::getenv("PDSERVE_SIMD"), std::getenv("PDSERVE_BF16_DOT"),
+                           GetCpuFeatures());
 }
 
 const char* SimdLevelName(SimdLevel level) {
