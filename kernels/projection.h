@@ -1,8 +1,9 @@
 // Projection: the weights of one linear layer as an engine multiplies by them. A stack of one
-// part that PanelMatrix takes (f32, f16, bf16; Q4_0 and Q8_0 on CPUs with AVX512-VNNI) is packed
-// once into a PanelMatrix (every batch size then runs the GEMM's register tiles without packing per
-// call); other quantized weights, and stacks of several parts, stay as they are and take Matmul's
-// tensor paths, read in place. Immutable; copies share the bytes; thread-safe for concurrent reads.
+// part that PanelMatrix takes (f32, f16, bf16; Q4_0, Q8_0 and Q4_K on CPUs with AVX512-VNNI) is
+// packed once into a PanelMatrix (every batch size then runs the GEMM's register tiles without
+// packing per call); other quantized weights, and stacks of several parts, stay as they are and
+// take Matmul's tensor paths, read in place. Immutable; copies share the bytes; thread-safe for
+// concurrent reads.
 #ifndef PDSERVE_KERNELS_PROJECTION_H_
 #define PDSERVE_KERNELS_PROJECTION_H_
 

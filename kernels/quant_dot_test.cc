@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/base/thread_pool.h"
@@ -413,20 +414,22 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   for (int64_t i = 0; i < 100 * rows; ++i) ASSERT_EQ(all[400 * rows + i], last[i]) << i;
 }
 
-// Q4_0 and Q8_0 kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for bit, the
-// prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels — for
-// one decode row to several tiles, on ragged panels, every block pattern (extreme scales overflow
-// alike) and the largest codes, one and two threads, y rows wider than W's (untouched past them),
-// and a workspace of room for only a few x rows (slabs).
+// Q4_0, Q8_0 and Q4_K kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for bit,
+// the prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels —
+// for one decode row to several tiles, on ragged panels, every block pattern (extreme scales
+// overflow alike) and the largest codes, one and two threads, y rows wider than W's (untouched past
+// them), and a workspace of room for only a few x rows (slabs).
 TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
-  for (DType dtype : {DType::kQ4_0, DType::kQ8_0}) {
+  using Shapes = std::vector<std::pair<int64_t, int64_t>>;
+  const Shapes blocks32 = {{1, 32}, {37, 256}, {300, 96}, {64, 768}};
+  const Shapes blocks256 = {{1, 256}, {37, 512}, {300, 256}, {64, 768}};
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
     if (!PanelMatrix::Takes(dtype, SimdLevel::kAvx512)) {
       GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
     }
     const Block32AsU8Fn unpack = Block32AsU8For(dtype);
     uint32_t seed = 300;
-    for (auto [rows, cols] :
-         {std::pair<int64_t, int64_t>{1, 32}, {37, 256}, {300, 96}, {64, 768}}) {
+    for (auto [rows, cols] : BlockElements(dtype) == 256 ? blocks256 : blocks32) {
       const int64_t blocks = cols / 32, ldy = rows + 3;
       for (int pattern = 0; pattern < 4; ++pattern) {
         QuantMatrix w = MakeMatrix(dtype, rows, cols, seed++,

@@ -1,8 +1,8 @@
 // The int8 GEMM for quantized weights (gemm_kernels.h), AVX512-VNNI: a 12 × 16 tile of y keeps
 // 12 int32 accumulators for the current 32-element block (8 vpdpbusd each, the x codes broadcast
 // from memory) and 12 fp32 ones that take each block's sums times its scales. One tile serves every
-// panel format — the prefill's, packed per call, and PanelMatrix's Q4_0 and Q8_0 panels, which
-// every batch from one decode row up reads — so all give the same sums bit for bit. Compiled
+// panel format — the prefill's, packed per call, and PanelMatrix's Q4_0, Q8_0 and Q4_K panels,
+// which every batch from one decode row up reads — so all give the same sums bit for bit. Compiled
 // with AVX-512, VNNI and VBMI; called only when the CPU has them.
 #include <immintrin.h>
 
@@ -23,60 +23,130 @@ using quant::kQK;
 constexpr size_t kCodesBytes = 8 * 64;
 constexpr int kTileMr = 12;  // x rows per tile
 
-// The panel formats (gemm_kernels.h): Steps(panel, f) calls f(codes, s) for each step s of a
-// block's codes (unsigned bytes, row j's at lanes 4j..4j+3), Scale and Min give the 16 rows'.
+// The panel formats (gemm_kernels.h), in groups of kGroupBlocks 32-element blocks, kGroupBytes a
+// group: Steps(group, k, f) calls f(codes, s) for each step s of block k's codes (unsigned bytes,
+// row j's at lanes 4j..4j+3); a group's Scales(group) gives block k's 16 scales and minimums.
 struct U8Panels {  // the int8 GEMM's, packed per call
-  static constexpr size_t kBlockBytes = kInt8PanelBlockBytes;
+  static constexpr int kGroupBlocks = 1;
+  static constexpr size_t kGroupBytes = kInt8PanelBlockBytes;
   template <typename F>
-  static void Steps(const uint8_t* panel, F f) {
-    for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(panel + 64 * s), s);
+  static void Steps(const uint8_t* group, int, F f) {
+    for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(group + 64 * s), s);
   }
-  static __m512 Scale(const uint8_t* panel) { return _mm512_loadu_ps(panel + kCodesBytes); }
-  static __m512 Min(const uint8_t* panel, __m512) {
-    return _mm512_loadu_ps(panel + kCodesBytes + kInt8GemmNr * sizeof(float));
-  }
+  struct Scales {
+    explicit Scales(const uint8_t* group) : group(group) {}
+    __m512 Scale(int) const { return _mm512_loadu_ps(group + kCodesBytes); }
+    __m512 Min(int, __m512) const {
+      return _mm512_loadu_ps(group + kCodesBytes + kInt8GemmNr * sizeof(float));
+    }
+    const uint8_t* group;
+  };
 };
 
-// PanelMatrix's formats: kCodeBytes of codes a block, then the rows' 16 f16 scales d, and a min of
-// kOffset·d (value = d·(u − kOffset)); streamed from memory by decode, so prefetched ahead.
+// Prefetches every cache line of the kBytes bytes from p, kQuantPrefetchBytes ahead: PanelMatrix's
+// formats are streamed from memory by decode.
+template <size_t kBytes>
+void PrefetchAhead(const uint8_t* p) {
+  for (size_t i = 0; i < kBytes; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
+  }
+}
+
+// Steps of 4 chunks of 64 bytes at `codes`, byte 4j + i of chunk c holding row j's codes 4c + i
+// (low nibble, step c) and 16 + 4c + i (high nibble, step c + 4).
+template <typename F>
+void NibbleSteps(const uint8_t* codes, F f) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i z = _mm512_loadu_si512(codes + 64 * c);
+    f(_mm512_and_si512(z, nibble), c);
+    f(_mm512_and_si512(_mm512_srli_epi16(z, 4), nibble), c + 4);
+  }
+}
+
+// PanelMatrix's Q4_0 and Q8_0 formats: kCodeBytes of codes a block, then the rows' 16 f16 scales
+// d, and a min of kOffset·d (value = d·(u − kOffset)).
 template <size_t kCodeBytes, int kOffset>
 struct F16ScalePanels {
-  static constexpr size_t kBlockBytes = kCodeBytes + kInt8GemmNr * sizeof(uint16_t);
-  static void Prefetch(const uint8_t* panel) {
-    for (size_t i = 0; i < kBlockBytes; i += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(panel + kQuantPrefetchBytes + i), _MM_HINT_T0);
+  static constexpr int kGroupBlocks = 1;
+  static constexpr size_t kGroupBytes = kCodeBytes + kInt8GemmNr * sizeof(uint16_t);
+  struct Scales {
+    explicit Scales(const uint8_t* group) : group(group) {}
+    __m512 Scale(int) const {
+      return _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + kCodeBytes)));
     }
-  }
-  static __m512 Scale(const uint8_t* panel) {
-    return _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + kCodeBytes)));
-  }
-  static __m512 Min(const uint8_t*, __m512 scale) {
-    return _mm512_mul_ps(scale, _mm512_set1_ps(static_cast<float>(kOffset)));
-  }
+    __m512 Min(int, __m512 scale) const {
+      return _mm512_mul_ps(scale, _mm512_set1_ps(static_cast<float>(kOffset)));
+    }
+    const uint8_t* group;
+  };
 };
 
-struct Q4_0Panels : F16ScalePanels<4 * 64, 8> {  // a code's nibbles: steps c and c + 4
-  static_assert(kBlockBytes == kQ4_0PanelBlockBytes);
+struct Q4_0Panels : F16ScalePanels<4 * 64, 8> {
+  static_assert(kGroupBytes == kQ4_0PanelBlockBytes);
   template <typename F>
-  static void Steps(const uint8_t* panel, F f) {
-    Prefetch(panel);
-    const __m512i nibble = _mm512_set1_epi8(0x0F);
-    for (int c = 0; c < 4; ++c) {
-      const __m512i z = _mm512_loadu_si512(panel + 64 * c);
-      f(_mm512_and_si512(z, nibble), c);
-      f(_mm512_and_si512(_mm512_srli_epi16(z, 4), nibble), c + 4);
-    }
+  static void Steps(const uint8_t* group, int, F f) {
+    PrefetchAhead<kGroupBytes>(group);
+    NibbleSteps(group, f);
   }
 };
 
 struct Q8_0Panels : F16ScalePanels<8 * 64, 128> {  // the codes already flipped to unsigned
-  static_assert(kBlockBytes == kQ8_0PanelBlockBytes);
+  static_assert(kGroupBytes == kQ8_0PanelBlockBytes);
   template <typename F>
-  static void Steps(const uint8_t* panel, F f) {
-    Prefetch(panel);
-    for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(panel + 64 * s), s);
+  static void Steps(const uint8_t* group, int, F f) {
+    PrefetchAhead<kGroupBytes>(group);
+    for (int s = 0; s < 8; ++s) f(_mm512_loadu_si512(group + 64 * s), s);
   }
+};
+
+// PanelMatrix's Q4_K format (gemm_kernels.h): a super-block's 8 blocks of nibbles as Q4_0's, then
+// the rows' d and dmin, then the scale bytes as planes; block k's scale d·s_k, minimum dmin·m_k.
+struct Q4_KPanels {
+  static constexpr int kGroupBlocks = 8;
+  static constexpr size_t kBlockCodeBytes = 4 * 64;
+  static constexpr size_t kScalesAt = kGroupBlocks * kBlockCodeBytes;
+  static constexpr size_t kGroupBytes = kQ4_KPanelGroupBytes;
+  static_assert(kGroupBytes ==
+                kScalesAt + 2 * kInt8GemmNr * sizeof(uint16_t) + quant::kScaleBytesK * kInt8GemmNr);
+  template <typename F>
+  static void Steps(const uint8_t* group, int k, F f) {
+    const uint8_t* codes = group + k * kBlockCodeBytes;
+    PrefetchAhead<kBlockCodeBytes>(codes);
+    NibbleSteps(codes, f);
+  }
+  // The 6-bit scales and minimums of all 16 rows, unpacked as quant::ScalesAndMinsK4 does, with
+  // words u[0], u[1], u[2] the 16 rows' bytes 0-3, 4-7 and 8-11 (planes of 16 bytes).
+  struct Scales {
+    explicit Scales(const uint8_t* group) {
+      const uint8_t* tail = group + kScalesAt;
+      PrefetchAhead<kGroupBytes - kScalesAt>(tail);
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tail)));
+      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tail + 32)));
+      const __m512i u0 = _mm512_loadu_si512(tail + 64), u1 = _mm512_loadu_si512(tail + 128),
+                    u2 = _mm512_loadu_si512(tail + 192);
+      const __m512i low6 = _mm512_set1_epi8(0x3F), low4 = _mm512_set1_epi8(0x0F),
+                    top2 = _mm512_set1_epi8(0x30);  // bits 6-7 shifted right by 2
+      constexpr int kOrMasked = 0xF8;               // vpternlogd: A | (B & C)
+      _mm512_storeu_si512(scales, _mm512_and_si512(u0, low6));
+      _mm512_storeu_si512(scales + 64,
+                          _mm512_ternarylogic_epi32(_mm512_and_si512(u2, low4),
+                                                    _mm512_srli_epi16(u0, 2), top2, kOrMasked));
+      _mm512_storeu_si512(mins, _mm512_and_si512(u1, low6));
+      _mm512_storeu_si512(
+          mins + 64, _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(u2, 4), low4),
+                                               _mm512_srli_epi16(u1, 2), top2, kOrMasked));
+    }
+    __m512 Scale(int k) const { return _mm512_mul_ps(d, Widen(scales + 16 * k)); }
+    __m512 Min(int k, __m512) const { return _mm512_mul_ps(dmin, Widen(mins + 16 * k)); }
+    static __m512 Widen(const uint8_t* bytes) {
+      return _mm512_cvtepi32_ps(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes))));
+    }
+    __m512 d, dmin;
+    alignas(64) uint8_t scales[8 * kInt8GemmNr], mins[8 * kInt8GemmNr];  // block k's at 16k
+  };
 };
 
 // One tile: rows [0, MR) of x against one panel; columns j < nr of y written.
@@ -85,23 +155,27 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
           int nr) {
   __m512 sum[MR];
   for (int i = 0; i < MR; ++i) sum[i] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b, panel += Format::kBlockBytes) {
-    __m512i dot[MR];
-    for (int i = 0; i < MR; ++i) dot[i] = _mm512_setzero_si512();
-    Format::Steps(panel, [&](__m512i w, int s) {
+  for (int64_t b0 = 0; b0 < blocks; b0 += Format::kGroupBlocks, panel += Format::kGroupBytes) {
+    const typename Format::Scales scales(panel);
+    for (int k = 0; k < Format::kGroupBlocks; ++k) {
+      const int64_t b = b0 + k;
+      __m512i dot[MR];
+      for (int i = 0; i < MR; ++i) dot[i] = _mm512_setzero_si512();
+      Format::Steps(panel, k, [&](__m512i w, int s) {
+        for (int i = 0; i < MR; ++i) {
+          int32_t codes;
+          std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
+          dot[i] = _mm512_dpbusd_epi32(dot[i], w, _mm512_set1_epi32(codes));
+        }
+      });
+      const __m512 scale = scales.Scale(k);
+      const __m512 min = scales.Min(k, scale);
       for (int i = 0; i < MR; ++i) {
-        int32_t codes;
-        std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
-        dot[i] = _mm512_dpbusd_epi32(dot[i], w, _mm512_set1_epi32(codes));
+        const ActBlock32& a = x[i * blocks + b];
+        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]),
+                                 _mm512_mul_ps(scale, _mm512_set1_ps(a.d)), sum[i]);
+        sum[i] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a.sum), sum[i]);
       }
-    });
-    const __m512 scale = Format::Scale(panel);
-    const __m512 min = Format::Min(panel, scale);
-    for (int i = 0; i < MR; ++i) {
-      const ActBlock32& a = x[i * blocks + b];
-      sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]),
-                               _mm512_mul_ps(scale, _mm512_set1_ps(a.d)), sum[i]);
-      sum[i] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a.sum), sum[i]);
     }
   }
   const __mmask16 live = static_cast<__mmask16>((1u << nr) - 1);
@@ -124,8 +198,8 @@ void GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBloc
   for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
     const TileFn tile = kTiles[std::min<int64_t>(kTileMr, n - i0) - 1];
     for (int64_t p = 0; p < panels; ++p) {
-      tile(packed + p * blocks * Format::kBlockBytes, blocks, x + i0 * blocks,
-           y + i0 * ldy + p * kInt8GemmNr, ldy,
+      tile(packed + p * (blocks / Format::kGroupBlocks) * Format::kGroupBytes, blocks,
+           x + i0 * blocks, y + i0 * ldy + p * kInt8GemmNr, ldy,
            static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - p * kInt8GemmNr)));
     }
   }
@@ -144,6 +218,8 @@ Int8GemmFn QuantPanelsGemm(DType dtype) {
       return GemmPanels<Q4_0Panels>;
     case DType::kQ8_0:
       return GemmPanels<Q8_0Panels>;
+    case DType::kQ4_K:
+      return GemmPanels<Q4_KPanels>;
     default:
       return nullptr;
   }

@@ -80,7 +80,7 @@ inline constexpr int64_t kBf16DotMinRows = 64;
 inline constexpr int kInt8GemmNr = 16;
 inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof(float);
 
-// Q4_0 and Q8_0 weights as PanelMatrix keeps them for the VNNI tile (no per-call packing; the
+// Q4_0, Q8_0 and Q4_K weights as PanelMatrix keeps them for the VNNI tile (no per-call packing; the
 // bytes of the file's blocks, rearranged): panels of kInt8GemmNr rows (rows past the matrix zero),
 // per 32-element block the codes, then the rows' 16 f16 scales d; codes unsigned, as Block32AsU8
 // gives them. Q4_0: 4 chunks of 64 bytes, byte 4j + i of chunk c row j's qs[4c + i] — its low
@@ -89,8 +89,16 @@ inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof
 // value = d·u − 128·d.
 inline constexpr size_t kQ4_0PanelBlockBytes = 4 * 64 + kInt8GemmNr * sizeof(uint16_t);
 inline constexpr size_t kQ8_0PanelBlockBytes = 8 * 64 + kInt8GemmNr * sizeof(uint16_t);
+// Q4_K: per 256-element super-block, its 8 sub-blocks' codes as Q4_0's (256 bytes each: row j's
+// codes l and 16 + l of sub-block k in the low and high nibble of byte 4j + l % 4 of chunk l / 4),
+// then the rows' 16 f16 d and 16 f16 dmin, then the 12 scale bytes as planes of 16 (byte b of row
+// j at 16b + j); sub-block k's scale d·s_k and min dmin·m_k (quant::ScalesAndMinsK4's 6-bit
+// values).
+inline constexpr size_t kQ4_KPanelGroupBytes =
+    8 * 4 * 64 + 2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr;
 static_assert(kQ4_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ4_0) &&
-                  kQ8_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ8_0),
+                  kQ8_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ8_0) &&
+                  kQ4_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ4_K),
               "a panel takes its 16 rows' bytes: panel p starts where row 16p does");
 
 // Packs weight rows [begin, end) (`row_bytes` apart from `w`, `cols` columns) into
@@ -141,8 +149,9 @@ void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out,
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy);
-// The same tile on Q4_0 or Q8_0 panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes a block):
-// Int8GemmPanels's sums, bit for bit, on PackInt8Panels of the same rows; nullptr for other dtypes.
+// The same tile on Q4_0, Q8_0 or Q4_K panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes a block;
+// kQ4_KPanelGroupBytes a super-block): Int8GemmPanels's sums, bit for bit, on PackInt8Panels of
+// the same rows; nullptr for other dtypes.
 Int8GemmFn QuantPanelsGemm(DType dtype);
 }  // namespace avx512
 

@@ -72,39 +72,54 @@ bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, in
 // pages out.
 constexpr size_t kReleaseSliceBytes = size_t{2} << 20;
 
-// Row j's block `block` into a panel block at `out`: its codes, and its f16 scale at `scale`.
-void PackBlock(const quant::BlockQ4_0& block, int j, uint8_t* out, uint16_t* scale) {
+// Row j's block `block` into its panel's group of blocks at `out` (gemm_kernels.h's layouts).
+void PackBlock(const quant::BlockQ4_0& block, int j, uint8_t* out) {
   for (int c = 0; c < 4; ++c) std::memcpy(out + 64 * c + 4 * j, block.qs + 4 * c, 4);
-  std::memcpy(scale, &block.d, sizeof(uint16_t));
+  std::memcpy(out + 4 * 64 + 2 * j, &block.d, sizeof(uint16_t));
 }
-void PackBlock(const quant::BlockQ8_0& block, int j, uint8_t* out, uint16_t* scale) {
+void PackBlock(const quant::BlockQ8_0& block, int j, uint8_t* out) {
   for (int s = 0; s < 8; ++s) {
     for (int i = 0; i < 4; ++i) {
       out[64 * s + 4 * j + i] = static_cast<uint8_t>(block.qs[4 * s + i]) ^ 0x80;
     }
   }
-  std::memcpy(scale, &block.d, sizeof(uint16_t));
+  std::memcpy(out + 8 * 64 + 2 * j, &block.d, sizeof(uint16_t));
+}
+void PackBlock(const quant::BlockQ4_K& block, int j, uint8_t* out) {
+  for (int sub = 0; sub < 8; ++sub) {  // as Q4_0's nibbles, 256 bytes a sub-block
+    const uint8_t* qs = block.qs + (sub / 2) * 32;
+    const int shift = (sub & 1) * 4;
+    for (int c = 0; c < 4; ++c) {
+      for (int i = 0; i < 4; ++i) {
+        const int low = (qs[4 * c + i] >> shift) & 0xF, high = (qs[16 + 4 * c + i] >> shift) & 0xF;
+        out[256 * sub + 64 * c + 4 * j + i] = static_cast<uint8_t>(low | high << 4);
+      }
+    }
+  }
+  uint8_t* tail = out + 8 * 256;
+  std::memcpy(tail + 2 * j, &block.d, sizeof(uint16_t));
+  std::memcpy(tail + kInt8GemmNr * 2 + 2 * j, &block.dmin, sizeof(uint16_t));
+  for (int b = 0; b < quant::kScaleBytesK; ++b)
+    tail[4 * kInt8GemmNr + 16 * b + j] = block.scales[b];
 }
 
-// Rows [0, rows) of `w` (Block's rows, row_bytes apart) as panels (gemm_kernels.h) at `out`; the
-// last panel's rows past `rows` zero.
+// Rows [0, rows) of `w` (Block's rows, row_bytes apart, `blocks` Blocks each) as panels
+// (gemm_kernels.h) at `out`; the last panel's rows past `rows` zero.
 template <typename Block>
 void PackPanels(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t blocks, uint8_t* out) {
-  constexpr size_t block_bytes = kInt8GemmNr * sizeof(Block);  // gemm_kernels.h's static_assert
+  constexpr size_t group_bytes = kInt8GemmNr * sizeof(Block);  // gemm_kernels.h's static_assert
   for (int64_t r0 = 0; r0 < rows; r0 += kInt8GemmNr) {
     const int live = static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - r0));
-    for (int64_t b = 0; b < blocks; ++b, out += block_bytes) {
-      std::memset(out, 0, block_bytes);
-      auto* scales =
-          reinterpret_cast<uint16_t*>(out + block_bytes - kInt8GemmNr * sizeof(uint16_t));
+    for (int64_t b = 0; b < blocks; ++b, out += group_bytes) {
+      std::memset(out, 0, group_bytes);
       for (int j = 0; j < live; ++j) {
-        PackBlock(reinterpret_cast<const Block*>(w + (r0 + j) * row_bytes)[b], j, out, scales + j);
+        PackBlock(reinterpret_cast<const Block*>(w + (r0 + j) * row_bytes)[b], j, out);
       }
     }
   }
 }
 
-// Matmul's product on Q4_0 or Q8_0 panels: x quantized per 32 into the workspace, in slabs of as
+// Matmul's product on quantized panels: x quantized per 32 into the workspace, in slabs of as
 // many rows as it holds, then ranges of whole panels by the VNNI tile — ranges of a few panels for
 // decode batches, so that both threads stream, of a GEMM chunk's rows for prefill.
 void QuantPanelsMatmul(ThreadPool& pool, const float* x, int64_t n, DType dtype, int64_t cols,
@@ -136,8 +151,8 @@ void QuantPanelsMatmul(ThreadPool& pool, const float* x, int64_t n, DType dtype,
 
 bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
   if (!IsQuantized(dtype)) return true;
-  return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0) && level == SimdLevel::kAvx512 &&
-         GetCpuFeatures().avx512_vnni;
+  return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0 || dtype == DType::kQ4_K) &&
+         level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni;
 }
 
 PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool release_source)
@@ -151,7 +166,7 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
     auto [storage, bytes] = NewTensor(w.dtype, {panels * kInt8GemmNr, cols_});
     const auto* rows = static_cast<const uint8_t*>(w.data);
     const size_t row_bytes = RowBytes(w.dtype, cols_);  // a panel takes its rows' bytes
-    const int64_t blocks = cols_ / quant::kQK;
+    const int64_t blocks = cols_ / BlockElements(w.dtype);
     // Slices of whole panels of about kReleaseSliceBytes of the source each.
     const int64_t slice =
         std::max<int64_t>(kInt8GemmNr, kReleaseSliceBytes / row_bytes / kInt8GemmNr * kInt8GemmNr);
@@ -159,10 +174,15 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
       const int64_t live = std::min(slice, rows_ - r0);
       const uint8_t* from = rows + r0 * row_bytes;
       uint8_t* to = bytes + r0 * row_bytes;
-      if (w.dtype == DType::kQ4_0) {
-        PackPanels<quant::BlockQ4_0>(from, row_bytes, live, blocks, to);
-      } else {
-        PackPanels<quant::BlockQ8_0>(from, row_bytes, live, blocks, to);
+      switch (w.dtype) {
+        case DType::kQ4_0:
+          PackPanels<quant::BlockQ4_0>(from, row_bytes, live, blocks, to);
+          break;
+        case DType::kQ8_0:
+          PackPanels<quant::BlockQ8_0>(from, row_bytes, live, blocks, to);
+          break;
+        default:
+          PackPanels<quant::BlockQ4_K>(from, row_bytes, live, blocks, to);
       }
       if (release_source) {  // every page of rows [0, r0 + live): page edges fall between slices
         Tensor done;         // a view of the rows packed so far
