@@ -132,6 +132,9 @@ void GemvBenchArgs(benchmark::internal::Benchmark* b) {
       for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
     }
   }
+  for (DType dtype : {DType::kQ4_K, DType::kQ6_K}) {  // from memory: 70-110 MiB
+    for (int threads : {1, 2}) b->Args({32000, 4096, 1, static_cast<int64_t>(dtype), threads});
+  }
   // A full GEMV batch: each weight row streamed once for 4 activation rows.
   for (DType dtype : {DType::kF32, DType::kF16}) {
     b->Args({2048, 768, 4, static_cast<int64_t>(dtype), 2});
@@ -169,11 +172,14 @@ void PanelBenchArgs(benchmark::internal::Benchmark* b) {
   // Quantized panels (AVX512-VNNI; the VNNI int8 tile), one decode row and a prefill: against
   // BM_Gemv's and BM_Gemm's rows of the same shapes on the weights as stored.
   if (PanelMatrix::Takes(DType::kQ4_0)) {
-    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2048, 768}, {32000, 768}}) {
         for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
       }
       b->Args({2048, 768, 512, static_cast<int64_t>(dtype), 2});
+    }
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {  // from memory
+      for (int threads : {1, 2}) b->Args({32000, 4096, 1, static_cast<int64_t>(dtype), threads});
     }
   }
   // One decode row streaming a matrix from memory (250 MiB of f32, past any last-level cache).

@@ -333,7 +333,17 @@ TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
   for (size_t b = 0; b < want.size(); ++b) {
     EXPECT_EQ(std::memcmp(&got[b].d, &want[b].d, sizeof(float)), 0) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b].sum, &want[b].sum, sizeof(float)), 0) << "block " << b;
+    EXPECT_EQ(std::memcmp(got[b].half_sums, want[b].half_sums, 2 * sizeof(float)), 0)
+        << "block " << b;
     EXPECT_EQ(std::memcmp(got[b].qs, want[b].qs, 32), 0) << "block " << b;
+    int low = 0, high = 0;
+    for (int j = 0; j < 16; ++j) low += want[b].qs[j], high += want[b].qs[16 + j];
+    EXPECT_EQ(std::bit_cast<uint32_t>(want[b].half_sums[0]),
+              std::bit_cast<uint32_t>(want[b].d * static_cast<float>(low)))
+        << "block " << b;
+    EXPECT_EQ(std::bit_cast<uint32_t>(want[b].half_sums[1]),
+              std::bit_cast<uint32_t>(want[b].d * static_cast<float>(high)))
+        << "block " << b;
   }
 }
 
@@ -468,6 +478,76 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
                       << pattern << " n " << n << " threads " << threads << " workspace " << floats
                       << " at " << i << ", " << r << ": " << g << " vs " << want[i * rows + r];
                 }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q6_K kept as PanelMatrix panels (AVX-512 with VNNI), whose scales cover 16 elements, so that no
+// per-call int8 GEMM exists to equal: Matmul against the panels' own arithmetic in double — Σ over
+// elements of the dequantized weight (d·s·(q − 32), exact in fp32) times the quantized x (d_x·q_x)
+// — on ragged panels, every block pattern, the largest codes (all 63, the bytes 0xFF), one decode
+// row to several tiles, one and two threads, y rows wider than W's, and a workspace of room for a
+// few x rows only.
+TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
+  if (!PanelMatrix::Takes(DType::kQ6_K, SimdLevel::kAvx512)) {
+    GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
+  }
+  uint32_t seed = 500;
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 256}, {64, 768}}) {
+    const int64_t blocks = cols / 32, ldy = rows + 3;
+    for (int pattern = 0; pattern < 4; ++pattern) {
+      QuantMatrix w = MakeMatrix(DType::kQ6_K, rows, cols, seed++,
+                                 pattern == 3 ? Pattern::kRandom : static_cast<Pattern>(pattern));
+      if (pattern == 3) {  // ql and qh all ones: every code 63
+        for (size_t b = 0; b < w.bytes.size(); b += sizeof(quant::BlockQ6_K)) {
+          std::memset(w.bytes.data() + b, 0xFF, quant::kQK_K / 2 + quant::kQK_K / 4);
+        }
+      }
+      std::vector<float> dequantized(rows * cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        quant::DequantizeRow(DType::kQ6_K, w.bytes.data() + r * RowBytes(DType::kQ6_K, cols), cols,
+                             dequantized.data() + r * cols);
+      }
+      const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
+      ASSERT_EQ(panels.dtype(), DType::kQ6_K);
+      for (int64_t n : {1, 2, 5, 12, 13, 100}) {
+        const std::vector<float> x = RandomVector(n * cols, seed++);
+        std::vector<ActBlock32> act(n * blocks);
+        for (int64_t i = 0; i < n; ++i) {
+          QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
+        }
+        for (int threads : {1, 2}) {
+          ThreadPool pool(threads);
+          const size_t roomy = MatmulWorkspaceFloats(threads, cols);
+          const size_t few_rows = 3 * blocks * sizeof(ActBlock32) / sizeof(float);
+          for (size_t floats : {roomy, few_rows}) {
+            std::vector<float> workspace(floats);
+            std::vector<float> got(n * ldy, -7.0f);
+            Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
+            for (int64_t i = 0; i < n; ++i) {
+              for (int64_t r = 0; r < ldy; ++r) {
+                const float g = got[i * ldy + r];
+                if (r >= rows) {
+                  ASSERT_EQ(g, -7.0f) << "wrote past row " << i << "'s outputs at " << r;
+                  continue;
+                }
+                double want = 0.0, magnitude = 0.0;
+                for (int64_t c = 0; c < cols; ++c) {
+                  const ActBlock32& a = act[i * blocks + c / 32];
+                  const double term = double{dequantized[r * cols + c]} * a.d * a.qs[c % 32];
+                  want += term;
+                  magnitude += std::fabs(term);
+                }
+                ASSERT_NEAR(g, want, 1e-5 * magnitude + 1e-6)
+                    << "rows " << rows << " cols " << cols << " pattern " << pattern << " n " << n
+                    << " threads " << threads << " workspace " << floats << " at " << i << ", "
+                    << r;
               }
             }
           }

@@ -154,13 +154,17 @@ void QuantizeActivations32(const float* x, int64_t cols, ActBlock32* out) {
         _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
         _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.qs), bytes);
-    const __m256i total =
-        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    // The halves' sums: lanes 0 and 1 of t.
+    const __m256i low = _mm256_add_epi32(q[0], q[1]), high = _mm256_add_epi32(q[2], q[3]);
+    __m128i t = _mm_hadd_epi32(
+        _mm_add_epi32(_mm256_castsi256_si128(low), _mm256_extracti128_si256(low, 1)),
+        _mm_add_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1)));
+    t = _mm_hadd_epi32(t, t);
+    const int low_sum = _mm_cvtsi128_si32(t), high_sum = _mm_extract_epi32(t, 1);
     a.d = F16ToF32(F32ToF16(amax / 127.0f));
-    a.sum = a.d * static_cast<float>(_mm_cvtsi128_si32(t));
+    a.sum = a.d * static_cast<float>(low_sum + high_sum);
+    a.half_sums[0] = a.d * static_cast<float>(low_sum);
+    a.half_sums[1] = a.d * static_cast<float>(high_sum);
   }
 }
 

@@ -80,25 +80,34 @@ inline constexpr int64_t kBf16DotMinRows = 64;
 inline constexpr int kInt8GemmNr = 16;
 inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof(float);
 
-// Q4_0, Q8_0 and Q4_K weights as PanelMatrix keeps them for the VNNI tile (no per-call packing; the
-// bytes of the file's blocks, rearranged): panels of kInt8GemmNr rows (rows past the matrix zero),
-// per 32-element block the codes, then the rows' 16 f16 scales d; codes unsigned, as Block32AsU8
-// gives them. Q4_0: 4 chunks of 64 bytes, byte 4j + i of chunk c row j's qs[4c + i] — its low
-// nibble code 4c + i (step c), its high nibble code 16 + 4c + i (step c + 4); value = d·q − 8·d.
-// Q8_0: the 8 steps of the int8 GEMM's panels, each code flipped to unsigned (q ^ 0x80);
-// value = d·u − 128·d.
+// Q4_0, Q8_0, Q4_K and Q6_K weights as PanelMatrix keeps them for the VNNI tile (no per-call
+// packing; the bytes of the file's blocks, rearranged): panels of kInt8GemmNr rows (rows past the
+// matrix zero), per 32-element block the codes, then the rows' 16 f16 scales d; codes unsigned, as
+// Block32AsU8 gives them. Q4_0: 4 chunks of 64 bytes, byte 4j + i of chunk c row j's qs[4c + i] —
+// its low nibble code 4c + i (step c), its high nibble code 16 + 4c + i (step c + 4); value = d·q −
+// 8·d. Q8_0: the 8 steps of the int8 GEMM's panels, each code flipped to unsigned (q ^ 0x80); value
+// = d·u − 128·d.
 inline constexpr size_t kQ4_0PanelBlockBytes = 4 * 64 + kInt8GemmNr * sizeof(uint16_t);
 inline constexpr size_t kQ8_0PanelBlockBytes = 8 * 64 + kInt8GemmNr * sizeof(uint16_t);
-// Q4_K: per 256-element super-block, its 8 sub-blocks' codes as Q4_0's (256 bytes each: row j's
-// codes l and 16 + l of sub-block k in the low and high nibble of byte 4j + l % 4 of chunk l / 4),
-// then the rows' 16 f16 d and 16 f16 dmin, then the 12 scale bytes as planes of 16 (byte b of row
-// j at 16b + j); sub-block k's scale d·s_k and min dmin·m_k (quant::ScalesAndMinsK4's 6-bit
-// values).
+// Q4_K: per 256-element super-block, the rows' 16 f16 d and 16 f16 dmin, then the 12 scale bytes
+// as planes of 16 (byte b of row j at 64 + 16b + j), then its 8 sub-blocks' codes as Q4_0's (256
+// bytes each: row j's codes l and 16 + l of sub-block k in the low and high nibble of byte
+// 4j + l % 4 of chunk l / 4); sub-block k's scale d·s_k and min dmin·m_k (quant::ScalesAndMinsK4's
+// 6-bit values).
 inline constexpr size_t kQ4_KPanelGroupBytes =
-    8 * 4 * 64 + 2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr;
+    2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr + 8 * 4 * 64;
+// Q6_K: per super-block, the rows' 16 f16 d, then the 16 sub-blocks' int8 scales as planes
+// (sub-block t of row j at 32 + 16t + j), then each of its 8 blocks of 32 elements as 6 chunks of
+// 64 bytes: 4 of the codes' low nibbles as Q4_0's, then 2 of their top two bits — chunk u's byte 4j
+// + i holds, at bits 2c and 2c + 1, those of row j's code 16u + 4c + i; sub-block t's scale d·s_t
+// and min 32·d·s_t (value = d·s·(q − 32), q the 6-bit code). (In both the scales come first: read
+// before the codes, they keep a super-block's reads in address order.)
+inline constexpr size_t kQ6_KPanelGroupBytes =
+    kInt8GemmNr * sizeof(uint16_t) + 16 * kInt8GemmNr + 8 * 6 * 64;
 static_assert(kQ4_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ4_0) &&
                   kQ8_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ8_0) &&
-                  kQ4_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ4_K),
+                  kQ4_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ4_K) &&
+                  kQ6_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ6_K),
               "a panel takes its 16 rows' bytes: panel p starts where row 16p does");
 
 // Packs weight rows [begin, end) (`row_bytes` apart from `w`, `cols` columns) into
@@ -149,9 +158,10 @@ void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out,
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy);
-// The same tile on Q4_0, Q8_0 or Q4_K panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes a block;
-// kQ4_KPanelGroupBytes a super-block): Int8GemmPanels's sums, bit for bit, on PackInt8Panels of
-// the same rows; nullptr for other dtypes.
+// The same tile on Q4_0, Q8_0, Q4_K or Q6_K panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes a
+// block; kQ4_KPanelGroupBytes, kQ6_KPanelGroupBytes a super-block): for all but Q6_K
+// Int8GemmPanels's sums, bit for bit, on PackInt8Panels of the same rows; Q6_K's units of 16
+// elements take ActBlock32's half_sums as their minimums' sums. nullptr for other dtypes.
 Int8GemmFn QuantPanelsGemm(DType dtype);
 }  // namespace avx512
 

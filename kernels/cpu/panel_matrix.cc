@@ -85,22 +85,52 @@ void PackBlock(const quant::BlockQ8_0& block, int j, uint8_t* out) {
   }
   std::memcpy(out + 8 * 64 + 2 * j, &block.d, sizeof(uint16_t));
 }
+// K-quants: the header of scales (gemm_kernels.h), then the blocks' codes; bytes of the 16 rows'
+// f16 scales and of the scale planes before the codes.
+constexpr int kHalvesBytes = kInt8GemmNr * sizeof(uint16_t);
+constexpr int kQ4_KCodesAt = 2 * kHalvesBytes + quant::kScaleBytesK * kInt8GemmNr;
+constexpr int kQ6_KCodesAt = kHalvesBytes + 16 * kInt8GemmNr;
+
 void PackBlock(const quant::BlockQ4_K& block, int j, uint8_t* out) {
+  std::memcpy(out + 2 * j, &block.d, sizeof(uint16_t));
+  std::memcpy(out + kHalvesBytes + 2 * j, &block.dmin, sizeof(uint16_t));
+  for (int b = 0; b < quant::kScaleBytesK; ++b)
+    out[2 * kHalvesBytes + 16 * b + j] = block.scales[b];
   for (int sub = 0; sub < 8; ++sub) {  // as Q4_0's nibbles, 256 bytes a sub-block
     const uint8_t* qs = block.qs + (sub / 2) * 32;
     const int shift = (sub & 1) * 4;
-    for (int c = 0; c < 4; ++c) {
-      for (int i = 0; i < 4; ++i) {
-        const int low = (qs[4 * c + i] >> shift) & 0xF, high = (qs[16 + 4 * c + i] >> shift) & 0xF;
-        out[256 * sub + 64 * c + 4 * j + i] = static_cast<uint8_t>(low | high << 4);
-      }
+    uint8_t* codes = out + kQ4_KCodesAt + 256 * sub + 4 * j;
+    for (int l = 0; l < 16; ++l) {
+      const int low = (qs[l] >> shift) & 0xF, high = (qs[16 + l] >> shift) & 0xF;
+      codes[64 * (l / 4) + l % 4] = static_cast<uint8_t>(low | high << 4);
     }
   }
-  uint8_t* tail = out + 8 * 256;
-  std::memcpy(tail + 2 * j, &block.d, sizeof(uint16_t));
-  std::memcpy(tail + kInt8GemmNr * 2 + 2 * j, &block.dmin, sizeof(uint16_t));
-  for (int b = 0; b < quant::kScaleBytesK; ++b)
-    tail[4 * kInt8GemmNr + 16 * b + j] = block.scales[b];
+}
+
+void PackBlock(const quant::BlockQ6_K& block, int j, uint8_t* out) {
+  std::memcpy(out + 2 * j, &block.d, sizeof(uint16_t));
+  for (int t = 0; t < 16; ++t) {
+    out[kHalvesBytes + 16 * t + j] = static_cast<uint8_t>(block.scales[t]);
+  }
+  uint8_t q[quant::kQK_K];  // the 6-bit codes in element order
+  for (int half = 0; half < 2; ++half) {
+    for (int l = 0; l < 32; ++l) {
+      int signed_codes[4];
+      quant::Q6KSignedCodes(block.ql + 64 * half, block.qh + 32 * half, l, signed_codes);
+      for (int m = 0; m < 4; ++m)
+        q[128 * half + 32 * m + l] = static_cast<uint8_t>(signed_codes[m] + 32);
+    }
+  }
+  for (int k = 0; k < 8; ++k) {
+    const uint8_t* e = q + 32 * k;
+    uint8_t* codes = out + kQ6_KCodesAt + 6 * 64 * k + 4 * j;
+    for (int l = 0; l < 16; ++l) {  // chunk l / 4, byte l % 4 of row j's four
+      const int c = l / 4, i = l % 4;
+      codes[64 * c + i] = static_cast<uint8_t>((e[l] & 0xF) | (e[16 + l] & 0xF) << 4);
+      codes[4 * 64 + i] |= static_cast<uint8_t>((e[l] >> 4) << (2 * c));
+      codes[5 * 64 + i] |= static_cast<uint8_t>((e[16 + l] >> 4) << (2 * c));
+    }
+  }
 }
 
 // Rows [0, rows) of `w` (Block's rows, row_bytes apart, `blocks` Blocks each) as panels
@@ -151,7 +181,8 @@ void QuantPanelsMatmul(ThreadPool& pool, const float* x, int64_t n, DType dtype,
 
 bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
   if (!IsQuantized(dtype)) return true;
-  return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0 || dtype == DType::kQ4_K) &&
+  return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0 || dtype == DType::kQ4_K ||
+          dtype == DType::kQ6_K) &&
          level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni;
 }
 
@@ -181,8 +212,11 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
         case DType::kQ8_0:
           PackPanels<quant::BlockQ8_0>(from, row_bytes, live, blocks, to);
           break;
-        default:
+        case DType::kQ4_K:
           PackPanels<quant::BlockQ4_K>(from, row_bytes, live, blocks, to);
+          break;
+        default:
+          PackPanels<quant::BlockQ6_K>(from, row_bytes, live, blocks, to);
       }
       if (release_source) {  // every page of rows [0, r0 + live): page edges fall between slices
         Tensor done;         // a view of the rows packed so far

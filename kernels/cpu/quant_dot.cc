@@ -17,9 +17,10 @@ using namespace quant;  // NOLINT: the block formats
 
 // --- 32-element formats: codes of block i into q[32] (signed), with the block's scale and min.
 
-int Sum32(const int8_t* q) {
+// Σ q[j] for j in [begin, end).
+int SumCodes(const int8_t* q, int begin, int end) {
   int s = 0;
-  for (int j = 0; j < kQK; ++j) s += q[j];
+  for (int j = begin; j < end; ++j) s += q[j];
   return s;
 }
 
@@ -254,7 +255,10 @@ void QuantizeActivations(DType dtype, const float* x, int64_t cols, void* out) {
   auto* a = static_cast<ActBlock32*>(out);
   for (int64_t i = 0; i < cols / kQK; ++i, x += kQK) {
     a[i].d = QuantizeActivationBlock(x, kQK, a[i].qs);
-    a[i].sum = a[i].d * static_cast<float>(Sum32(a[i].qs));
+    const int low = SumCodes(a[i].qs, 0, kQK / 2), high = SumCodes(a[i].qs, kQK / 2, kQK);
+    a[i].sum = a[i].d * static_cast<float>(low + high);
+    a[i].half_sums[0] = a[i].d * static_cast<float>(low);
+    a[i].half_sums[1] = a[i].d * static_cast<float>(high);
   }
 }
 

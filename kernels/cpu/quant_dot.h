@@ -5,7 +5,8 @@
 // over the weight rows.
 //
 // The standard activation layouts, by the weight type's block size:
-//   ActBlock32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 elements; `sum` = d·Σ qs for the minimums);
+//   ActBlock32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 elements; `sum` = d·Σ qs for the minimums,
+//   and its halves' for the int8 GEMM's Q6_K panels);
 //   ActBlockK for the K-quants (256 elements; bsums = Σ qs per 16 for the minimums and offsets).
 // The AVX512-VNNI kernels keep the same codes and scales in layouts of their own, ordered as their
 // weight unpacking leaves the codes (quant_gemv_vnni.cc). Pure functions: thread-safe.
@@ -21,7 +22,8 @@ namespace pdserve::kernels {
 
 struct ActBlock32 {
   float d;
-  float sum;
+  float sum;           // d·Σ qs
+  float half_sums[2];  // d·Σ qs[0, 16), d·Σ qs[16, 32): Q6_K panels' units (gemm_kernels.h)
   int8_t qs[32];
 };
 
