@@ -336,9 +336,9 @@ TEST(Bf16DotKernelTest, TileMatchesExactSums) {
   }
 }
 
-// A Projection packs one part PanelMatrix takes (float; Q4_0 and Q8_0 with AVX512-VNNI), keeps
-// other quantized parts and mixed stacks as stored, and multiplies as Matmul does on the parts
-// (quantized panels, whose sums are added in another order, within 1e-5).
+// A Projection packs one part PanelMatrix takes (float; Q4_0 and Q8_0 with AVX512-VNNI) and stacks
+// of such quantized parts, keeps stacks with a float part as stored, and multiplies as Matmul does
+// on the parts (quantized panels, whose sums are added in another order, within 1e-5).
 TEST(ProjectionTest, PacksFloatStacksAndMatchesMatmul) {
   ThreadPool pool(2);
   const int64_t cols = 64, n = 5;
@@ -350,13 +350,18 @@ TEST(ProjectionTest, PacksFloatStacksAndMatchesMatmul) {
        {std::vector<Tensor>{ConvertTensor(a, DType::kF16)},
         std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0)},
         std::vector<Tensor>{ConvertTensor(a, DType::kQ4_0)},
-        std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0), ConvertTensor(b, DType::kQ4_0)}}) {
+        std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0), ConvertTensor(b, DType::kQ4_0)},
+        std::vector<Tensor>{ConvertTensor(a, DType::kQ8_0), ConvertTensor(b, DType::kF16)}}) {
     SCOPED_TRACE(DescribeTensor(parts.back()));
     const Projection projection(parts);
     const int64_t rows = parts.size() == 1 ? 40 : 64;
     EXPECT_EQ(projection.rows(), rows);
     EXPECT_EQ(projection.cols(), cols);
-    EXPECT_EQ(projection.packed(), parts.size() == 1 && PanelMatrix::Takes(parts.front().dtype));
+    bool packable = true;
+    for (const Tensor& part : parts) {
+      packable &= PanelMatrix::Takes(part.dtype) && (parts.size() == 1 || IsQuantized(part.dtype));
+    }
+    EXPECT_EQ(projection.packed(), packable);
     std::vector<float> got(n * rows), want(n * rows);
     Matmul(pool, x.data(), n, projection, got.data(), workspace);
     Matmul(pool, x.data(), n, std::span<const Tensor>(parts), want.data(), workspace);

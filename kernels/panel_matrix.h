@@ -52,6 +52,9 @@ class PanelMatrix {
  private:
   friend void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
                      int64_t ldy, std::span<float> workspace);
+  friend void Matmul(ThreadPool& pool, const float* x, int64_t n,
+                     std::span<const PanelMatrix> parts, float* y, int64_t ldy,
+                     std::span<float> workspace);
 
   int64_t rows_ = 0, cols_ = 0;
   SimdLevel level_ = SimdLevel::kAvx2;
@@ -69,6 +72,13 @@ class PanelMatrix {
 // allocate.
 void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, float* y,
             int64_t ldy, std::span<float> workspace);
+
+// The same product by a stack of quantized matrices of one column count (`parts`, each of a dtype
+// PanelMatrix takes quantized; Q4_K_M stores some layers' V in Q6_K beside Q4_K Q and K): y[i,
+// o_p + j] for row j of part p, o_p the rows of the parts before it; x quantized once, every part's
+// panels in one parallel pass. Each part's outputs equal, bit for bit, those of Matmul on it alone.
+void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMatrix> parts,
+            float* y, int64_t ldy, std::span<float> workspace);
 
 }  // namespace pdserve::kernels
 

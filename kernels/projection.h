@@ -1,9 +1,9 @@
 // Projection: the weights of one linear layer as an engine multiplies by them. A stack of one
-// part that PanelMatrix takes (f32, f16, bf16; Q4_0, Q8_0 and Q4_K on CPUs with AVX512-VNNI) is
-// packed once into a PanelMatrix (every batch size then runs the GEMM's register tiles without
-// packing per call); other quantized weights, and stacks of several parts, stay as they are and
-// take Matmul's tensor paths, read in place. Immutable; copies share the bytes; thread-safe for
-// concurrent reads.
+// part that PanelMatrix takes (f32, f16, bf16; Q4_0, Q8_0, Q4_K and Q6_K on CPUs with
+// AVX512-VNNI), or of several quantized parts it takes (formats mixed, as Q4_K_M's q, k in Q4_K
+// with v in Q6_K), is packed once into PanelMatrix parts (every batch size then runs the GEMM's
+// register tiles without packing per call); other weights stay as they are and take Matmul's
+// tensor paths, read in place. Immutable; copies share the bytes; thread-safe for concurrent reads.
 #ifndef PDSERVE_KERNELS_PROJECTION_H_
 #define PDSERVE_KERNELS_PROJECTION_H_
 
@@ -35,8 +35,8 @@ class Projection {
                      std::span<float> workspace);
 
   int64_t rows_ = 0, cols_ = 0;
-  PanelMatrix panels_;
-  std::vector<Tensor> parts_;  // when not packed
+  std::vector<PanelMatrix> panels_;  // when packed: one, or a quantized stack's parts
+  std::vector<Tensor> parts_;        // when not packed
 };
 
 // y[n, w.rows()] = x[n, w.cols()] · Wᵀ, as kernels::Matmul (workspace as it requires; a packed

@@ -23,6 +23,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/panel_matrix.h"
+#include "kernels/projection.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -619,6 +620,58 @@ TEST(QuantDotTest, StackedPartsOfDifferentFormats) {
       offset += part.rows();
     }
   }
+}
+
+// A projection stacked from quantized parts of different formats (Q4_K_M's q and k in Q4_K, v in
+// Q6_K; here also a part of 8 rows, less than a panel, and a Q8_0 part) is packed part by part, and
+// its outputs equal, bit for bit, each part's PanelMatrix alone — one decode row to several tiles,
+// one and two threads. A stack with a float part stays unpacked.
+TEST(QuantDotTest, QuantizedStacksArePackedPartByPart) {
+  if (!PanelMatrix::Takes(DType::kQ6_K, SimdLevel::kAvx512)) {
+    GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
+  }
+  if (ActiveSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "PDSERVE_SIMD below AVX-512";
+  const int64_t cols = 512;
+  std::vector<QuantMatrix> parts;
+  parts.push_back(MakeMatrix(DType::kQ4_K, 48, cols, 41, Pattern::kRandom));
+  parts.push_back(MakeMatrix(DType::kQ6_K, 8, cols, 43, Pattern::kRandom));
+  parts.push_back(MakeMatrix(DType::kQ8_0, 40, cols, 45, Pattern::kRandom));
+  parts.push_back(MakeMatrix(DType::kQ6_K, 33, cols, 47, Pattern::kExtreme));
+  std::vector<Tensor> tensors;
+  int64_t rows = 0;
+  for (const QuantMatrix& part : parts) {
+    tensors.push_back(part.tensor);
+    rows += part.tensor.rows();
+  }
+  const Projection projection(tensors);
+  ASSERT_TRUE(projection.packed());
+  ASSERT_EQ(projection.rows(), rows);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::vector<float> workspace(MatmulWorkspaceFloats(threads, cols));
+    for (int64_t n : {1, 5, 13, 100}) {
+      const std::vector<float> x = RandomVector(n * cols, 49 + n);
+      std::vector<float> stacked(n * rows);
+      Matmul(pool, x.data(), n, projection, stacked.data(), workspace);
+      int64_t offset = 0;
+      for (const QuantMatrix& part : parts) {
+        const PanelMatrix alone(part.tensor);
+        std::vector<float> want(n * alone.rows());
+        Matmul(pool, x.data(), n, alone, want.data(), alone.rows(), workspace);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < alone.rows(); ++r) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(stacked[i * rows + offset + r]),
+                      std::bit_cast<uint32_t>(want[i * alone.rows() + r]))
+                << DTypeName(part.tensor.dtype) << " threads " << threads << " n " << n << " at "
+                << i << ", " << r;
+          }
+        }
+        offset += alone.rows();
+      }
+    }
+  }
+  tensors.push_back(MakeF32Tensor(RandomVector(8 * cols, 51), {8, cols}));
+  EXPECT_FALSE(Projection(tensors).packed()) << "a float part among quantized ones";
 }
 
 }  // namespace

@@ -149,35 +149,56 @@ void PackPanels(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t blocks
   }
 }
 
-// Matmul's product on quantized panels: x quantized per 32 into the workspace, in slabs of as
-// many rows as it holds, then ranges of whole panels by the VNNI tile — ranges of a few panels for
-// decode batches, so that both threads stream, of a GEMM chunk's rows for prefill.
-void QuantPanelsMatmul(ThreadPool& pool, const float* x, int64_t n, DType dtype, int64_t cols,
-                       int64_t rows, const uint8_t* panels, float* y, int64_t ldy,
-                       std::span<float> workspace) {
+// Rows of the parts of a quantized stack, each part's rounded up to whole panels: the space in
+// which the product's ranges fall on panel boundaries.
+int64_t PanelRows(const PanelMatrix& part) {
+  return (part.rows() + kInt8GemmNr - 1) / kInt8GemmNr * kInt8GemmNr;
+}
+
+}  // namespace
+
+// x quantized per 32 into the workspace once for every part (all take the same activations), in
+// slabs of as many rows as it holds, then ranges of whole panels by the VNNI tiles — ranges of a
+// few panels for decode batches, so that both threads stream, of a GEMM chunk's rows for prefill —
+// over all parts' panels in one parallel pass.
+void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMatrix> parts,
+            float* y, int64_t ldy, std::span<float> workspace) {
+  const int64_t cols = parts.front().cols_;
   const int64_t blocks = cols / quant::kQK;
   const size_t act_row_bytes = blocks * sizeof(ActBlock32);
   const int64_t slab = std::min<int64_t>(n, workspace.size_bytes() / act_row_bytes);
   if (slab == 0) {
     std::fprintf(stderr, "pdserve: Matmul on %s panels: a workspace of %zu bytes < %zu\n",
-                 DTypeName(dtype), workspace.size_bytes(), act_row_bytes);
+                 DTypeName(parts.front().dtype()), workspace.size_bytes(), act_row_bytes);
     std::abort();
   }
+  int64_t padded_rows = 0;
+  for (const PanelMatrix& part : parts) padded_rows += PanelRows(part);
   auto* acts = reinterpret_cast<ActBlock32*>(workspace.data());
-  const size_t row_bytes = RowBytes(dtype, cols);  // panel p starts where row 16p does
-  const Int8GemmFn gemm = avx512::QuantPanelsGemm(dtype);
-  const int64_t chunk = n <= kGemvMaxBatch ? GemvChunkRows(rows, pool.size()) : kGemmChunkRows;
+  const int64_t chunk =
+      n <= kGemvMaxBatch ? GemvChunkRows(padded_rows, pool.size()) : kGemmChunkRows;
   static_assert(kGemmChunkRows % kInt8GemmNr == 0, "ranges of whole panels");
   for (int64_t i0 = 0; i0 < n; i0 += slab) {
     const int64_t rows_x = std::min(slab, n - i0);
     QuantizeActivationRows(pool, x + i0 * cols, rows_x, cols, acts);
-    pool.ParallelForDynamic(rows, chunk, [&](int64_t begin, int64_t end, int) {
-      gemm(panels + begin * row_bytes, end - begin, cols, acts, rows_x, y + i0 * ldy + begin, ldy);
+    pool.ParallelForDynamic(padded_rows, chunk, [&](int64_t begin, int64_t end, int) {
+      int64_t first_padded = 0, first_row = 0;  // of the part at hand
+      for (const PanelMatrix& part : parts) {
+        const int64_t from = std::max(begin, first_padded) - first_padded;
+        const int64_t to = std::min(end - first_padded, part.rows_);
+        if (from < to) {
+          const auto* panels = static_cast<const uint8_t*>(part.storage_.data);
+          // Panel p starts where row 16p does.
+          avx512::QuantPanelsGemm(part.dtype())(panels + from * RowBytes(part.dtype(), cols),
+                                                to - from, cols, acts, rows_x,
+                                                y + i0 * ldy + first_row + from, ldy);
+        }
+        first_padded += PanelRows(part);
+        first_row += part.rows_;
+      }
     });
   }
 }
-
-}  // namespace
 
 bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
   if (!IsQuantized(dtype)) return true;
@@ -256,7 +277,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, f
             int64_t ldy, std::span<float> workspace) {
   const auto* bytes = static_cast<const uint8_t*>(w.storage_.data);
   if (IsQuantized(w.dtype())) {
-    QuantPanelsMatmul(pool, x, n, w.dtype(), w.cols_, w.rows_, bytes, y, ldy, workspace);
+    Matmul(pool, x, n, std::span<const PanelMatrix>(&w, 1), y, ldy, workspace);
     return;
   }
   const size_t chunk_bytes = kGemmChunkRows * w.cols_ * DTypeSize(w.dtype());
