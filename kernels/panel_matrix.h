@@ -1,17 +1,17 @@
-// PanelMatrix: an f32, f16, bf16 (or Q4_0 / Q8_0 / Q4_K, below) weight matrix [rows, cols] stored
-// once — at model load — in the layout the GEMM's micro-kernels read (kernels/cpu/gemm_kernels.h),
-// instead of packed again on every call: chunks of 128 rows, each the K blocks of its panels of the
-// SIMD level's panel width, k-major, in the matrix's own dtype (16-bit elements are widened in
-// registers as a kernel reads them, so the matrix takes the bytes it took as rows). Matmul on it
-// runs every batch — one decode row to a whole prefill — through the same register tiles, reading
-// each weight once per tile of x rows (12 with AVX-512, 6 with AVX2). bf16 matrices on CPUs where
-// Bf16DotActive() keep their panels in the pairs layout (kernels/cpu/gemm_kernels.h), so that
-// prefill-sized products run vdpbf16ps on activations rounded to bf16 while smaller ones stay
-// exact. On CPUs with AVX512-VNNI a Q4_0, Q8_0 or Q4_K matrix is kept too, as panels of 16 rows
-// whose blocks' bytes are rearranged for the int8 tile (gemm_kernels.h; the same bytes as its
-// rows): every batch quantizes x per 32 and runs that tile, one row of x for decode as a prompt's
-// for prefill, with no per-call packing. Immutable after construction; copies share the bytes;
-// thread-safe for concurrent reads.
+// PanelMatrix: an f32, f16, bf16 (or Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K, below) weight matrix [rows,
+// cols] stored once — at model load — in the layout the GEMM's micro-kernels read
+// (kernels/cpu/gemm_kernels.h), instead of packed again on every call: chunks of 128 rows, each the
+// K blocks of its panels of the SIMD level's panel width, k-major, in the matrix's own dtype
+// (16-bit elements are widened in registers as a kernel reads them, so the matrix takes the bytes
+// it took as rows). Matmul on it runs every batch — one decode row to a whole prefill — through the
+// same register tiles, reading each weight once per tile of x rows (12 with AVX-512, 6 with AVX2).
+// bf16 matrices on CPUs where Bf16DotActive() keep their panels in the pairs layout
+// (kernels/cpu/gemm_kernels.h), so that prefill-sized products run vdpbf16ps on activations rounded
+// to bf16 while smaller ones stay exact. On CPUs with AVX512-VNNI a Q4_0, Q8_0 or K-quant (Q4_K,
+// Q5_K, Q6_K) matrix is kept too, as panels of 16 rows whose blocks' bytes are rearranged for the
+// int8 tile (gemm_kernels.h; the same bytes as its rows): every batch quantizes x per 32 and runs
+// that tile, one row of x for decode as a prompt's for prefill, with no per-call packing. Immutable
+// after construction; copies share the bytes; thread-safe for concurrent reads.
 #ifndef PDSERVE_KERNELS_PANEL_MATRIX_H_
 #define PDSERVE_KERNELS_PANEL_MATRIX_H_
 
@@ -38,8 +38,8 @@ class PanelMatrix {
                        bool bf16_dot = Bf16DotActive(), bool release_source = false);
 
   // Whether a matrix of `dtype` can be packed for `level`: f32, f16 and bf16 at every level; Q4_0,
-  // Q8_0 and Q4_K at the AVX-512 level on a CPU with AVX512-VNNI (its panels feed the int8 tile,
-  // for decode as for prefill).
+  // Q8_0, Q4_K, Q5_K and Q6_K at the AVX-512 level on a CPU with AVX512-VNNI (its panels feed the
+  // int8 tile, for decode as for prefill).
   static bool Takes(DType dtype, SimdLevel level = ActiveSimdLevel());
 
   int64_t rows() const { return rows_; }

@@ -1,5 +1,5 @@
 // Projection: the weights of one linear layer as an engine multiplies by them. A stack of one
-// part that PanelMatrix takes (f32, f16, bf16; Q4_0, Q8_0, Q4_K and Q6_K on CPUs with
+// part that PanelMatrix takes (f32, f16, bf16; Q4_0, Q8_0, Q4_K, Q5_K and Q6_K on CPUs with
 // AVX512-VNNI), or of several quantized parts it takes (formats mixed, as Q4_K_M's q, k in Q4_K
 // with v in Q6_K), is packed once into PanelMatrix parts (every batch size then runs the GEMM's
 // register tiles without packing per call); other weights stay as they are and take Matmul's

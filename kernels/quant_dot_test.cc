@@ -425,16 +425,16 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   for (int64_t i = 0; i < 100 * rows; ++i) ASSERT_EQ(all[400 * rows + i], last[i]) << i;
 }
 
-// Q4_0, Q8_0 and Q4_K kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for bit,
-// the prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels —
-// for one decode row to several tiles, on ragged panels, every block pattern (extreme scales
-// overflow alike) and the largest codes, one and two threads, y rows wider than W's (untouched past
-// them), and a workspace of room for only a few x rows (slabs).
+// Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for
+// bit, the prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels,
+// Int8GemmPanels — for one decode row to several tiles, on ragged panels, every block pattern
+// (extreme scales overflow alike) and the largest codes, one and two threads, y rows wider than W's
+// (untouched past them), and a workspace of room for only a few x rows (slabs).
 TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
   using Shapes = std::vector<std::pair<int64_t, int64_t>>;
   const Shapes blocks32 = {{1, 32}, {37, 256}, {300, 96}, {64, 768}};
   const Shapes blocks256 = {{1, 256}, {37, 512}, {300, 256}, {64, 768}};
-  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K}) {
     if (!PanelMatrix::Takes(dtype, SimdLevel::kAvx512)) {
       GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
     }

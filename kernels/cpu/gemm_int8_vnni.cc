@@ -111,17 +111,43 @@ struct Q8_0Panels : F16ScalePanels<8 * 64, 128> {  // the codes already flipped 
 // ms, without the prefetch 2.7–4.4 ms, and with the scales first 2.3–2.7 ms (Q6_K 9.3, 6.5–7.0 and
 // 4.7–5.7 ms; Q4_0 and Q8_0, whose blocks are smaller, the same with or without the prefetch).
 
-// Q4_K: the rows' d and dmin and the scale bytes as planes, then 8 blocks of nibbles as Q4_0's;
-// block k's scale d·s_k, minimum dmin·m_k.
-struct Q4_KPanels {
+// NibbleSteps's codes with a fifth bit each from the chunk after the 4 (Q5_K): byte 4j + i's bit c
+// that of step c's code, its bit 4 + c that of step c + 4's.
+template <typename F>
+void FiveBitSteps(const uint8_t* codes, F f) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  constexpr int kLowOrHigh = 0xEC;  // vpternlogd: (A & C) | B
+  const __m512i fifth = _mm512_loadu_si512(codes + 4 * 64);
+  // Step c's bit c and step c + 4's bit 4 + c, each moved to bit 4.
+  const __m512i low_bits[4] = {_mm512_slli_epi16(fifth, 4), _mm512_slli_epi16(fifth, 3),
+                               _mm512_slli_epi16(fifth, 2), _mm512_slli_epi16(fifth, 1)};
+  const __m512i high_bits[4] = {fifth, _mm512_srli_epi16(fifth, 1), _mm512_srli_epi16(fifth, 2),
+                                _mm512_srli_epi16(fifth, 3)};
+  for (int c = 0; c < 4; ++c) {
+    const __m512i z = _mm512_loadu_si512(codes + 64 * c);
+    f(_mm512_ternarylogic_epi32(z, _mm512_and_si512(low_bits[c], bit4), nibble, kLowOrHigh), c);
+    f(_mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), _mm512_and_si512(high_bits[c], bit4),
+                                nibble, kLowOrHigh),
+      c + 4);
+  }
+}
+
+// Q4_K and Q5_K: the rows' d and dmin and the scale bytes as planes, then 8 blocks of nibbles as
+// Q4_0's (Q5_K: and a chunk of fifth bits); block k's scale d·s_k, minimum dmin·m_k.
+template <bool kFifthBit>
+struct K4Panels {
   static constexpr int kGroupBlocks = 8, kUnits = 1;
   static constexpr size_t kCodesAt = 2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr;
-  static constexpr size_t kBlockCodeBytes = 4 * 64;
-  static constexpr size_t kGroupBytes = kQ4_KPanelGroupBytes;
+  static constexpr size_t kBlockCodeBytes = (kFifthBit ? 5 : 4) * 64;
+  static constexpr size_t kGroupBytes = kFifthBit ? kQ5_KPanelGroupBytes : kQ4_KPanelGroupBytes;
   static_assert(kGroupBytes == kCodesAt + kGroupBlocks * kBlockCodeBytes);
   template <typename F>
   static void Steps(const uint8_t* group, int k, int, F f) {
-    NibbleSteps(group + kCodesAt + k * kBlockCodeBytes, f);
+    if constexpr (kFifthBit) {
+      FiveBitSteps(group + kCodesAt + k * kBlockCodeBytes, f);
+    } else {
+      NibbleSteps(group + kCodesAt + k * kBlockCodeBytes, f);
+    }
   }
   // The 6-bit scales and minimums of all 16 rows, unpacked as quant::ScalesAndMinsK4 does, with
   // words u[0], u[1], u[2] the 16 rows' bytes 0-3, 4-7 and 8-11 (planes of 16 bytes).
@@ -277,7 +303,9 @@ Int8GemmFn QuantPanelsGemm(DType dtype) {
     case DType::kQ8_0:
       return GemmPanels<Q8_0Panels>;
     case DType::kQ4_K:
-      return GemmPanels<Q4_KPanels>;
+      return GemmPanels<K4Panels<false>>;
+    case DType::kQ5_K:
+      return GemmPanels<K4Panels<true>>;
     case DType::kQ6_K:
       return GemmPanels<Q6_KPanels>;
     default:

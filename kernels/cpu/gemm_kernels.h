@@ -80,7 +80,7 @@ inline constexpr int64_t kBf16DotMinRows = 64;
 inline constexpr int kInt8GemmNr = 16;
 inline constexpr size_t kInt8PanelBlockBytes = 8 * 64 + 2 * kInt8GemmNr * sizeof(float);
 
-// Q4_0, Q8_0, Q4_K and Q6_K weights as PanelMatrix keeps them for the VNNI tile (no per-call
+// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights as PanelMatrix keeps them for the VNNI tile (no per-call
 // packing; the bytes of the file's blocks, rearranged): panels of kInt8GemmNr rows (rows past the
 // matrix zero), per 32-element block the codes, then the rows' 16 f16 scales d; codes unsigned, as
 // Block32AsU8 gives them. Q4_0: 4 chunks of 64 bytes, byte 4j + i of chunk c row j's qs[4c + i] —
@@ -96,6 +96,10 @@ inline constexpr size_t kQ8_0PanelBlockBytes = 8 * 64 + kInt8GemmNr * sizeof(uin
 // 6-bit values).
 inline constexpr size_t kQ4_KPanelGroupBytes =
     2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr + 8 * 4 * 64;
+// Q5_K: as Q4_K with a fifth chunk after each sub-block's 4, its byte 4j + i holding at bit c the
+// fifth bit of row j's code 4c + i and at bit 4 + c that of code 16 + 4c + i.
+inline constexpr size_t kQ5_KPanelGroupBytes =
+    2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr + 8 * 5 * 64;
 // Q6_K: per super-block, the rows' 16 f16 d, then the 16 sub-blocks' int8 scales as planes
 // (sub-block t of row j at 32 + 16t + j), then each of its 8 blocks of 32 elements as 6 chunks of
 // 64 bytes: 4 of the codes' low nibbles as Q4_0's, then 2 of their top two bits — chunk u's byte 4j
@@ -107,6 +111,7 @@ inline constexpr size_t kQ6_KPanelGroupBytes =
 static_assert(kQ4_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ4_0) &&
                   kQ8_0PanelBlockBytes == kInt8GemmNr * BlockBytes(DType::kQ8_0) &&
                   kQ4_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ4_K) &&
+                  kQ5_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ5_K) &&
                   kQ6_KPanelGroupBytes == kInt8GemmNr * BlockBytes(DType::kQ6_K),
               "a panel takes its 16 rows' bytes: panel p starts where row 16p does");
 
@@ -158,10 +163,11 @@ void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out,
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy);
-// The same tile on Q4_0, Q8_0, Q4_K or Q6_K panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes a
-// block; kQ4_KPanelGroupBytes, kQ6_KPanelGroupBytes a super-block): for all but Q6_K
-// Int8GemmPanels's sums, bit for bit, on PackInt8Panels of the same rows; Q6_K's units of 16
-// elements take ActBlock32's half_sums as their minimums' sums. nullptr for other dtypes.
+// The same tile on Q4_0, Q8_0, Q4_K, Q5_K or Q6_K panels (kQ4_0PanelBlockBytes,
+// kQ8_0PanelBlockBytes a block; kQ4_KPanelGroupBytes, kQ5_KPanelGroupBytes, kQ6_KPanelGroupBytes a
+// super-block): for all but Q6_K Int8GemmPanels's sums, bit for bit, on PackInt8Panels of the same
+// rows; Q6_K's units of 16 elements take ActBlock32's half_sums as their minimums' sums. nullptr
+// for other dtypes.
 Int8GemmFn QuantPanelsGemm(DType dtype);
 }  // namespace avx512
 

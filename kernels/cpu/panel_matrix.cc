@@ -88,23 +88,38 @@ void PackBlock(const quant::BlockQ8_0& block, int j, uint8_t* out) {
 // K-quants: the header of scales (gemm_kernels.h), then the blocks' codes; bytes of the 16 rows'
 // f16 scales and of the scale planes before the codes.
 constexpr int kHalvesBytes = kInt8GemmNr * sizeof(uint16_t);
-constexpr int kQ4_KCodesAt = 2 * kHalvesBytes + quant::kScaleBytesK * kInt8GemmNr;
+constexpr int kK4CodesAt = 2 * kHalvesBytes + quant::kScaleBytesK * kInt8GemmNr;
 constexpr int kQ6_KCodesAt = kHalvesBytes + 16 * kInt8GemmNr;
 
-void PackBlock(const quant::BlockQ4_K& block, int j, uint8_t* out) {
+// Q4_K's and Q5_K's (kFifthBit): the same header, then per sub-block 4 chunks of nibbles (and a
+// fifth of the codes' fifth bits).
+template <bool kFifthBit, typename Block>
+void PackK4Block(const Block& block, int j, uint8_t* out) {
   std::memcpy(out + 2 * j, &block.d, sizeof(uint16_t));
   std::memcpy(out + kHalvesBytes + 2 * j, &block.dmin, sizeof(uint16_t));
   for (int b = 0; b < quant::kScaleBytesK; ++b)
     out[2 * kHalvesBytes + 16 * b + j] = block.scales[b];
-  for (int sub = 0; sub < 8; ++sub) {  // as Q4_0's nibbles, 256 bytes a sub-block
+  constexpr int kSubBlockBytes = (kFifthBit ? 5 : 4) * 64;
+  for (int sub = 0; sub < 8; ++sub) {  // as Q4_0's nibbles
     const uint8_t* qs = block.qs + (sub / 2) * 32;
     const int shift = (sub & 1) * 4;
-    uint8_t* codes = out + kQ4_KCodesAt + 256 * sub + 4 * j;
+    uint8_t* codes = out + kK4CodesAt + kSubBlockBytes * sub + 4 * j;
     for (int l = 0; l < 16; ++l) {
       const int low = (qs[l] >> shift) & 0xF, high = (qs[16 + l] >> shift) & 0xF;
       codes[64 * (l / 4) + l % 4] = static_cast<uint8_t>(low | high << 4);
+      if constexpr (kFifthBit) {
+        const int fifth_low = (block.qh[l] >> sub) & 1, fifth_high = (block.qh[16 + l] >> sub) & 1;
+        codes[4 * 64 + l % 4] |=
+            static_cast<uint8_t>(fifth_low << (l / 4) | fifth_high << (4 + l / 4));
+      }
     }
   }
+}
+void PackBlock(const quant::BlockQ4_K& block, int j, uint8_t* out) {
+  PackK4Block<false>(block, j, out);
+}
+void PackBlock(const quant::BlockQ5_K& block, int j, uint8_t* out) {
+  PackK4Block<true>(block, j, out);
 }
 
 void PackBlock(const quant::BlockQ6_K& block, int j, uint8_t* out) {
@@ -203,7 +218,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMa
 bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
   if (!IsQuantized(dtype)) return true;
   return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0 || dtype == DType::kQ4_K ||
-          dtype == DType::kQ6_K) &&
+          dtype == DType::kQ5_K || dtype == DType::kQ6_K) &&
          level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni;
 }
 
@@ -235,6 +250,9 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
           break;
         case DType::kQ4_K:
           PackPanels<quant::BlockQ4_K>(from, row_bytes, live, blocks, to);
+          break;
+        case DType::kQ5_K:
+          PackPanels<quant::BlockQ5_K>(from, row_bytes, live, blocks, to);
           break;
         default:
           PackPanels<quant::BlockQ6_K>(from, row_bytes, live, blocks, to);
