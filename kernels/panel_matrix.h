@@ -33,9 +33,11 @@ class PanelMatrix {
   // more x rows by vdpbf16ps.
   // With `release_source`, a quantized matrix's source pages are released (ReleaseResidentPages)
   // slice by slice as they are packed — for a source read no more, such as a file mapping, whose
-  // pages would otherwise stay resident beside the panels; ignored for float matrices.
+  // pages would otherwise stay resident beside the panels; ignored for float matrices. With
+  // `pool`, the packing runs on its threads (not concurrently with other work on that pool).
   explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel(),
-                       bool bf16_dot = Bf16DotActive(), bool release_source = false);
+                       bool bf16_dot = Bf16DotActive(), bool release_source = false,
+                       ThreadPool* pool = nullptr);
 
   // Whether a matrix of `dtype` can be packed for `level`: f32, f16 and bf16 at every level; Q4_0,
   // Q8_0, Q4_K, Q5_K and Q6_K at the AVX-512 level on a CPU with AVX512-VNNI (its panels feed the

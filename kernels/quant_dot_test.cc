@@ -559,8 +559,8 @@ TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
 }
 
 // A matrix of several packing slices (2 MiB of source each; the last ragged, ending in a partial
-// panel), packed with and without releasing its source's pages: both equal the int8 GEMM bit for
-// bit, and the source's bytes are unchanged.
+// panel), packed with and without releasing its source's pages, and on a pool's threads: each
+// equals the int8 GEMM bit for bit, and the source's bytes are unchanged.
 TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
   if (!PanelMatrix::Takes(DType::kQ8_0, SimdLevel::kAvx512)) {
     GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
@@ -573,8 +573,10 @@ TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
                  0, rows, u8.data());
   ThreadPool pool(2);
   std::vector<float> workspace(MatmulWorkspaceFloats(2, cols));
-  for (bool release : {false, true}) {
-    const PanelMatrix panels(w.tensor, SimdLevel::kAvx512, false, release);
+  ThreadPool packers(2);
+  for (auto [release, packing_pool] :
+       {std::pair<bool, ThreadPool*>{false, nullptr}, {true, nullptr}, {true, &packers}}) {
+    const PanelMatrix panels(w.tensor, SimdLevel::kAvx512, false, release, packing_pool);
     for (int64_t n : {1, 13}) {
       const std::vector<float> x = RandomVector(n * cols, 93 + n);
       std::vector<ActBlock32> act(n * blocks);
@@ -586,7 +588,8 @@ TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
       Matmul(pool, x.data(), n, panels, got.data(), rows, workspace);
       for (int64_t i = 0; i < n * rows; ++i) {
         ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-            << "release " << release << " n " << n << " at " << i;
+            << "release " << release << " pool " << (packing_pool != nullptr) << " n " << n
+            << " at " << i;
       }
     }
   }

@@ -87,10 +87,12 @@ void DropBytes(Tensor& t) {
   t.owner.reset();
 }
 
-// `parts` (a stack) as a projection; when that packed them, they drop their bytes. With
-// `release_source`, packed quantized parts release their pages as they are packed.
-kernels::Projection TakeProjection(std::span<Tensor> parts, bool release_source = false) {
-  kernels::Projection projection({parts.begin(), parts.end()}, release_source);
+// `parts` (a stack) as a projection, packed on `pool`'s threads; when that packed them, they drop
+// their bytes. With `release_source`, packed quantized parts release their pages as they are
+// packed.
+kernels::Projection TakeProjection(std::span<Tensor> parts, ThreadPool& pool,
+                                   bool release_source = false) {
+  kernels::Projection projection({parts.begin(), parts.end()}, release_source, &pool);
   if (projection.packed()) {
     for (Tensor& part : parts) DropBytes(part);
   }
@@ -99,7 +101,9 @@ kernels::Projection TakeProjection(std::span<Tensor> parts, bool release_source 
 
 // A ForProjection matrix as a projection: a quantized one packed from `source`'s bytes (a file
 // mapping, often) releases their pages as it goes, so that the model is not resident twice.
-kernels::Projection TakeSourceProjection(Tensor& t) { return TakeProjection({&t, 1}, true); }
+kernels::Projection TakeSourceProjection(Tensor& t, ThreadPool& pool) {
+  return TakeProjection({&t, 1}, pool, true);
+}
 
 // Threads for num_threads = 0. Below ~2M layer parameters a matmul is a few microseconds of work
 // and waking a second thread costs more than it saves (stories260K: 1 thread ~5x faster than 2).
@@ -251,13 +255,13 @@ LlamaEngine::LlamaEngine(ModelWeights weights, KvPlan plan, const EngineOptions&
     LayerPlan& layer_plan = plan_.layers[i];
     StackedWeights w13 = WeightFormat{options.weight_dtype}.Stack({layer.w1, layer.w3});
     layer.w1 = layer.w3 = Tensor{};  // now only in w13
-    projections_.push_back({.w_in = TakeProjection(layer_plan.w_in.parts),
-                            .wo = TakeProjection({&layer_plan.wo, 1}),
-                            .w13 = kernels::Projection(std::move(w13.parts)),
-                            .w2 = TakeSourceProjection(layer.w2)});
+    projections_.push_back({.w_in = TakeProjection(layer_plan.w_in.parts, pool_),
+                            .wo = TakeProjection({&layer_plan.wo, 1}, pool_),
+                            .w13 = kernels::Projection(std::move(w13.parts), false, &pool_),
+                            .w2 = TakeSourceProjection(layer.w2, pool_)});
   }
-  classifier_ = TakeSourceProjection(weights_.classifier);
-  if (plan_.swiftkv()) swiftkv_kv_ = TakeProjection(plan_.swiftkv_kv.parts);
+  classifier_ = TakeSourceProjection(weights_.classifier, pool_);
+  if (plan_.swiftkv()) swiftkv_kv_ = TakeProjection(plan_.swiftkv_kv.parts, pool_);
   b.logits.resize(n * c.vocab_size);
   b.matmul_workspace.resize(
       kernels::MatmulWorkspaceFloats(pool_.size(), std::max({c.dim, c.q_dim(), c.hidden_dim})));

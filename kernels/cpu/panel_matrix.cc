@@ -170,6 +170,88 @@ int64_t PanelRows(const PanelMatrix& part) {
   return (part.rows() + kInt8GemmNr - 1) / kInt8GemmNr * kInt8GemmNr;
 }
 
+// Calls fn(begin, end, thread) over [0, n) in ranges of `chunk`: on the pool's threads, or on this
+// one (thread 0) without a pool.
+void ForRanges(ThreadPool* pool, int64_t n, int64_t chunk, const ThreadPool::RangeFn& fn) {
+  if (pool != nullptr) {
+    pool->ParallelForDynamic(n, chunk, fn);
+  } else if (n > 0) {
+    fn(0, n, 0);
+  }
+}
+
+// Quantized rows `w` as panels at `out`, in slices of whole panels of about kReleaseSliceBytes of
+// the source each (the pool's threads taking slices in turn); with `release_source`, each slice's
+// whole source pages are released once it is packed (a page a slice edge cuts stays resident).
+void PackQuantized(const Tensor& w, bool release_source, ThreadPool* pool, uint8_t* out) {
+  const auto* rows = static_cast<const uint8_t*>(w.data);
+  const size_t row_bytes = RowBytes(w.dtype, w.cols());  // a panel takes its rows' bytes
+  const int64_t blocks = w.cols() / BlockElements(w.dtype);
+  const int64_t slice =
+      std::max<int64_t>(kInt8GemmNr, kReleaseSliceBytes / row_bytes / kInt8GemmNr * kInt8GemmNr);
+  const int64_t slices = (w.rows() + slice - 1) / slice;
+  ForRanges(pool, slices, 1, [&](int64_t first, int64_t last, int) {
+    for (int64_t s = first; s < last; ++s) {
+      const int64_t r0 = s * slice, live = std::min(slice, w.rows() - r0);
+      const uint8_t* from = rows + r0 * row_bytes;
+      uint8_t* to = out + r0 * row_bytes;
+      switch (w.dtype) {
+        case DType::kQ4_0:
+          PackPanels<quant::BlockQ4_0>(from, row_bytes, live, blocks, to);
+          break;
+        case DType::kQ8_0:
+          PackPanels<quant::BlockQ8_0>(from, row_bytes, live, blocks, to);
+          break;
+        case DType::kQ4_K:
+          PackPanels<quant::BlockQ4_K>(from, row_bytes, live, blocks, to);
+          break;
+        case DType::kQ5_K:
+          PackPanels<quant::BlockQ5_K>(from, row_bytes, live, blocks, to);
+          break;
+        default:
+          PackPanels<quant::BlockQ6_K>(from, row_bytes, live, blocks, to);
+      }
+      if (release_source) {
+        Tensor done;  // a view of the slice's rows
+        done.dtype = w.dtype;
+        done.shape = {live, w.cols()};
+        done.data = from;
+        ReleaseResidentPages(done);
+      }
+    }
+  });
+}
+
+// Float rows `w` as the chunks of `kernel`'s panels at `out` (`chunk_bytes` apart), bf16 ones in
+// the pairs layout with `bf16_pairs`; chunks on the pool's threads in turn.
+void PackFloat(const Tensor& w, const GemmKernel& kernel, bool bf16_pairs, ThreadPool* pool,
+               size_t chunk_bytes, uint8_t* out) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  const int64_t chunks = (rows + kGemmChunkRows - 1) / kGemmChunkRows;
+  // f32 chunks are packed in place; 16-bit ones as floats here, then narrowed back.
+  const bool in_place = w.dtype == DType::kF32;
+  const int threads = pool != nullptr ? pool->size() : 1;
+  std::vector<std::vector<float>> packed(threads), widened(threads);
+  ForRanges(pool, chunks, 1, [&](int64_t first, int64_t last, int thread) {
+    std::vector<float>& chunk = packed[thread];
+    std::vector<float>& panel_rows = widened[thread];  // PackChunk's rows of one panel
+    chunk.resize(in_place ? 0 : kGemmChunkRows * cols);
+    panel_rows.resize(kernel.nr * cols);
+    for (int64_t c = first; c < last; ++c) {
+      const int64_t begin = c * kGemmChunkRows, end = std::min(rows, begin + kGemmChunkRows);
+      uint8_t* to = out + c * chunk_bytes;
+      PackChunk(kernel, w, begin, end, in_place ? reinterpret_cast<float*>(to) : chunk.data(),
+                panel_rows.data());
+      const int64_t panels = (end - begin + kernel.nr - 1) / kernel.nr;
+      if (bf16_pairs) {
+        NarrowToBf16Pairs(chunk.data(), panels, cols, kernel.nr, to);
+      } else if (!in_place) {
+        NarrowExact(chunk.data(), panels * kernel.nr * cols, w.dtype, to);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 // x quantized per 32 into the workspace once for every part (all take the same activations), in
@@ -222,7 +304,8 @@ bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
          level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni;
 }
 
-PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool release_source)
+PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool release_source,
+                         ThreadPool* pool)
     : rows_(w.rows()),
       cols_(w.cols()),
       level_(level),
@@ -231,63 +314,14 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
   if (IsQuantized(w.dtype)) {
     const int64_t panels = (rows_ + kInt8GemmNr - 1) / kInt8GemmNr;
     auto [storage, bytes] = NewTensor(w.dtype, {panels * kInt8GemmNr, cols_});
-    const auto* rows = static_cast<const uint8_t*>(w.data);
-    const size_t row_bytes = RowBytes(w.dtype, cols_);  // a panel takes its rows' bytes
-    const int64_t blocks = cols_ / BlockElements(w.dtype);
-    // Slices of whole panels of about kReleaseSliceBytes of the source each.
-    const int64_t slice =
-        std::max<int64_t>(kInt8GemmNr, kReleaseSliceBytes / row_bytes / kInt8GemmNr * kInt8GemmNr);
-    for (int64_t r0 = 0; r0 < rows_; r0 += slice) {
-      const int64_t live = std::min(slice, rows_ - r0);
-      const uint8_t* from = rows + r0 * row_bytes;
-      uint8_t* to = bytes + r0 * row_bytes;
-      switch (w.dtype) {
-        case DType::kQ4_0:
-          PackPanels<quant::BlockQ4_0>(from, row_bytes, live, blocks, to);
-          break;
-        case DType::kQ8_0:
-          PackPanels<quant::BlockQ8_0>(from, row_bytes, live, blocks, to);
-          break;
-        case DType::kQ4_K:
-          PackPanels<quant::BlockQ4_K>(from, row_bytes, live, blocks, to);
-          break;
-        case DType::kQ5_K:
-          PackPanels<quant::BlockQ5_K>(from, row_bytes, live, blocks, to);
-          break;
-        default:
-          PackPanels<quant::BlockQ6_K>(from, row_bytes, live, blocks, to);
-      }
-      if (release_source) {  // every page of rows [0, r0 + live): page edges fall between slices
-        Tensor done;         // a view of the rows packed so far
-        done.dtype = w.dtype;
-        done.shape = {r0 + live, cols_};
-        done.data = rows;
-        ReleaseResidentPages(done);
-      }
-    }
+    PackQuantized(w, release_source, pool, bytes);
     storage_ = std::move(storage);
     return;
   }
-  const GemmKernel kernel = GemmKernelFor(level_);
   const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
   auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
-  const size_t chunk_bytes = kGemmChunkRows * cols_ * DTypeSize(w.dtype);
-  // f32 chunks are packed in place; 16-bit ones as floats here, then narrowed back.
-  const bool in_place = w.dtype == DType::kF32;
-  std::vector<float> packed(in_place ? 0 : kGemmChunkRows * cols_);
-  std::vector<float> widened(kernel.nr * cols_);  // PackChunk's rows of one panel
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kGemmChunkRows, end = std::min(rows_, begin + kGemmChunkRows);
-    uint8_t* to = bytes + c * chunk_bytes;
-    PackChunk(kernel, w, begin, end, in_place ? reinterpret_cast<float*>(to) : packed.data(),
-              widened.data());
-    const int64_t panels = (end - begin + kernel.nr - 1) / kernel.nr;
-    if (bf16_pairs_) {
-      NarrowToBf16Pairs(packed.data(), panels, cols_, kernel.nr, to);
-    } else if (!in_place) {
-      NarrowExact(packed.data(), panels * kernel.nr * cols_, w.dtype, to);
-    }
-  }
+  PackFloat(w, GemmKernelFor(level_), bf16_pairs_, pool,
+            kGemmChunkRows * cols_ * DTypeSize(w.dtype), bytes);
   storage_ = std::move(storage);
 }
 

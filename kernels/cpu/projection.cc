@@ -7,7 +7,7 @@
 
 namespace pdserve::kernels {
 
-Projection::Projection(std::vector<Tensor> parts, bool release_source) {
+Projection::Projection(std::vector<Tensor> parts, bool release_source, ThreadPool* pool) {
   for (const Tensor& part : parts) rows_ += part.rows();
   cols_ = parts.empty() ? 0 : parts.front().cols();
   const bool quantized_stack =
@@ -16,7 +16,7 @@ Projection::Projection(std::vector<Tensor> parts, bool release_source) {
       });
   if ((parts.size() == 1 && PanelMatrix::Takes(parts.front().dtype)) || quantized_stack) {
     for (const Tensor& part : parts) {
-      panels_.emplace_back(part, ActiveSimdLevel(), Bf16DotActive(), release_source);
+      panels_.emplace_back(part, ActiveSimdLevel(), Bf16DotActive(), release_source, pool);
     }
   } else {
     parts_ = std::move(parts);
