@@ -31,9 +31,9 @@ class PanelMatrix {
   // `level`, whose kernels Matmul then uses; with `bf16_dot` (taken at the AVX-512 level on a CPU
   // with AVX512_BF16, ignored elsewhere), a bf16 matrix of even cols multiplies kBf16DotMinRows or
   // more x rows by vdpbf16ps.
-  // With `release_source`, a quantized matrix's source pages are released (ReleaseResidentPages)
-  // slice by slice as they are packed — for a source read no more, such as a file mapping, whose
-  // pages would otherwise stay resident beside the panels; ignored for float matrices. With
+  // With `release_source`, the source's pages are released (ReleaseResidentPages) slice by slice
+  // as they are packed — for a source read no more, such as a file mapping, whose pages would
+  // otherwise stay resident beside the panels. With
   // `pool`, the packing runs on its threads (not concurrently with other work on that pool).
   explicit PanelMatrix(const Tensor& w, SimdLevel level = ActiveSimdLevel(),
                        bool bf16_dot = Bf16DotActive(), bool release_source = false,

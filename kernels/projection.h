@@ -21,7 +21,7 @@ class Projection {
  public:
   Projection() = default;
   // Requires matrices of one column count, stacked row-wise as by kernels::Matmul's parts. With
-  // `release_source`, a quantized part that is packed has its pages released as it goes
+  // `release_source`, a part that is packed has its pages released as it goes
   // (PanelMatrix), for parts that are views of a file the caller reads no more. With `pool`, the
   // packing runs on its threads.
   explicit Projection(std::vector<Tensor> parts, bool release_source = false,

@@ -88,8 +88,7 @@ void DropBytes(Tensor& t) {
 }
 
 // `parts` (a stack) as a projection, packed on `pool`'s threads; when that packed them, they drop
-// their bytes. With `release_source`, packed quantized parts release their pages as they are
-// packed.
+// their bytes. With `release_source`, packed parts release their pages as they are packed.
 kernels::Projection TakeProjection(std::span<Tensor> parts, ThreadPool& pool,
                                    bool release_source = false) {
   kernels::Projection projection({parts.begin(), parts.end()}, release_source, &pool);
@@ -99,8 +98,8 @@ kernels::Projection TakeProjection(std::span<Tensor> parts, ThreadPool& pool,
   return projection;
 }
 
-// A ForProjection matrix as a projection: a quantized one packed from `source`'s bytes (a file
-// mapping, often) releases their pages as it goes, so that the model is not resident twice.
+// A ForProjection matrix as a projection: one packed from `source`'s bytes (a file mapping, often)
+// releases their pages as it goes, so that the model is not resident twice.
 kernels::Projection TakeSourceProjection(Tensor& t, ThreadPool& pool) {
   return TakeProjection({&t, 1}, pool, true);
 }

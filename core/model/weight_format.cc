@@ -8,12 +8,9 @@ Tensor WeightFormat::Apply(const Tensor& t) const {
 }
 
 Tensor WeightFormat::ApplyOwned(const Tensor& t) const {
-  if (keep_quantized && IsQuantized(t.dtype)) {
-    Tensor copy = CopyTensor(t);
-    ReleaseResidentPages(t);
-    return copy;
-  }
-  return ConvertOwned(t, dtype);
+  Tensor copy = keep_quantized && IsQuantized(t.dtype) ? CopyTensor(t) : ConvertOwned(t, dtype);
+  if (copy.data != t.data) ReleaseResidentPages(t);
+  return copy;
 }
 
 int64_t StackedWeights::rows() const {
@@ -34,8 +31,8 @@ StackedWeights WeightFormat::Stack(const std::vector<Tensor>& parts) const {
     return StackedWeights{std::move(applied)};
   }
   StackedWeights stacked{{ConcatRows(applied)}};
-  for (const Tensor& part : applied) {
-    if (IsQuantized(part.dtype)) ReleaseResidentPages(part);  // stored ones, now copied
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (applied[i].data == parts[i].data) ReleaseResidentPages(parts[i]);  // now copied
   }
   return stacked;
 }

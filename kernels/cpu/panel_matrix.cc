@@ -170,6 +170,15 @@ int64_t PanelRows(const PanelMatrix& part) {
   return (part.rows() + kInt8GemmNr - 1) / kInt8GemmNr * kInt8GemmNr;
 }
 
+// A view of rows [begin, end) of w.
+Tensor RowsView(const Tensor& w, int64_t begin, int64_t end) {
+  Tensor rows;
+  rows.dtype = w.dtype;
+  rows.shape = {end - begin, w.cols()};
+  rows.data = static_cast<const uint8_t*>(w.data) + begin * RowBytes(w.dtype, w.cols());
+  return rows;
+}
+
 // Calls fn(begin, end, thread) over [0, n) in ranges of `chunk`: on the pool's threads, or on this
 // one (thread 0) without a pool.
 void ForRanges(ThreadPool* pool, int64_t n, int64_t chunk, const ThreadPool::RangeFn& fn) {
@@ -211,21 +220,16 @@ void PackQuantized(const Tensor& w, bool release_source, ThreadPool* pool, uint8
         default:
           PackPanels<quant::BlockQ6_K>(from, row_bytes, live, blocks, to);
       }
-      if (release_source) {
-        Tensor done;  // a view of the slice's rows
-        done.dtype = w.dtype;
-        done.shape = {live, w.cols()};
-        done.data = from;
-        ReleaseResidentPages(done);
-      }
+      if (release_source) ReleaseResidentPages(RowsView(w, r0, r0 + live));
     }
   });
 }
 
 // Float rows `w` as the chunks of `kernel`'s panels at `out` (`chunk_bytes` apart), bf16 ones in
-// the pairs layout with `bf16_pairs`; chunks on the pool's threads in turn.
-void PackFloat(const Tensor& w, const GemmKernel& kernel, bool bf16_pairs, ThreadPool* pool,
-               size_t chunk_bytes, uint8_t* out) {
+// the pairs layout with `bf16_pairs`; chunks on the pool's threads in turn, each releasing its
+// rows' whole source pages once packed with `release_source`.
+void PackFloat(const Tensor& w, const GemmKernel& kernel, bool bf16_pairs, bool release_source,
+               ThreadPool* pool, size_t chunk_bytes, uint8_t* out) {
   const int64_t rows = w.rows(), cols = w.cols();
   const int64_t chunks = (rows + kGemmChunkRows - 1) / kGemmChunkRows;
   // f32 chunks are packed in place; 16-bit ones as floats here, then narrowed back.
@@ -248,6 +252,7 @@ void PackFloat(const Tensor& w, const GemmKernel& kernel, bool bf16_pairs, Threa
       } else if (!in_place) {
         NarrowExact(chunk.data(), panels * kernel.nr * cols, w.dtype, to);
       }
+      if (release_source) ReleaseResidentPages(RowsView(w, begin, end));
     }
   });
 }
@@ -320,7 +325,7 @@ PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool r
   }
   const int64_t chunks = (rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
   auto [storage, bytes] = NewTensor(w.dtype, {chunks * kGemmChunkRows * cols_});
-  PackFloat(w, GemmKernelFor(level_), bf16_pairs_, pool,
+  PackFloat(w, GemmKernelFor(level_), bf16_pairs_, release_source, pool,
             kGemmChunkRows * cols_ * DTypeSize(w.dtype), bytes);
   storage_ = std::move(storage);
 }
