@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/base/thread_pool.h"
 #include "core/tensor/float16.h"
 #include "core/tensor/quant_blocks.h"
@@ -348,14 +349,18 @@ TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
   }
 }
 
-// Sets every code byte of a Q4_0, Q4_K, Q5_K or Q8_0 matrix to its largest unsigned code (0xFF
-// bytes; Q8_0: 127), scales untouched.
+// Sets every code byte of a Q4_0, Q4_K, Q5_K, Q6_K or Q8_0 matrix to its largest unsigned code
+// (0xFF bytes; Q8_0: 127), scales untouched.
 void SetLargestCodes(DType dtype, std::vector<uint8_t>& bytes) {
   const size_t block = BlockBytes(dtype);
-  // [first, last) code bytes of a block: after Q4_0/Q8_0's d; after Q4_K/Q5_K's d, dmin, scales.
-  const size_t first = BlockElements(dtype) == 256 ? 4 + quant::kScaleBytesK : 2;
+  // [first, last) code bytes of a block: after Q4_0/Q8_0's d; after Q4_K/Q5_K's d, dmin, scales;
+  // Q6_K's ql and qh, before its scales and d.
+  const size_t first = dtype == DType::kQ6_K         ? 0
+                       : BlockElements(dtype) == 256 ? 4 + quant::kScaleBytesK
+                                                     : 2;
+  const size_t last = dtype == DType::kQ6_K ? quant::kQK_K / 2 + quant::kQK_K / 4 : block;
   for (size_t b = 0; b < bytes.size(); b += block) {
-    std::memset(bytes.data() + b + first, dtype == DType::kQ8_0 ? 0x7F : 0xFF, block - first);
+    std::memset(bytes.data() + b + first, dtype == DType::kQ8_0 ? 0x7F : 0xFF, last - first);
   }
 }
 
@@ -425,11 +430,58 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   for (int64_t i = 0; i < 100 * rows; ++i) ASSERT_EQ(all[400 * rows + i], last[i]) << i;
 }
 
+// x's n rows quantized per 32, as Matmul on quantized panels quantizes them.
+std::vector<ActBlock32> QuantizedRows(const std::vector<float>& x, int64_t n, int64_t cols) {
+  std::vector<ActBlock32> act(n * cols / 32);
+  for (int64_t i = 0; i < n; ++i) {
+    QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * cols / 32);
+  }
+  return act;
+}
+
+// Matmul on quantized `panels` of x's n rows — one and two threads, a roomy workspace and one of
+// room for three x rows (slabs) — into y rows 3 wider than the matrix's: past its rows y stays
+// untouched, and check(i, r, y[i, r]) judges every output.
+template <typename Check>
+void CheckPanelMatmuls(const PanelMatrix& panels, const std::vector<float>& x, int64_t n,
+                       Check check) {
+  const int64_t rows = panels.rows(), cols = panels.cols(), ldy = rows + 3;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    const size_t roomy = MatmulWorkspaceFloats(threads, cols);
+    const size_t few_rows = 3 * cols / 32 * sizeof(ActBlock32) / sizeof(float);
+    for (size_t floats : {roomy, few_rows}) {
+      SCOPED_TRACE(absl::StrCat("threads ", threads, " workspace ", floats, " n ", n));
+      std::vector<float> workspace(floats);
+      std::vector<float> got(n * ldy, -7.0f);
+      Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = rows; r < ldy; ++r) {
+          ASSERT_EQ(got[i * ldy + r], -7.0f) << "wrote past row " << i << "'s outputs at " << r;
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          check(i, r, got[i * ldy + r]);
+          if (::testing::Test::HasFatalFailure()) return;  // the first wrong output only
+        }
+      }
+    }
+  }
+}
+
+// The weight patterns the panel tests run: random blocks, extreme scales, all zero, and (pattern
+// 3) random scales with every code at its largest.
+constexpr int kPanelPatterns = 4;
+QuantMatrix PanelTestMatrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed, int pattern) {
+  QuantMatrix w = MakeMatrix(dtype, rows, cols, seed,
+                             pattern == 3 ? Pattern::kRandom : static_cast<Pattern>(pattern));
+  if (pattern == 3) SetLargestCodes(dtype, w.bytes);
+  return w;
+}
+
 // Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for
 // bit, the prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels,
 // Int8GemmPanels — for one decode row to several tiles, on ragged panels, every block pattern
-// (extreme scales overflow alike) and the largest codes, one and two threads, y rows wider than W's
-// (untouched past them), and a workspace of room for only a few x rows (slabs).
+// (extreme scales overflow alike) and the largest codes, in CheckPanelMatmuls's settings.
 TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
   using Shapes = std::vector<std::pair<int64_t, int64_t>>;
   const Shapes blocks32 = {{1, 32}, {37, 256}, {300, 96}, {64, 768}};
@@ -438,50 +490,27 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
     if (!PanelMatrix::Takes(dtype, SimdLevel::kAvx512)) {
       GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
     }
-    const Block32AsU8Fn unpack = Block32AsU8For(dtype);
     uint32_t seed = 300;
     for (auto [rows, cols] : BlockElements(dtype) == 256 ? blocks256 : blocks32) {
-      const int64_t blocks = cols / 32, ldy = rows + 3;
-      for (int pattern = 0; pattern < 4; ++pattern) {
-        QuantMatrix w = MakeMatrix(dtype, rows, cols, seed++,
-                                   pattern == 3 ? Pattern::kRandom : static_cast<Pattern>(pattern));
-        if (pattern == 3) SetLargestCodes(dtype, w.bytes);
+      for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
+        SCOPED_TRACE(
+            absl::StrCat(DTypeName(dtype), " rows ", rows, " cols ", cols, " pattern ", pattern));
+        const QuantMatrix w = PanelTestMatrix(dtype, rows, cols, seed++, pattern);
         const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
         ASSERT_EQ(panels.dtype(), dtype);
         ASSERT_EQ(panels.rows(), rows);
-        std::vector<uint8_t> u8((rows + 15) / 16 * blocks * kInt8PanelBlockBytes);
-        PackInt8Panels(unpack, w.bytes.data(), RowBytes(dtype, cols), cols, 0, rows, u8.data());
+        std::vector<uint8_t> u8((rows + 15) / 16 * (cols / 32) * kInt8PanelBlockBytes);
+        PackInt8Panels(Block32AsU8For(dtype), w.bytes.data(), RowBytes(dtype, cols), cols, 0, rows,
+                       u8.data());
         for (int64_t n : {1, 2, 4, 5, 12, 13, 100}) {
           const std::vector<float> x = RandomVector(n * cols, seed++);
-          std::vector<ActBlock32> act(n * blocks);
-          for (int64_t i = 0; i < n; ++i) {
-            QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
-          }
+          const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
           std::vector<float> want(n * rows);
           avx512::Int8GemmPanels(u8.data(), rows, cols, act.data(), n, want.data(), rows);
-          for (int threads : {1, 2}) {
-            ThreadPool pool(threads);
-            const size_t roomy = MatmulWorkspaceFloats(threads, cols);
-            const size_t few_rows = 3 * blocks * sizeof(ActBlock32) / sizeof(float);
-            for (size_t floats : {roomy, few_rows}) {
-              std::vector<float> workspace(floats);
-              std::vector<float> got(n * ldy, -7.0f);
-              Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
-              for (int64_t i = 0; i < n; ++i) {
-                for (int64_t r = 0; r < ldy; ++r) {
-                  const float g = got[i * ldy + r];
-                  if (r >= rows) {
-                    ASSERT_EQ(g, -7.0f) << "wrote past row " << i << "'s outputs at " << r;
-                    continue;
-                  }
-                  ASSERT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(want[i * rows + r]))
-                      << DTypeName(dtype) << " rows " << rows << " cols " << cols << " pattern "
-                      << pattern << " n " << n << " threads " << threads << " workspace " << floats
-                      << " at " << i << ", " << r << ": " << g << " vs " << want[i * rows + r];
-                }
-              }
-            }
-          }
+          CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i * rows + r]))
+                << "at " << i << ", " << r << ": " << got << " vs " << want[i * rows + r];
+          });
         }
       }
     }
@@ -491,9 +520,8 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
 // Q6_K kept as PanelMatrix panels (AVX-512 with VNNI), whose scales cover 16 elements, so that no
 // per-call int8 GEMM exists to equal: Matmul against the panels' own arithmetic in double — Σ over
 // elements of the dequantized weight (d·s·(q − 32), exact in fp32) times the quantized x (d_x·q_x)
-// — on ragged panels, every block pattern, the largest codes (all 63, the bytes 0xFF), one decode
-// row to several tiles, one and two threads, y rows wider than W's, and a workspace of room for a
-// few x rows only.
+// — on ragged panels, every block pattern and the largest codes (all 63, the bytes 0xFF), one
+// decode row to several tiles, in CheckPanelMatmuls's settings.
 TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
   if (!PanelMatrix::Takes(DType::kQ6_K, SimdLevel::kAvx512)) {
     GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
@@ -501,15 +529,9 @@ TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
   uint32_t seed = 500;
   for (auto [rows, cols] :
        {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 256}, {64, 768}}) {
-    const int64_t blocks = cols / 32, ldy = rows + 3;
-    for (int pattern = 0; pattern < 4; ++pattern) {
-      QuantMatrix w = MakeMatrix(DType::kQ6_K, rows, cols, seed++,
-                                 pattern == 3 ? Pattern::kRandom : static_cast<Pattern>(pattern));
-      if (pattern == 3) {  // ql and qh all ones: every code 63
-        for (size_t b = 0; b < w.bytes.size(); b += sizeof(quant::BlockQ6_K)) {
-          std::memset(w.bytes.data() + b, 0xFF, quant::kQK_K / 2 + quant::kQK_K / 4);
-        }
-      }
+    for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
+      SCOPED_TRACE(absl::StrCat("rows ", rows, " cols ", cols, " pattern ", pattern));
+      const QuantMatrix w = PanelTestMatrix(DType::kQ6_K, rows, cols, seed++, pattern);
       std::vector<float> dequantized(rows * cols);
       for (int64_t r = 0; r < rows; ++r) {
         quant::DequantizeRow(DType::kQ6_K, w.bytes.data() + r * RowBytes(DType::kQ6_K, cols), cols,
@@ -519,40 +541,17 @@ TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
       ASSERT_EQ(panels.dtype(), DType::kQ6_K);
       for (int64_t n : {1, 2, 5, 12, 13, 100}) {
         const std::vector<float> x = RandomVector(n * cols, seed++);
-        std::vector<ActBlock32> act(n * blocks);
-        for (int64_t i = 0; i < n; ++i) {
-          QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
-        }
-        for (int threads : {1, 2}) {
-          ThreadPool pool(threads);
-          const size_t roomy = MatmulWorkspaceFloats(threads, cols);
-          const size_t few_rows = 3 * blocks * sizeof(ActBlock32) / sizeof(float);
-          for (size_t floats : {roomy, few_rows}) {
-            std::vector<float> workspace(floats);
-            std::vector<float> got(n * ldy, -7.0f);
-            Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
-            for (int64_t i = 0; i < n; ++i) {
-              for (int64_t r = 0; r < ldy; ++r) {
-                const float g = got[i * ldy + r];
-                if (r >= rows) {
-                  ASSERT_EQ(g, -7.0f) << "wrote past row " << i << "'s outputs at " << r;
-                  continue;
-                }
-                double want = 0.0, magnitude = 0.0;
-                for (int64_t c = 0; c < cols; ++c) {
-                  const ActBlock32& a = act[i * blocks + c / 32];
-                  const double term = double{dequantized[r * cols + c]} * a.d * a.qs[c % 32];
-                  want += term;
-                  magnitude += std::fabs(term);
-                }
-                ASSERT_NEAR(g, want, 1e-5 * magnitude + 1e-6)
-                    << "rows " << rows << " cols " << cols << " pattern " << pattern << " n " << n
-                    << " threads " << threads << " workspace " << floats << " at " << i << ", "
-                    << r;
-              }
-            }
+        const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
+        CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got) {
+          double want = 0.0, magnitude = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const ActBlock32& a = act[i * cols / 32 + c / 32];
+            const double term = double{dequantized[r * cols + c]} * a.d * a.qs[c % 32];
+            want += term;
+            magnitude += std::fabs(term);
           }
-        }
+          ASSERT_NEAR(got, want, 1e-5 * magnitude + 1e-6) << "at " << i << ", " << r;
+        });
       }
     }
   }
