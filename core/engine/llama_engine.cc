@@ -49,11 +49,11 @@ struct LlamaEngine::Buffers {
 namespace {
 
 // A matrix Forward multiplies by, as `format` runs it: a kept quantized one that PanelMatrix does
-// not take copied into memory of the engine's own (ApplyOwned), any other as Apply leaves it —
-// possibly still `source`'s bytes, which the engine's Projection packs into memory of its own
+// not take copied into memory of the engine's own (ApplyOwned), any other as ApplyReleasing leaves
+// it — possibly still `source`'s bytes, which the engine's Projection packs into memory of its own
 // without a copy in between (TakeSourceProjection).
 Tensor ForProjection(const WeightFormat& format, const Tensor& t) {
-  Tensor applied = format.Apply(t);
+  Tensor applied = format.ApplyReleasing(t);  // t itself where PanelMatrix does not take it
   return kernels::PanelMatrix::Takes(applied.dtype) ? applied : format.ApplyOwned(t);
 }
 
@@ -64,7 +64,7 @@ Tensor ForProjection(const WeightFormat& format, const Tensor& t) {
 ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format) {
   ModelWeights run;
   run.config = source.config;
-  run.token_embedding = format.Apply(source.token_embedding);
+  run.token_embedding = format.ApplyReleasing(source.token_embedding);
   run.classifier = ForProjection(format, source.classifier);
   run.final_norm = ToF32(source.final_norm);
   for (const LayerWeights& layer : source.layers) {
@@ -74,8 +74,8 @@ ModelWeights OwnedWeights(const ModelWeights& source, const WeightFormat& format
     out.q_norm = layer.q_norm;  // the biases are in the plan, with w_in
     out.k_norm = layer.k_norm;
     VectorsToF32(out);
-    out.w1 = format.Apply(layer.w1);
-    out.w3 = format.Apply(layer.w3);
+    out.w1 = format.ApplyReleasing(layer.w1);
+    out.w3 = format.ApplyReleasing(layer.w3);
     out.w2 = ForProjection(format, layer.w2);
   }
   return run;

@@ -7,6 +7,12 @@ Tensor WeightFormat::Apply(const Tensor& t) const {
   return ConvertTensor(t, dtype);
 }
 
+Tensor WeightFormat::ApplyReleasing(const Tensor& t) const {
+  Tensor applied = Apply(t);
+  if (applied.data != t.data) ReleaseResidentPages(t);
+  return applied;
+}
+
 Tensor WeightFormat::ApplyOwned(const Tensor& t) const {
   Tensor copy = keep_quantized && IsQuantized(t.dtype) ? CopyTensor(t) : ConvertOwned(t, dtype);
   if (copy.data != t.data) ReleaseResidentPages(t);
@@ -31,9 +37,7 @@ StackedWeights WeightFormat::Stack(const std::vector<Tensor>& parts) const {
     return StackedWeights{std::move(applied)};
   }
   StackedWeights stacked{{ConcatRows(applied)}};
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (applied[i].data == parts[i].data) ReleaseResidentPages(parts[i]);  // now copied
-  }
+  for (const Tensor& part : parts) ReleaseResidentPages(part);  // read, and now copied
   return stacked;
 }
 

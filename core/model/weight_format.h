@@ -32,14 +32,17 @@ struct WeightFormat {
 
   // `t` as the engine runs it; shares t's bytes when nothing changes.
   Tensor Apply(const Tensor& t) const;
+  // Apply, for a `t` read no more: where that converted it, t's pages are released
+  // (ReleaseResidentPages), as by ApplyOwned.
+  Tensor ApplyReleasing(const Tensor& t) const;
   // Apply, in memory of the engine's own (CopyTensor's huge pages: decode streams them ~10%
   // faster than a file mapping's 4 KiB pages). The source's pages are released
   // (ReleaseResidentPages), so that a model read from a file is resident once (its bytes stay
   // readable: a file's pages are read again when touched).
   Tensor ApplyOwned(const Tensor& t) const;
   // Matrices stacked row-wise after Apply, in memory of the engine's own: one ConcatRows part when
-  // they share a format, else ApplyOwned parts (only kept quantized ones can differ). Sources
-  // copied as they are have their pages released as by ApplyOwned.
+  // they share a format, else ApplyOwned parts (only kept quantized ones can differ). The sources'
+  // pages are released as by ApplyOwned.
   StackedWeights Stack(const std::vector<Tensor>& parts) const;
 };
 
