@@ -1,9 +1,10 @@
 // The int8 GEMM for quantized weights (gemm_kernels.h), AVX512-VNNI: a 12 × 16 tile of y keeps
-// 12 int32 accumulators for the current 32-element block (8 vpdpbusd each, the x codes broadcast
-// from memory) and 12 fp32 ones that take each block's sums times its scales. One tile serves every
-// panel format — the prefill's, packed per call, and PanelMatrix's Q4_0, Q8_0 and Q4_K panels,
-// which every batch from one decode row up reads — so all give the same sums bit for bit. Compiled
-// with AVX-512, VNNI and VBMI; called only when the CPU has them.
+// 12 int32 accumulators for the current 32-element block (or 16-element unit: Q6_K) (8 vpdpbusd
+// each, the x codes broadcast from memory) and 12 fp32 ones that take each block's sums times its
+// scales. One tile serves every panel format — the prefill's, packed per call, and PanelMatrix's
+// Q4_0, Q8_0 and K-quant panels, which every batch from one decode row up reads — so those with
+// 32-element scales give the per-call GEMM's sums bit for bit. Compiled with AVX-512, VNNI and
+// VBMI; called only when the CPU has them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -50,9 +51,6 @@ template <size_t kBytes>
 void PrefetchAhead(const uint8_t* p) {
   for (size_t i = 0; i < kBytes; i += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
-  }
-  if (kBytes % 64 != 0 || reinterpret_cast<uintptr_t>(p) % 64 != 0) {  // the last line too
-    _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + kBytes - 1), _MM_HINT_T0);
   }
 }
 
