@@ -2,7 +2,8 @@
 #
 # The whole project targets x86-64-v3 (AVX2, FMA, F16C): the binaries require AVX2. Kernels that
 # use AVX-512 live in their own sources compiled with PDSERVE_AVX512_FLAGS (PDSERVE_AVX512_VNNI_FLAGS
-# for those that also need VNNI and VBMI, PDSERVE_AVX512_BF16_FLAGS for AVX512_BF16) and are chosen
+# for those that also need VNNI and VBMI, PDSERVE_AVX512_BF16_FLAGS for AVX512_BF16, PDSERVE_AMX_FLAGS
+# for AMX tiles) and are chosen
 # at run time (kernels/cpu/cpu_features.h).
 
 set(PDSERVE_BASE_ARCH_FLAGS -march=x86-64-v3 -mtune=generic)
@@ -11,6 +12,7 @@ set(PDSERVE_AVX512_FLAGS -march=x86-64-v4 -mtune=generic -Wno-uninitialized
     $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
 set(PDSERVE_AVX512_VNNI_FLAGS ${PDSERVE_AVX512_FLAGS} -mavx512vnni -mavx512vbmi)
 set(PDSERVE_AVX512_BF16_FLAGS ${PDSERVE_AVX512_FLAGS} -mavx512bf16)
+set(PDSERVE_AMX_FLAGS ${PDSERVE_AVX512_BF16_FLAGS} -mamx-tile -mamx-bf16 -mamx-int8)
 set(PDSERVE_WARNING_FLAGS -Wall -Wextra -Werror)
 # Clang checks every ABSL_GUARDED_BY field and lock requirement (core/base/mutex.h).
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
@@ -32,12 +34,12 @@ function(_pdserve_common target)
 endfunction()
 
 # pdserve_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [AVX512_SRCS ...]
-#                    [AVX512_VNNI_SRCS ...] [AVX512_BF16_SRCS ...])
+#                    [AVX512_VNNI_SRCS ...] [AVX512_BF16_SRCS ...] [AMX_SRCS ...])
 function(pdserve_cc_library)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS;AVX512_SRCS;AVX512_VNNI_SRCS;AVX512_BF16_SRCS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS;AVX512_SRCS;AVX512_VNNI_SRCS;AVX512_BF16_SRCS;AMX_SRCS" ${ARGN})
   if(ARG_SRCS OR ARG_AVX512_SRCS)
     add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_AVX512_SRCS} ${ARG_AVX512_VNNI_SRCS}
-                ${ARG_AVX512_BF16_SRCS} ${ARG_HDRS})
+                ${ARG_AVX512_BF16_SRCS} ${ARG_AMX_SRCS} ${ARG_HDRS})
     _pdserve_common(${ARG_NAME})
     target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
     if(ARG_AVX512_SRCS)
@@ -51,6 +53,10 @@ function(pdserve_cc_library)
     if(ARG_AVX512_BF16_SRCS)
       set_source_files_properties(${ARG_AVX512_BF16_SRCS} TARGET_DIRECTORY ${ARG_NAME}
         PROPERTIES COMPILE_OPTIONS "${PDSERVE_AVX512_BF16_FLAGS}")
+    endif()
+    if(ARG_AMX_SRCS)
+      set_source_files_properties(${ARG_AMX_SRCS} TARGET_DIRECTORY ${ARG_NAME}
+        PROPERTIES COMPILE_OPTIONS "${PDSERVE_AMX_FLAGS}")
     endif()
   else()
     add_library(${ARG_NAME} INTERFACE ${ARG_HDRS})

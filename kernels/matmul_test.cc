@@ -337,6 +337,50 @@ TEST(Bf16DotKernelTest, TileMatchesExactSums) {
   }
 }
 
+// The AMX product of a chunk called directly: x tiles of one and two halves (n ≤ 16 and beyond,
+// ragged), full and partial last panels, K blocks past the first (adding to y) with tails of
+// fewer than 32 k, against the exact sums of the bf16 values; nothing written past a y row's
+// outputs.
+TEST(Bf16DotKernelTest, AmxChunkMatchesExactSums) {
+  if (!GetCpuFeatures().amx) GTEST_SKIP() << "CPU (or OS) offers no AMX tiles";
+  constexpr int kNr = avx512::kGemmNr;
+  uint32_t seed = 800;
+  for (int64_t cols : {2, 32, 76, 1024 + 96, 2 * 1024 + 34}) {
+    for (int64_t rows : {int64_t{1}, int64_t{17}, int64_t{32}, kGemmChunkRows - 5}) {
+      for (int64_t n : {1, 16, 17, 32, 45, 70}) {
+        SCOPED_TRACE(absl::StrCat("cols ", cols, " rows ", rows, " n ", n));
+        const int64_t panels = (rows + kNr - 1) / kNr;
+        const std::vector<float> values =
+            RandomVector(rows * cols, seed++);  // W[j, k] at j·cols + k
+        std::vector<uint16_t> chunk(panels * kNr * cols, 0);
+        for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+          const int64_t kc = std::min(kGemmKc, cols - k0);
+          for (int64_t j = 0; j < rows; ++j) {
+            uint16_t* panel = chunk.data() + (k0 * panels + (j / kNr) * kc) * kNr;
+            for (int64_t k = 0; k < kc; ++k) {
+              panel[(k / 2) * 2 * kNr + 2 * (j % kNr) + k % 2] =
+                  F32ToBF16(values[j * cols + k0 + k]);
+            }
+          }
+        }
+        const int64_t ldx = cols / 2 + 3, ldy = rows + 5;
+        const std::vector<float> xf = RandomVector(n * ldx * 2, seed++);
+        std::vector<uint32_t> x(n * ldx);
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] = F32ToBF16(xf[2 * i]) | uint32_t{F32ToBF16(xf[2 * i + 1])} << 16;
+        }
+        std::vector<float> y = GuardedOutput(n, ldy, rows, seed++);
+        avx512::AmxBf16Chunk(x.data(), ldx, n, cols, chunk.data(), rows, y.data(), ldy);
+        ExpectSums(y, y, n, ldy, rows, false, cols, [&](int64_t i, int64_t j, int64_t k) {
+          const uint32_t pair = x[i * ldx + k / 2];
+          const double xk = BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
+          return xk * BF16ToF32(F32ToBF16(values[j * cols + k]));
+        });
+      }
+    }
+  }
+}
+
 // A Projection packs one part PanelMatrix takes (float; Q4_0 and Q8_0 with AVX512-VNNI) and stacks
 // of such quantized parts, keeps stacks with a float part as stored, and multiplies as Matmul does
 // on the parts (quantized panels, whose sums are added in another order, within 1e-5).
@@ -688,21 +732,34 @@ TEST(CpuFeaturesTest, SimdOverridesAreCheckedAgainstTheCpu) {
   CpuFeatures bf16 = avx2_only;
   bf16.avx512 = bf16.avx512_vnni = bf16.avx512_bf16 = true;
   for (const CpuFeatures& f : {avx2_only, bf16}) {
-    EXPECT_EQ(SimdOverrideError(nullptr, nullptr, f), "");
-    EXPECT_EQ(SimdOverrideError("", "", f), "");
-    EXPECT_EQ(SimdOverrideError("avx2", "off", f), "");
-    EXPECT_EQ(SimdOverrideError("avx5l2", nullptr, f),
+    EXPECT_EQ(SimdOverrideError(nullptr, nullptr, nullptr, f), "");
+    EXPECT_EQ(SimdOverrideError("", "", nullptr, f), "");
+    EXPECT_EQ(SimdOverrideError("avx2", "off", nullptr, f), "");
+    EXPECT_EQ(SimdOverrideError("avx5l2", nullptr, nullptr, f),
               "PDSERVE_SIMD=avx5l2: expected avx2 or avx512");
-    EXPECT_EQ(SimdOverrideError(nullptr, "yes", f), "PDSERVE_BF16_DOT=yes: expected on or off");
-    EXPECT_EQ(SimdOverrideError("AVX2", nullptr, f), "PDSERVE_SIMD=AVX2: expected avx2 or avx512");
+    EXPECT_EQ(SimdOverrideError(nullptr, "yes", nullptr, f),
+              "PDSERVE_BF16_DOT=yes: expected on or off");
+    EXPECT_EQ(SimdOverrideError("AVX2", nullptr, nullptr, f),
+              "PDSERVE_SIMD=AVX2: expected avx2 or avx512");
   }
-  EXPECT_EQ(SimdOverrideError("avx512", "on", bf16), "");
-  EXPECT_EQ(SimdOverrideError(nullptr, "on", bf16), "");
-  EXPECT_NE(SimdOverrideError("avx512", nullptr, avx2_only).find("lacks AVX-512"),
+  EXPECT_EQ(SimdOverrideError("avx512", "on", nullptr, bf16), "");
+  EXPECT_EQ(SimdOverrideError(nullptr, "on", nullptr, bf16), "");
+  EXPECT_NE(SimdOverrideError("avx512", nullptr, nullptr, avx2_only).find("lacks AVX-512"),
             std::string::npos);
-  EXPECT_NE(SimdOverrideError(nullptr, "on", avx2_only).find("lacks AVX512_BF16"),
+  EXPECT_NE(SimdOverrideError(nullptr, "on", nullptr, avx2_only).find("lacks AVX512_BF16"),
             std::string::npos);
-  EXPECT_NE(SimdOverrideError("avx2", "on", bf16).find("PDSERVE_SIMD=avx2 is set"),
+  EXPECT_NE(SimdOverrideError("avx2", "on", nullptr, bf16).find("PDSERVE_SIMD=avx2 is set"),
+            std::string::npos);
+  CpuFeatures amx = bf16;
+  amx.amx = true;
+  for (const CpuFeatures& f : {avx2_only, bf16, amx}) {
+    EXPECT_EQ(SimdOverrideError(nullptr, nullptr, "off", f), "");
+    EXPECT_EQ(SimdOverrideError(nullptr, nullptr, "of", f), "PDSERVE_AMX=of: expected on or off");
+  }
+  EXPECT_EQ(SimdOverrideError("avx512", "on", "on", amx), "");
+  EXPECT_NE(SimdOverrideError(nullptr, nullptr, "on", bf16).find("offers no AMX"),
+            std::string::npos);
+  EXPECT_NE(SimdOverrideError("avx2", nullptr, "on", amx).find("PDSERVE_SIMD=avx2 is set"),
             std::string::npos);
 }
 

@@ -47,7 +47,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 # 25/17 Zen 4, 26 Zen 5).
 cpu="$cpu (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' '))"
 echo "CPU: $cpu; peer: $peer; simd = pdserve's kernel level (PDSERVE_SIMD forces avx2; +bf16dot:"
-echo "bf16 prefill on vdpbf16ps, two multiplies per lane, so its share of the fp32 peak can pass 100%)"
+echo "bf16 prefill on bf16 dot products, vdpbf16ps or (amx) AMX tiles, so its share of the fp32 peak can pass 100%)"
 python3 -c "
 import json, sys
 for threads, c in sorted(json.loads(sys.argv[1]).items()):
@@ -98,7 +98,8 @@ t_pp = statistics.median(r['avg_ts'] for r in t if r['n_prompt'])
 t_tg = statistics.median(r['avg_ts'] for r in t if not r['n_prompt'])
 gflops = statistics.median(r['prefill_gflops'] for r in o)
 gbps = statistics.median(r['decode_weight_gb_per_s'] for r in o)
-simd = o[0]['simd'] + ('+bf16dot' if dtype == 'bf16' and o[0].get('bf16_dot') else '')
+simd = o[0]['simd'] + ('+bf16dot' if dtype == 'bf16' and o[0].get('bf16_dot') else '') + \
+    ('(amx)' if dtype == 'bf16' and o[0].get('amx') else '')
 print(f"| {shape} | {dtype} | {threads} | {simd} | {pp:.0f} | {t_pp:.0f} | {pp / t_pp:.2f} | "
       f"{gflops:.0f} ({gflops / ceiling['gflops']:.0%}) | {tg:.1f} | {t_tg:.1f} | {tg / t_tg:.2f} | "
       f"{gbps:.1f} ({gbps / ceiling['gbps']:.0%}) |")

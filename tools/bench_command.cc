@@ -201,6 +201,7 @@ absl::Status RunBench() {
       {"weights", weights_label},
       {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
       {"bf16_dot", kernels::Bf16DotActive()},
+      {"amx", kernels::Bf16DotActive() && kernels::AmxActive()},
       {"prompt_tokens", prompt_tokens},
       {"gen_tokens", gen_tokens},
       {"decode_context", decode_context},

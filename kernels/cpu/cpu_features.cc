@@ -1,12 +1,34 @@
 #include "kernels/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 namespace pdserve::kernels {
+namespace {
+
+// Whether the CPU has AMX-TILE, AMX-BF16 and AMX-INT8, the OS saves their state (XCR0 bits 17
+// and 18) and grants this process the tile data (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, feature
+// 18, which holds for every thread of the process).
+bool AmxUsable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  constexpr unsigned kBf16 = 1u << 22, kTile = 1u << 24, kInt8 = 1u << 25;
+  if ((edx & (kBf16 | kTile | kInt8)) != (kBf16 | kTile | kInt8)) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & bit_OSXSAVE) == 0) return false;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  if ((xcr0_low & kTileState) != kTileState) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXFeatureTileData = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXFeatureTileData) == 0;
+}
+
+}  // namespace
 
 const CpuFeatures& GetCpuFeatures() {
   static const CpuFeatures features = [] {
@@ -22,6 +44,7 @@ const CpuFeatures& GetCpuFeatures() {
         f.avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
     f.avx512_bf16 =
         f.avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+    f.amx = f.avx512_bf16 && AmxUsable();
     f.amd = __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == signature_AMD_ebx &&
             ecx == signature_AMD_ecx && edx == signature_AMD_edx;
     return f;
@@ -45,12 +68,22 @@ bool Bf16DotActive() {
     const char* requested = std::getenv("PDSERVE_BF16_DOT");
     if (requested != nullptr && std::strcmp(requested, "off") == 0) return false;
     if (requested != nullptr && std::strcmp(requested, "on") == 0) return true;
-    return f.amd;
+    return f.amd || AmxActive();
   }();
   return active;
 }
 
-std::string SimdOverrideError(const char* simd, const char* bf16_dot, const CpuFeatures& f) {
+bool AmxActive() {
+  static const bool active = [] {
+    if (ActiveSimdLevel() != SimdLevel::kAvx512 || !GetCpuFeatures().amx) return false;
+    const char* requested = std::getenv("PDSERVE_AMX");
+    return requested == nullptr || std::strcmp(requested, "off") != 0;
+  }();
+  return active;
+}
+
+std::string SimdOverrideError(const char* simd, const char* bf16_dot, const char* amx,
+                              const CpuFeatures& f) {
   auto set = [](const char* v) { return v != nullptr && *v != '\0'; };
   auto is = [](const char* v, const char* value) { return std::strcmp(v, value) == 0; };
   if (set(simd) && !is(simd, "avx2") && !is(simd, "avx512")) {
@@ -68,12 +101,21 @@ std::string SimdOverrideError(const char* simd, const char* bf16_dot, const CpuF
       return "PDSERVE_BF16_DOT=on: needs the AVX-512 level, and PDSERVE_SIMD=avx2 is set";
     }
   }
+  if (set(amx) && !is(amx, "on") && !is(amx, "off")) {
+    return std::string("PDSERVE_AMX=") + amx + ": expected on or off";
+  }
+  if (set(amx) && is(amx, "on")) {
+    if (!f.amx) return "PDSERVE_AMX=on: this CPU (or its OS) offers no AMX tiles";
+    if (set(simd) && is(simd, "avx2")) {
+      return "PDSERVE_AMX=on: needs the AVX-512 level, and PDSERVE_SIMD=avx2 is set";
+    }
+  }
   return "";
 }
 
 std::string SimdOverrideError() {
   return SimdOverrideError(std::getenv("PDSERVE_SIMD"), std::getenv("PDSERVE_BF16_DOT"),
-                           GetCpuFeatures());
+                           std::getenv("PDSERVE_AMX"), GetCpuFeatures());
 }
 
 const char* SimdLevelName(SimdLevel level) {

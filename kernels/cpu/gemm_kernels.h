@@ -160,6 +160,14 @@ void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float*
 void Bf16DotTile(const Bf16DotTileArgs& args);
 void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out, int64_t ldo);
 
+// AMX (gemm_amx.cc): MultiplyChunkBf16Dot's product on tiles of kAmxMr x rows × one panel, four
+// 16 × 16 fp32 accumulator tiles over 32 k a tdpbf16ps step and each K block's last kc % 32 k by
+// vdpbf16ps: Bf16DotTile's sums up to the order of their fp32 additions (tdpbf16ps, too, takes
+// subnormal inputs as zero and flushes subnormal results). Called only when AmxActive().
+inline constexpr int kAmxMr = 32;
+void AmxBf16Chunk(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols, const uint16_t* chunk,
+                  int64_t rows, float* y, int64_t ldy);
+
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy);
@@ -235,8 +243,8 @@ void ForEachGemmTile(int kernel_mr, int kernel_nr, int64_t n, int64_t cols, int6
 void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t cols,
                    const void* chunk, DType dtype, bool pairs, int64_t rows, float* y, int64_t ldy);
 
-// The same product with AVX-512 panels of bf16 pairs by Bf16DotTile, x as RoundToBf16Pairs wrote
-// its n rows, ldx pairs apart.
+// The same product with AVX-512 panels of bf16 pairs by bf16 dot products (AMX tiles where
+// AmxActive(), else Bf16DotTile), x as RoundToBf16Pairs wrote its n rows, ldx pairs apart.
 void MultiplyChunkBf16Dot(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols,
                           const uint16_t* chunk, int64_t rows, float* y, int64_t ldy);
 

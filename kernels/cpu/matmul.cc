@@ -257,6 +257,10 @@ void MultiplyChunk(const GemmKernel& kernel, const float* x, int64_t n, int64_t 
 
 void MultiplyChunkBf16Dot(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols,
                           const uint16_t* chunk, int64_t rows, float* y, int64_t ldy) {
+  if (AmxActive()) {
+    avx512::AmxBf16Chunk(x, ldx, n, cols, chunk, rows, y, ldy);
+    return;
+  }
   constexpr int kNr = avx512::kGemmNr;
   const int64_t panels = (rows + kNr - 1) / kNr;
   ForEachGemmTile(avx512::kGemmMr, kNr, n, cols, rows,
