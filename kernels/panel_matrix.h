@@ -57,6 +57,7 @@ class PanelMatrix {
   friend void Matmul(ThreadPool& pool, const float* x, int64_t n,
                      std::span<const PanelMatrix> parts, float* y, int64_t ldy,
                      std::span<float> workspace);
+  friend struct PanelParts;  // panel_matrix.cc: where a quantized stack's panels lie
 
   int64_t rows_ = 0, cols_ = 0;
   SimdLevel level_ = SimdLevel::kAvx2;

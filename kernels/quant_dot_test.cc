@@ -441,7 +441,9 @@ std::vector<ActBlock32> QuantizedRows(const std::vector<float>& x, int64_t n, in
 
 // Matmul on quantized `panels` of x's n rows — one and two threads, a roomy workspace and one of
 // room for three x rows (slabs) — into y rows 3 wider than the matrix's: past its rows y stays
-// untouched, and check(i, r, y[i, r]) judges every output.
+// untouched, and check(i, r, y[i, r], amx) judges every output, `amx` where the product ran on AMX
+// tiles in bf16 (kAmxQuantMinRows or more rows on an AMX CPU, the roomy workspace), not the VNNI
+// tile.
 template <typename Check>
 void CheckPanelMatmuls(const PanelMatrix& panels, const std::vector<float>& x, int64_t n,
                        Check check) {
@@ -455,12 +457,13 @@ void CheckPanelMatmuls(const PanelMatrix& panels, const std::vector<float>& x, i
       std::vector<float> workspace(floats);
       std::vector<float> got(n * ldy, -7.0f);
       Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
+      const bool amx = AmxActive() && n >= avx512::kAmxQuantMinRows && floats == roomy;
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t r = rows; r < ldy; ++r) {
           ASSERT_EQ(got[i * ldy + r], -7.0f) << "wrote past row " << i << "'s outputs at " << r;
         }
         for (int64_t r = 0; r < rows; ++r) {
-          check(i, r, got[i * ldy + r]);
+          check(i, r, got[i * ldy + r], amx);
           if (::testing::Test::HasFatalFailure()) return;  // the first wrong output only
         }
       }
@@ -478,10 +481,71 @@ QuantMatrix PanelTestMatrix(DType dtype, int64_t rows, int64_t cols, uint32_t se
   return w;
 }
 
+// w's rows dequantized as the format defines them.
+std::vector<float> Dequantized(const QuantMatrix& w) {
+  const int64_t rows = w.tensor.rows(), cols = w.tensor.cols();
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::DequantizeRow(w.tensor.dtype, w.bytes.data() + r * RowBytes(w.tensor.dtype, cols), cols,
+                         out.data() + r * cols);
+  }
+  return out;
+}
+
+// The AMX product's output (i, r) against its arithmetic in double: Σ over c of the weight and x
+// each rounded to bf16, within 1e-5 of the terms' magnitudes (fp32 sums of exact products).
+void ExpectBf16Product(const std::vector<float>& dequantized, const std::vector<float>& x,
+                       int64_t cols, int64_t i, int64_t r, float got) {
+  auto bf16 = [](float v) { return double{BF16ToF32(F32ToBF16(v))}; };
+  double want = 0.0, magnitude = 0.0;
+  for (int64_t c = 0; c < cols; ++c) {
+    const double term = bf16(dequantized[r * cols + c]) * bf16(x[i * cols + c]);
+    want += term;
+    magnitude += std::fabs(term);
+  }
+  ASSERT_NEAR(got, want, 1e-5 * magnitude + 1e-30) << "at " << i << ", " << r << " (AMX)";
+}
+
+// On AMX CPUs, a prompt's product on quantized panels multiplies each weight as
+// DequantizePanelsToBf16Pairs gives it: with x one row per column, each a one-hot row, Matmul
+// returns every weight of the matrix, each exactly the format's value (DequantizeRow's) rounded
+// to bf16 (a subnormal one as zero: the tiles read those as zero) — every format, block pattern and
+// the largest codes, ragged panels (one and several pairs of them, an odd last one), K blocks past
+// the first and a ragged last one.
+TEST(QuantDotTest, AmxPromptsMultiplyTheFormatsValuesInBf16) {
+  if (!AmxActive()) GTEST_SKIP() << "no AMX tiles (CPU, OS or PDSERVE_AMX=off)";
+  ThreadPool pool(2);
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    uint32_t seed = 900;
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{17, 256}, {50, 512}, {130, 1280}}) {
+      for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
+        SCOPED_TRACE(
+            absl::StrCat(DTypeName(dtype), " rows ", rows, " cols ", cols, " pattern ", pattern));
+        const QuantMatrix w = PanelTestMatrix(dtype, rows, cols, seed++, pattern);
+        const std::vector<float> dequantized = Dequantized(w);
+        const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
+        const int64_t n = cols;  // ≥ kAmxQuantMinRows
+        std::vector<float> x(n * cols, 0.0f), y(n * rows);
+        for (int64_t i = 0; i < n; ++i) x[i * cols + i] = 1.0f;
+        std::vector<float> workspace(MatmulWorkspaceFloats(pool.size(), cols));
+        Matmul(pool, x.data(), n, panels, y.data(), rows, workspace);
+        for (int64_t c = 0; c < cols; ++c) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float want = BF16ToF32(F32ToBF16(dequantized[r * cols + c]));
+            if (std::fpclassify(want) == FP_SUBNORMAL) want = 0.0f;
+            ASSERT_EQ(y[c * rows + r], want) << "weight " << r << ", " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for
 // bit, the prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels,
 // Int8GemmPanels — for one decode row to several tiles, on ragged panels, every block pattern
-// (extreme scales overflow alike) and the largest codes, in CheckPanelMatmuls's settings.
+// (extreme scales overflow alike) and the largest codes, in CheckPanelMatmuls's settings; where
+// the product runs on AMX tiles (CheckPanelMatmuls's `amx`), its bf16 arithmetic instead.
 TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
   using Shapes = std::vector<std::pair<int64_t, int64_t>>;
   const Shapes blocks32 = {{1, 32}, {37, 256}, {300, 96}, {64, 768}};
@@ -499,6 +563,7 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
         const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
         ASSERT_EQ(panels.dtype(), dtype);
         ASSERT_EQ(panels.rows(), rows);
+        const std::vector<float> dequantized = Dequantized(w);
         std::vector<uint8_t> u8((rows + 15) / 16 * (cols / 32) * kInt8PanelBlockBytes);
         PackInt8Panels(Block32AsU8For(dtype), w.bytes.data(), RowBytes(dtype, cols), cols, 0, rows,
                        u8.data());
@@ -507,7 +572,8 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
           const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
           std::vector<float> want(n * rows);
           avx512::Int8GemmPanels(u8.data(), rows, cols, act.data(), n, want.data(), rows);
-          CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got) {
+          CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got, bool amx) {
+            if (amx) return ExpectBf16Product(dequantized, x, cols, i, r, got);
             ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i * rows + r]))
                 << "at " << i << ", " << r << ": " << got << " vs " << want[i * rows + r];
           });
@@ -521,7 +587,8 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
 // per-call int8 GEMM exists to equal: Matmul against the panels' own arithmetic in double — Σ over
 // elements of the dequantized weight (d·s·(q − 32), exact in fp32) times the quantized x (d_x·q_x)
 // — on ragged panels, every block pattern and the largest codes (all 63, the bytes 0xFF), one
-// decode row to several tiles, in CheckPanelMatmuls's settings.
+// decode row to several tiles, in CheckPanelMatmuls's settings (on AMX tiles, their bf16
+// arithmetic).
 TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
   if (!PanelMatrix::Takes(DType::kQ6_K, SimdLevel::kAvx512)) {
     GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
@@ -532,17 +599,14 @@ TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
     for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
       SCOPED_TRACE(absl::StrCat("rows ", rows, " cols ", cols, " pattern ", pattern));
       const QuantMatrix w = PanelTestMatrix(DType::kQ6_K, rows, cols, seed++, pattern);
-      std::vector<float> dequantized(rows * cols);
-      for (int64_t r = 0; r < rows; ++r) {
-        quant::DequantizeRow(DType::kQ6_K, w.bytes.data() + r * RowBytes(DType::kQ6_K, cols), cols,
-                             dequantized.data() + r * cols);
-      }
+      const std::vector<float> dequantized = Dequantized(w);
       const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
       ASSERT_EQ(panels.dtype(), DType::kQ6_K);
       for (int64_t n : {1, 2, 5, 12, 13, 100}) {
         const std::vector<float> x = RandomVector(n * cols, seed++);
         const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
-        CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got) {
+        CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got, bool amx) {
+          if (amx) return ExpectBf16Product(dequantized, x, cols, i, r, got);
           double want = 0.0, magnitude = 0.0;
           for (int64_t c = 0; c < cols; ++c) {
             const ActBlock32& a = act[i * cols / 32 + c / 32];

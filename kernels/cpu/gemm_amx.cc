@@ -17,6 +17,10 @@ namespace {
 
 constexpr int kPairsPerStep = 16;  // a tile line of bf16 pairs: 64 bytes
 constexpr int kPanelLineBytes = 2 * kGemmNr * sizeof(uint16_t);  // one pair of k of a panel
+// Columns a tile multiplies before the next panel's: 32 x rows of them in bf16 (16 KiB) stay in L1
+// across a chunk's panels (the whole K block's 64 KiB streamed from L2 for every panel: 1.x
+// slower).
+constexpr int64_t kAmxKc = 256;
 
 // The tile registers' shapes (palette 1): 0–3 the fp32 accumulators C[a][b] of x rows 16a.. and
 // weight rows 16b.., 4–5 the x tiles (rows 0–15, 16–31), 6–7 the weight tiles (rows 0–15, 16–31).
@@ -121,7 +125,7 @@ void WriteTile(const float* out, int mr, float* y, int64_t ldy, int nr, bool acc
 }  // namespace
 
 void AmxBf16Chunk(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols, const uint16_t* chunk,
-                  int64_t rows, float* y, int64_t ldy) {
+                  int64_t rows, float* y, int64_t ldy, bool accumulate) {
   const int64_t panels = (rows + kGemmNr - 1) / kGemmNr;
   int configured_low = 0, configured_high = -1;  // none yet
   alignas(64) float out[kAmxMr * kAmxMr];
@@ -145,7 +149,7 @@ void AmxBf16Chunk(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols, const
                     const int64_t done = steps * kPairsPerStep;  // pairs
                     AddTailPairs(xt + done, ldx, mr, panel + done * 2 * kGemmNr, kc / 2 - done,
                                  out);
-                    WriteTile(out, mr, y + i0 * ldy + p * kGemmNr, ldy, nr, k0 > 0);
+                    WriteTile(out, mr, y + i0 * ldy + p * kGemmNr, ldy, nr, accumulate || k0 > 0);
                   });
   if (configured_high >= 0) _tile_release();
 }

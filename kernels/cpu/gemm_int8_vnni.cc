@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -287,7 +288,81 @@ void GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBloc
   }
 }
 
+// F32ToBF16 of each lane (nearest even; NaN made quiet), in the lanes' high halves.
+__m512i RoundedToBf16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
+}
+
+// The pairs (even k, odd k) of 16 rows' bf16 values.
+__m512i Bf16Pairs(__m512 even, __m512 odd) {
+  return _mm512_or_si512(_mm512_srli_epi32(RoundedToBf16(even), 16),
+                         _mm512_and_si512(RoundedToBf16(odd), _mm512_set1_epi32(-65536)));
+}
+
+// DequantizePanelsToBf16Pairs for one format: per panel, group and unit, each step's 4 k of the
+// 16 rows widened to fp32 (scale·u − min: the format's value, exactly as DequantizeRow computes
+// it), rounded and paired into its lines.
+template <typename Format>
+void DequantizeToPairs(const uint8_t* packed, int64_t cols, int64_t k0, int64_t kc, int64_t panels,
+                       uint16_t* out) {
+  constexpr int64_t kGroupK = Format::kGroupBlocks * kQK;
+  constexpr int kLine = 2 * kGemmNr;  // uint16 of a pair of k across a bf16 panel's rows
+  const int64_t panel_bytes = cols / kGroupK * static_cast<int64_t>(Format::kGroupBytes);
+  const __m512i byte = _mm512_set1_epi32(0xFF);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* to = out + (p / 2) * kc * kGemmNr + (p % 2) * 2 * kInt8GemmNr;
+    const uint8_t* group = packed + p * panel_bytes + k0 / kGroupK * Format::kGroupBytes;
+    for (int64_t g0 = 0; g0 < kc; g0 += kGroupK, group += Format::kGroupBytes) {
+      const typename Format::Scales scales(group);
+      for (int k = 0; k < Format::kGroupBlocks; ++k) {
+        for (int u = 0; u < Format::kUnits; ++u) {
+          const __m512 scale = scales.Scale(k, u);
+          const __m512 min = scales.Min(k, u, scale);
+          Format::Steps(group, k, u, [&](__m512i w, int s) {
+            __m512 v[4];
+            for (int i = 0; i < 4; ++i) {
+              const __m512i codes = _mm512_and_si512(_mm512_srli_epi32(w, 8 * i), byte);
+              v[i] = _mm512_fmsub_ps(scale, _mm512_cvtepi32_ps(codes), min);
+            }
+            const int64_t q = (g0 + k * kQK + 4 * s) / 2;  // the pair of the step's first k
+            _mm512_storeu_si512(to + q * kLine, Bf16Pairs(v[0], v[1]));
+            _mm512_storeu_si512(to + (q + 1) * kLine, Bf16Pairs(v[2], v[3]));
+          });
+        }
+      }
+    }
+  }
+  if (panels % 2 == 1) {  // the last bf16 panel's rows past the matrix's
+    uint16_t* to = out + (panels / 2) * kc * kGemmNr + 2 * kInt8GemmNr;
+    for (int64_t q = 0; q < kc / 2; ++q)
+      _mm512_storeu_si512(to + q * kLine, _mm512_setzero_si512());
+  }
+}
+
 }  // namespace
+
+void DequantizePanelsToBf16Pairs(DType dtype, const uint8_t* packed, int64_t cols, int64_t k0,
+                                 int64_t kc, int64_t panels, uint16_t* out) {
+  switch (dtype) {
+    case DType::kQ4_0:
+      return DequantizeToPairs<Q4_0Panels>(packed, cols, k0, kc, panels, out);
+    case DType::kQ8_0:
+      return DequantizeToPairs<Q8_0Panels>(packed, cols, k0, kc, panels, out);
+    case DType::kQ4_K:
+      return DequantizeToPairs<K4Panels<false>>(packed, cols, k0, kc, panels, out);
+    case DType::kQ5_K:
+      return DequantizeToPairs<K4Panels<true>>(packed, cols, k0, kc, panels, out);
+    case DType::kQ6_K:
+      return DequantizeToPairs<Q6_KPanels>(packed, cols, k0, kc, panels, out);
+    default:
+      std::abort();
+  }
+}
 
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                     int64_t n, float* y, int64_t ldy) {

@@ -164,9 +164,16 @@ void RoundToBf16Pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out,
 // 16 × 16 fp32 accumulator tiles over 32 k a tdpbf16ps step and each K block's last kc % 32 k by
 // vdpbf16ps: Bf16DotTile's sums up to the order of their fp32 additions (tdpbf16ps, too, takes
 // subnormal inputs as zero and flushes subnormal results). Called only when AmxActive().
+// Adds to y's values where `accumulate`.
 inline constexpr int kAmxMr = 32;
+// Activation rows from which a PanelMatrix's quantized products run on AMX tiles where
+// AmxActive(): each range of panels dequantized to bf16 (DequantizePanelsToBf16Pairs) and x rounded
+// to bf16, then AmxBf16Chunk — not the VNNI tile's int8 arithmetic, so a prompt's logits differ
+// from a decode step's within bf16's rounding. Fewer rows (decode) keep the VNNI tile, which reads
+// each panel once with no dequantization.
+inline constexpr int64_t kAmxQuantMinRows = 64;
 void AmxBf16Chunk(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols, const uint16_t* chunk,
-                  int64_t rows, float* y, int64_t ldy);
+                  int64_t rows, float* y, int64_t ldy, bool accumulate = false);
 
 // AVX512-VNNI (gemm_int8_vnni.cc): vpdpbusd, any code; tiles of 12 x rows × 16 weight rows.
 void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
@@ -177,6 +184,14 @@ void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const Act
 // rows; Q6_K's units of 16 elements take ActBlock32's half_sums as their minimums' sums. nullptr
 // for other dtypes.
 Int8GemmFn QuantPanelsGemm(DType dtype);
+// Columns [k0, k0 + kc) of `panels` consecutive panels of those formats (of a matrix of `cols`
+// columns; k0 and kc multiples of the format's group: 256 columns for K-quants, else 32), each
+// weight the format's value as quant::DequantizeRow gives it, bit for bit, rounded to bf16 as
+// F32ToBF16 rounds, into ceil(panels / 2) bf16 panels of kGemmNr rows in the pairs layout (kc ×
+// kGemmNr elements each, back to back; an odd last one's second 16 rows zero) at `out`: what
+// AmxBf16Chunk multiplies.
+void DequantizePanelsToBf16Pairs(DType dtype, const uint8_t* packed, int64_t cols, int64_t k0,
+                                 int64_t kc, int64_t panels, uint16_t* out);
 }  // namespace avx512
 
 // The widest panel of any level.

@@ -259,12 +259,88 @@ void PackFloat(const Tensor& w, const GemmKernel& kernel, bool bf16_pairs, bool 
 
 }  // namespace
 
+// The products of quantized stacks (Matmul on a span of parts): where each part's panels lie.
+struct PanelParts {
+  // Calls f(part, panels, from, to, first_row) for each part's rows [from, to) among the padded
+  // rows [begin, end) of the stack (each part's rows rounded up to whole panels), `panels` where
+  // the part's row `from` starts (panel p starts where row 16p does) and `first_row` the part's
+  // first output column.
+  template <typename F>
+  static void ForEachRange(std::span<const PanelMatrix> parts, int64_t begin, int64_t end, F f) {
+    int64_t first_padded = 0, first_row = 0;  // of the part at hand
+    for (const PanelMatrix& part : parts) {
+      const int64_t from = std::max(begin, first_padded) - first_padded;
+      const int64_t to = std::min(end - first_padded, part.rows_);
+      if (from < to) {
+        const auto* panels = static_cast<const uint8_t*>(part.storage_.data);
+        f(part, panels + from * RowBytes(part.dtype(), part.cols_), from, to, first_row);
+      }
+      first_padded += PanelRows(part);
+      first_row += part.rows_;
+    }
+  }
+
+  static int64_t PaddedRows(std::span<const PanelMatrix> parts) {
+    int64_t rows = 0;
+    for (const PanelMatrix& part : parts) rows += PanelRows(part);
+    return rows;
+  }
+
+  // The product on AMX tiles: x rounded to bf16 pairs into the workspace, slab by slab, then per
+  // range of a GEMM chunk's rows and K block, the range's panels dequantized to bf16 into its
+  // thread's share of the workspace and multiplied by AmxBf16Chunk. False, doing nothing, when
+  // the workspace holds the threads' shares and fewer x rows than a tile's.
+  static bool AmxMatmul(ThreadPool& pool, const float* x, int64_t n,
+                        std::span<const PanelMatrix> parts, float* y, int64_t ldy,
+                        std::span<float> workspace) {
+    const int64_t cols = parts.front().cols_;
+    const int64_t ldp = cols / 2 + 16;  // pairs a row of x, padded as Bf16DotMatmul pads them
+    const size_t share = kGemmChunkRows * std::min(cols, kGemmKc) / 2;  // a K block in bf16
+    const size_t shares = static_cast<size_t>(pool.size()) * share;
+    if (workspace.size() < shares) return false;
+    const int64_t slab = std::min<int64_t>(n, (workspace.size() - shares) / ldp);
+    if (slab < avx512::kAmxMr) return false;
+    auto* pairs = reinterpret_cast<uint32_t*>(workspace.data() + shares);
+    const int64_t padded_rows = PaddedRows(parts);
+    for (int64_t i0 = 0; i0 < n; i0 += slab) {
+      const int64_t rows_x = std::min(slab, n - i0);
+      pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
+        avx512::RoundToBf16Pairs(x + (i0 + begin) * cols, end - begin, cols, pairs + begin * ldp,
+                                 ldp);
+      });
+      pool.ParallelForDynamic(
+          padded_rows, kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
+            auto* dequantized = reinterpret_cast<uint16_t*>(workspace.data() + thread * share);
+            ForEachRange(parts, begin, end,
+                         [&](const PanelMatrix& part, const uint8_t* panels, int64_t from,
+                             int64_t to, int64_t first_row) {
+                           const int64_t panels16 = (to - from + kInt8GemmNr - 1) / kInt8GemmNr;
+                           for (int64_t k0 = 0; k0 < cols; k0 += kGemmKc) {
+                             const int64_t kc = std::min(kGemmKc, cols - k0);
+                             avx512::DequantizePanelsToBf16Pairs(part.dtype(), panels, cols, k0, kc,
+                                                                 panels16, dequantized);
+                             avx512::AmxBf16Chunk(pairs + k0 / 2, ldp, rows_x, kc, dequantized,
+                                                  to - from, y + i0 * ldy + first_row + from, ldy,
+                                                  k0 > 0);
+                           }
+                         });
+          });
+    }
+    return true;
+  }
+};
+
 // x quantized per 32 into the workspace once for every part (all take the same activations), in
 // slabs of as many rows as it holds, then ranges of whole panels by the VNNI tiles — ranges of a
 // few panels for decode batches, so that both threads stream, of a GEMM chunk's rows for prefill —
-// over all parts' panels in one parallel pass.
+// over all parts' panels in one parallel pass. On CPUs with AMX, kAmxQuantMinRows or more rows take
+// PanelParts::AmxMatmul instead.
 void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMatrix> parts,
             float* y, int64_t ldy, std::span<float> workspace) {
+  if (n >= avx512::kAmxQuantMinRows && AmxActive() &&
+      PanelParts::AmxMatmul(pool, x, n, parts, y, ldy, workspace)) {
+    return;
+  }
   const int64_t cols = parts.front().cols_;
   const int64_t blocks = cols / quant::kQK;
   const size_t act_row_bytes = blocks * sizeof(ActBlock32);
@@ -274,8 +350,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMa
                  DTypeName(parts.front().dtype()), workspace.size_bytes(), act_row_bytes);
     std::abort();
   }
-  int64_t padded_rows = 0;
-  for (const PanelMatrix& part : parts) padded_rows += PanelRows(part);
+  const int64_t padded_rows = PanelParts::PaddedRows(parts);
   auto* acts = reinterpret_cast<ActBlock32*>(workspace.data());
   const int64_t chunk =
       n <= kGemvMaxBatch ? GemvChunkRows(padded_rows, pool.size()) : kGemmChunkRows;
@@ -284,20 +359,13 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMa
     const int64_t rows_x = std::min(slab, n - i0);
     QuantizeActivationRows(pool, x + i0 * cols, rows_x, cols, acts);
     pool.ParallelForDynamic(padded_rows, chunk, [&](int64_t begin, int64_t end, int) {
-      int64_t first_padded = 0, first_row = 0;  // of the part at hand
-      for (const PanelMatrix& part : parts) {
-        const int64_t from = std::max(begin, first_padded) - first_padded;
-        const int64_t to = std::min(end - first_padded, part.rows_);
-        if (from < to) {
-          const auto* panels = static_cast<const uint8_t*>(part.storage_.data);
-          // Panel p starts where row 16p does.
-          avx512::QuantPanelsGemm(part.dtype())(panels + from * RowBytes(part.dtype(), cols),
-                                                to - from, cols, acts, rows_x,
-                                                y + i0 * ldy + first_row + from, ldy);
-        }
-        first_padded += PanelRows(part);
-        first_row += part.rows_;
-      }
+      PanelParts::ForEachRange(parts, begin, end,
+                               [&](const PanelMatrix& part, const uint8_t* panels, int64_t from,
+                                   int64_t to, int64_t first_row) {
+                                 avx512::QuantPanelsGemm(part.dtype())(
+                                     panels, to - from, cols, acts, rows_x,
+                                     y + i0 * ldy + first_row + from, ldy);
+                               });
     });
   }
 }
