@@ -42,8 +42,9 @@ SimdLevel ActiveSimdLevel();
 // (not with PDSERVE_SIMD=avx2).
 bool Bf16DotActive();
 
-// Whether the bf16 dot products run on AMX tiles (gemm_amx.cc) rather than vdpbf16ps: on CPUs
-// with AMX (CpuFeatures::amx) at the AVX-512 level, unless PDSERVE_AMX=off.
+// Whether the bf16 dot products run on AMX tiles (gemm_amx.cc) rather than vdpbf16ps, and prompts
+// on quantized panels on those tiles too (dequantized to bf16) rather than the VNNI int8 tile: on
+// CPUs with AMX (CpuFeatures::amx) at the AVX-512 level, unless PDSERVE_AMX=off.
 bool AmxActive();
 
 // What is wrong with the overrides `simd` (PDSERVE_SIMD: avx2, or avx512 where the CPU `f` has

@@ -17,10 +17,6 @@ namespace {
 
 constexpr int kPairsPerStep = 16;  // a tile line of bf16 pairs: 64 bytes
 constexpr int kPanelLineBytes = 2 * kGemmNr * sizeof(uint16_t);  // one pair of k of a panel
-// Columns a tile multiplies before the next panel's: 32 x rows of them in bf16 (16 KiB) stay in L1
-// across a chunk's panels (the whole K block's 64 KiB streamed from L2 for every panel: 1.x
-// slower).
-constexpr int64_t kAmxKc = 256;
 
 // The tile registers' shapes (palette 1): 0–3 the fp32 accumulators C[a][b] of x rows 16a.. and
 // weight rows 16b.., 4–5 the x tiles (rows 0–15, 16–31), 6–7 the weight tiles (rows 0–15, 16–31).
