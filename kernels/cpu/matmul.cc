@@ -309,8 +309,12 @@ int64_t GemvChunkRows(int64_t rows, int threads) {
 }
 
 size_t MatmulWorkspaceFloats(int num_threads, int64_t max_cols) {
-  // Per thread: a chunk's panels, then one panel's rows widened.
-  return static_cast<size_t>(num_threads) * (kGemmChunkRows + kGemmMaxNr) * max_cols;
+  // Per thread: a chunk's panels, then one panel's rows widened; and a K block of a chunk's rows
+  // in bf16, a thread's share of a quantized prompt's product on AMX tiles (panel_matrix.cc), so
+  // that the rest holds a 512-token prompt's rows of x in bf16 at two threads.
+  return static_cast<size_t>(num_threads) *
+         ((kGemmChunkRows + kGemmMaxNr) * max_cols +
+          kGemmChunkRows * std::min<int64_t>(max_cols, kGemmKc) / 2);
 }
 
 namespace {

@@ -298,8 +298,10 @@ struct PanelParts {
     const size_t share = kGemmChunkRows * std::min(cols, kGemmKc) / 2;  // a K block in bf16
     const size_t shares = static_cast<size_t>(pool.size()) * share;
     if (workspace.size() < shares) return false;
-    const int64_t slab = std::min<int64_t>(n, (workspace.size() - shares) / ldp);
-    if (slab < avx512::kAmxMr) return false;
+    const int64_t room = std::min<int64_t>(n, (workspace.size() - shares) / ldp);
+    if (room < avx512::kAmxMr) return false;
+    // Slabs of equal rows: every slab dequantizes the whole stack again, so none of a few rows.
+    const int64_t slabs = (n + room - 1) / room, slab = (n + slabs - 1) / slabs;
     auto* pairs = reinterpret_cast<uint32_t*>(workspace.data() + shares);
     const int64_t padded_rows = PaddedRows(parts);
     for (int64_t i0 = 0; i0 < n; i0 += slab) {
