@@ -298,6 +298,22 @@ TEST(Bf16DotKernelTest, RoundToBf16PairsMatchesF32ToBF16) {
   }
 }
 
+// n rows of seeded bf16 pairs, ldx pairs apart, as RoundToBf16Pairs lays them out.
+std::vector<uint32_t> Bf16PairRows(int64_t n, int64_t ldx, uint32_t seed) {
+  const std::vector<float> xf = RandomVector(n * ldx * 2, seed);
+  std::vector<uint32_t> x(n * ldx);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = F32ToBF16(xf[2 * i]) | uint32_t{F32ToBF16(xf[2 * i + 1])} << 16;
+  }
+  return x;
+}
+
+// Element k of row i of such rows.
+double PairElement(const std::vector<uint32_t>& x, int64_t ldx, int64_t i, int64_t k) {
+  const uint32_t pair = x[i * ldx + k / 2];
+  return BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
+}
+
 // The dot-product tile called directly: every tile height, full and partial panel widths, padded
 // x and y rows, overwriting and accumulating, against the exact sum of the bf16 values.
 TEST(Bf16DotKernelTest, TileMatchesExactSums) {
@@ -318,18 +334,12 @@ TEST(Bf16DotKernelTest, TileMatchesExactSums) {
         for (bool accumulate : {false, true}) {
           SCOPED_TRACE(absl::StrCat("kc ", kc, " mr ", mr, " nr ", nr, " accumulate ", accumulate));
           const int64_t ldx = kc / 2 + 3, ldy = kNr + 5;
-          const std::vector<float> xf = RandomVector(mr * ldx * 2, seed++);
-          std::vector<uint32_t> x(mr * ldx);
-          for (size_t i = 0; i < x.size(); ++i) {
-            x[i] = F32ToBF16(xf[2 * i]) | uint32_t{F32ToBF16(xf[2 * i + 1])} << 16;
-          }
+          const std::vector<uint32_t> x = Bf16PairRows(mr, ldx, seed++);
           std::vector<float> y = GuardedOutput(mr, ldy, nr, seed++);
           const std::vector<float> before = y;
           avx512::Bf16DotTile({x.data(), ldx, mr, panel.data(), kc, y.data(), ldy, nr, accumulate});
           ExpectSums(y, before, mr, ldy, nr, accumulate, kc, [&](int64_t i, int64_t j, int64_t k) {
-            const uint32_t pair = x[i * ldx + k / 2];
-            const double xk = BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
-            return xk * BF16ToF32(panel[(k / 2) * 2 * kNr + 2 * j + k % 2]);
+            return PairElement(x, ldx, i, k) * BF16ToF32(panel[(k / 2) * 2 * kNr + 2 * j + k % 2]);
           });
         }
       }
@@ -364,17 +374,11 @@ TEST(Bf16DotKernelTest, AmxChunkMatchesExactSums) {
           }
         }
         const int64_t ldx = cols / 2 + 3, ldy = rows + 5;
-        const std::vector<float> xf = RandomVector(n * ldx * 2, seed++);
-        std::vector<uint32_t> x(n * ldx);
-        for (size_t i = 0; i < x.size(); ++i) {
-          x[i] = F32ToBF16(xf[2 * i]) | uint32_t{F32ToBF16(xf[2 * i + 1])} << 16;
-        }
+        const std::vector<uint32_t> x = Bf16PairRows(n, ldx, seed++);
         std::vector<float> y = GuardedOutput(n, ldy, rows, seed++);
         avx512::AmxBf16Chunk(x.data(), ldx, n, cols, chunk.data(), rows, y.data(), ldy);
         ExpectSums(y, y, n, ldy, rows, false, cols, [&](int64_t i, int64_t j, int64_t k) {
-          const uint32_t pair = x[i * ldx + k / 2];
-          const double xk = BF16ToF32(static_cast<uint16_t>(k % 2 == 0 ? pair : pair >> 16));
-          return xk * BF16ToF32(F32ToBF16(values[j * cols + k]));
+          return PairElement(x, ldx, i, k) * BF16ToF32(F32ToBF16(values[j * cols + k]));
         });
       }
     }

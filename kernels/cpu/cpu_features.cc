@@ -82,35 +82,44 @@ bool AmxActive() {
   return active;
 }
 
-std::string SimdOverrideError(const char* simd, const char* bf16_dot, const char* amx,
-                              const CpuFeatures& f) {
-  auto set = [](const char* v) { return v != nullptr && *v != '\0'; };
-  auto is = [](const char* v, const char* value) { return std::strcmp(v, value) == 0; };
-  if (set(simd) && !is(simd, "avx2") && !is(simd, "avx512")) {
-    return std::string("PDSERVE_SIMD=") + simd + ": expected avx2 or avx512";
-  }
-  if (set(simd) && is(simd, "avx512") && !f.avx512) {
-    return "PDSERVE_SIMD=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (avx2 is the widest level here)";
-  }
-  if (set(bf16_dot) && !is(bf16_dot, "on") && !is(bf16_dot, "off")) {
-    return std::string("PDSERVE_BF16_DOT=") + bf16_dot + ": expected on or off";
-  }
-  if (set(bf16_dot) && is(bf16_dot, "on")) {
-    if (!f.avx512_bf16) return "PDSERVE_BF16_DOT=on: this CPU lacks AVX512_BF16";
-    if (set(simd) && is(simd, "avx2")) {
-      return "PDSERVE_BF16_DOT=on: needs the AVX-512 level, and PDSERVE_SIMD=avx2 is set";
-    }
-  }
-  if (set(amx) && !is(amx, "on") && !is(amx, "off")) {
-    return std::string("PDSERVE_AMX=") + amx + ": expected on or off";
-  }
-  if (set(amx) && is(amx, "on")) {
-    if (!f.amx) return "PDSERVE_AMX=on: this CPU (or its OS) offers no AMX tiles";
-    if (set(simd) && is(simd, "avx2")) {
-      return "PDSERVE_AMX=on: needs the AVX-512 level, and PDSERVE_SIMD=avx2 is set";
-    }
+namespace {
+
+bool IsSet(const char* v) { return v != nullptr && *v != '\0'; }
+bool Is(const char* v, const char* value) { return std::strcmp(v, value) == 0; }
+
+// What is wrong with the on|off override `name`=`value` of a feature at the AVX-512 level that the
+// CPU has (`has`; else `lacks` says what it lacks), `simd` the PDSERVE_SIMD override; "" if
+// nothing.
+std::string OnOffOverrideError(const char* name, const char* value, bool has, const char* lacks,
+                               const char* simd) {
+  if (!IsSet(value)) return "";
+  const std::string override = std::string(name) + "=" + value;
+  if (!Is(value, "on") && !Is(value, "off")) return override + ": expected on or off";
+  if (Is(value, "off")) return "";
+  if (!has) return override + ": " + lacks;
+  if (IsSet(simd) && Is(simd, "avx2")) {
+    return override + ": needs the AVX-512 level, and PDSERVE_SIMD=avx2 is set";
   }
   return "";
+}
+
+}  // namespace
+
+std::string SimdOverrideError(const char* simd, const char* bf16_dot, const char* amx,
+                              const CpuFeatures& f) {
+  if (IsSet(simd) && !Is(simd, "avx2") && !Is(simd, "avx512")) {
+    return std::string("PDSERVE_SIMD=") + simd + ": expected avx2 or avx512";
+  }
+  if (IsSet(simd) && Is(simd, "avx512") && !f.avx512) {
+    return "PDSERVE_SIMD=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (avx2 is the widest level here)";
+  }
+  if (std::string bad = OnOffOverrideError("PDSERVE_BF16_DOT", bf16_dot, f.avx512_bf16,
+                                           "this CPU lacks AVX512_BF16", simd);
+      !bad.empty()) {
+    return bad;
+  }
+  return OnOffOverrideError("PDSERVE_AMX", amx, f.amx, "this CPU (or its OS) offers no AMX tiles",
+                            simd);
 }
 
 std::string SimdOverrideError() {
