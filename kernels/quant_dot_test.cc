@@ -439,11 +439,11 @@ std::vector<ActBlock32> QuantizedRows(const std::vector<float>& x, int64_t n, in
   return act;
 }
 
-// Matmul on quantized `panels` of x's n rows — one and two threads, a roomy workspace and one of
-// room for three x rows (slabs) — into y rows 3 wider than the matrix's: past its rows y stays
-// untouched, and check(i, r, y[i, r], amx) judges every output, `amx` where the product ran on AMX
-// tiles in bf16 (kAmxQuantMinRows or more rows on an AMX CPU, the roomy workspace), not the VNNI
-// tile.
+// Matmul on quantized `panels` of x's n rows — one and two threads, a roomy workspace, one of
+// room for three x rows (slabs) and one of room for 40 (slabs of the AMX product) — into y rows 3
+// wider than the matrix's: past its rows y stays untouched, and check(i, r, y[i, r], amx) judges
+// every output, `amx` where the product ran on AMX tiles in bf16 (kAmxQuantMinRows or more rows on
+// an AMX CPU, all but the three-row workspace), not the VNNI tile.
 template <typename Check>
 void CheckPanelMatmuls(const PanelMatrix& panels, const std::vector<float>& x, int64_t n,
                        Check check) {
@@ -452,12 +452,15 @@ void CheckPanelMatmuls(const PanelMatrix& panels, const std::vector<float>& x, i
     ThreadPool pool(threads);
     const size_t roomy = MatmulWorkspaceFloats(threads, cols);
     const size_t few_rows = 3 * cols / 32 * sizeof(ActBlock32) / sizeof(float);
-    for (size_t floats : {roomy, few_rows}) {
+    // Room for the AMX shares and 40 rows of x in bf16: the AMX product in slabs.
+    const size_t amx_slabs =
+        threads * kGemmChunkRows * std::min<int64_t>(cols, kGemmKc) / 2 + 40 * (cols / 2 + 16);
+    for (size_t floats : {roomy, few_rows, amx_slabs}) {
       SCOPED_TRACE(absl::StrCat("threads ", threads, " workspace ", floats, " n ", n));
       std::vector<float> workspace(floats);
       std::vector<float> got(n * ldy, -7.0f);
       Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
-      const bool amx = AmxActive() && n >= avx512::kAmxQuantMinRows && floats == roomy;
+      const bool amx = AmxActive() && n >= avx512::kAmxQuantMinRows && floats != few_rows;
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t r = rows; r < ldy; ++r) {
           ASSERT_EQ(got[i * ldy + r], -7.0f) << "wrote past row " << i << "'s outputs at " << r;

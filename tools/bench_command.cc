@@ -201,7 +201,7 @@ absl::Status RunBench() {
       {"weights", weights_label},
       {"simd", kernels::SimdLevelName(kernels::ActiveSimdLevel())},
       {"bf16_dot", kernels::Bf16DotActive()},
-      {"amx", kernels::Bf16DotActive() && kernels::AmxActive()},
+      {"amx", kernels::AmxActive()},  // prompts of bf16 (with bf16_dot) and quantized weights
       {"prompt_tokens", prompt_tokens},
       {"gen_tokens", gen_tokens},
       {"decode_context", decode_context},

@@ -186,10 +186,11 @@ void Int8GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const Act
 Int8GemmFn QuantPanelsGemm(DType dtype);
 // Columns [k0, k0 + kc) of `panels` consecutive panels of those formats (of a matrix of `cols`
 // columns; k0 and kc multiples of the format's group: 256 columns for K-quants, else 32), each
-// weight the format's value as quant::DequantizeRow gives it, bit for bit, rounded to bf16 as
-// F32ToBF16 rounds, into ceil(panels / 2) bf16 panels of kGemmNr rows in the pairs layout (kc ×
-// kGemmNr elements each, back to back; an odd last one's second 16 rows zero) at `out`: what
-// AmxBf16Chunk multiplies.
+// weight the format's value as quant::DequantizeRow gives it (bit for bit for finite scales, as
+// GCC builds it: scale·u − min in one fused rounding; an infinite scale gives NaN throughout, as
+// the VNNI tile's sums do), rounded to bf16 as F32ToBF16 rounds, into ceil(panels / 2) bf16 panels
+// of kGemmNr rows in the pairs layout (kc × kGemmNr elements each, back to back; an odd last one's
+// second 16 rows zero) at `out`: what AmxBf16Chunk multiplies.
 void DequantizePanelsToBf16Pairs(DType dtype, const uint8_t* packed, int64_t cols, int64_t k0,
                                  int64_t kc, int64_t panels, uint16_t* out);
 }  // namespace avx512
