@@ -6,8 +6,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
 
 #include "kernels/cpu/gemm_avx512_tile.h"
 #include "kernels/cpu/gemm_kernels.h"
@@ -81,26 +79,6 @@ void StepTiles(const uint32_t* x, int64_t ldx, const uint16_t* panel, int64_t st
   }
 }
 
-// Adds the products of `pairs` < 16 pairs of k (x from `x`, weights from `panel`, as Bf16DotTile
-// reads them) to rows [0, mr) of the 32 × 32 floats at `out`.
-void AddTailPairs(const uint32_t* x, int64_t ldx, int mr, const uint16_t* panel, int64_t pairs,
-                  float* out) {
-  for (int i = 0; i < mr; ++i) {
-    float* row = out + i * kAmxMr;
-    __m512 acc0 = _mm512_loadu_ps(row), acc1 = _mm512_loadu_ps(row + 16);
-    for (int64_t q = 0; q < pairs; ++q) {
-      int32_t pair;  // copied, not read as uint32_t: the pairs live in a float workspace
-      std::memcpy(&pair, x + i * ldx + q, sizeof(pair));
-      const auto xi = std::bit_cast<__m512bh>(_mm512_set1_epi32(pair));
-      const uint16_t* w = panel + q * 2 * kGemmNr;
-      acc0 = _mm512_dpbf16_ps(acc0, xi, std::bit_cast<__m512bh>(_mm512_loadu_si512(w)));
-      acc1 = _mm512_dpbf16_ps(acc1, xi, std::bit_cast<__m512bh>(_mm512_loadu_si512(w + kGemmNr)));
-    }
-    _mm512_storeu_ps(row, acc0);
-    _mm512_storeu_ps(row + 16, acc1);
-  }
-}
-
 // Rows [0, mr) and columns [0, nr) of the 32 × 32 floats at `out` into y (adding y's values first
 // if `accumulate`).
 void WriteTile(const float* out, int mr, float* y, int64_t ldy, int nr, bool accumulate) {
@@ -142,9 +120,19 @@ void AmxBf16Chunk(const uint32_t* x, int64_t ldx, int64_t n, int64_t cols, const
                     } else {
                       StepTiles<false>(xt, ldx, panel, steps, out);
                     }
-                    const int64_t done = steps * kPairsPerStep;  // pairs
-                    AddTailPairs(xt + done, ldx, mr, panel + done * 2 * kGemmNr, kc / 2 - done,
-                                 out);
+                    // The last kc % 32 k by the vdpbf16ps tile, onto the tiles' sums.
+                    const int64_t done = 2 * steps * kPairsPerStep;  // k
+                    for (int i = 0; done < kc && i < mr; i += kGemmMr) {
+                      Bf16DotTile({.x = xt + i * ldx + done / 2,
+                                   .ldx = ldx,
+                                   .mr = std::min(kGemmMr, mr - i),
+                                   .panel = panel + done * kGemmNr,
+                                   .kc = kc - done,
+                                   .y = out + i * kAmxMr,
+                                   .ldy = kAmxMr,
+                                   .nr = kGemmNr,
+                                   .accumulate = true});
+                    }
                     WriteTile(out, mr, y + i0 * ldy + p * kGemmNr, ldy, nr, accumulate || k0 > 0);
                   });
   if (configured_high >= 0) _tile_release();

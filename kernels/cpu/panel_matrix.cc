@@ -46,19 +46,27 @@ void NarrowToBf16Pairs(const float* packed, int64_t panels, int64_t cols, int nr
 // `workspace`, in slabs of as many rows as it holds, then every chunk of each slab. Rows of pairs
 // are padded by a cache line: a multiple of 4 KiB apart (2048 columns) a tile's 12 rows would share
 // one L1 set. False, doing nothing, when the workspace holds fewer rows than a tile's.
+// Pairs (floats) a row of x rounded to bf16 takes in the workspace.
+int64_t PairsRowFloats(int64_t cols) { return cols / 2 + 16; }
+
+// Rows [i0, i0 + rows) of x (cols floats apart) rounded to bf16 pairs, ldp apart, on the pool.
+void RoundRowsToPairs(ThreadPool& pool, const float* x, int64_t i0, int64_t rows, int64_t cols,
+                      uint32_t* pairs, int64_t ldp) {
+  pool.ParallelFor(rows, 16, [&](int64_t begin, int64_t end, int) {
+    avx512::RoundToBf16Pairs(x + (i0 + begin) * cols, end - begin, cols, pairs + begin * ldp, ldp);
+  });
+}
+
 bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, int64_t rows,
                    const uint8_t* chunks, size_t chunk_bytes, float* y, int64_t ldy,
                    std::span<float> workspace) {
-  const int64_t ldp = cols / 2 + 16;  // a pair of bf16 takes a float's bytes
+  const int64_t ldp = PairsRowFloats(cols);  // a pair of bf16 takes a float's bytes
   const int64_t slab = std::min<int64_t>(n, workspace.size() / ldp);
   if (slab < avx512::kGemmMr) return false;
   auto* pairs = reinterpret_cast<uint32_t*>(workspace.data());
   for (int64_t i0 = 0; i0 < n; i0 += slab) {
     const int64_t rows_x = std::min(slab, n - i0);
-    pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
-      avx512::RoundToBf16Pairs(x + (i0 + begin) * cols, end - begin, cols, pairs + begin * ldp,
-                               ldp);
-    });
+    RoundRowsToPairs(pool, x, i0, rows_x, cols, pairs, ldp);
     pool.ParallelForDynamic(rows, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
       const auto* chunk =
           reinterpret_cast<const uint16_t*>(chunks + begin / kGemmChunkRows * chunk_bytes);
@@ -294,7 +302,7 @@ struct PanelParts {
                         std::span<const PanelMatrix> parts, float* y, int64_t ldy,
                         std::span<float> workspace) {
     const int64_t cols = parts.front().cols_;
-    const int64_t ldp = cols / 2 + 16;  // pairs a row of x, padded as Bf16DotMatmul pads them
+    const int64_t ldp = PairsRowFloats(cols);
     const size_t share = kGemmChunkRows * std::min(cols, kGemmKc) / 2;  // a K block in bf16
     const size_t shares = static_cast<size_t>(pool.size()) * share;
     if (workspace.size() < shares) return false;
@@ -306,10 +314,7 @@ struct PanelParts {
     const int64_t padded_rows = PaddedRows(parts);
     for (int64_t i0 = 0; i0 < n; i0 += slab) {
       const int64_t rows_x = std::min(slab, n - i0);
-      pool.ParallelFor(rows_x, 16, [&](int64_t begin, int64_t end, int) {
-        avx512::RoundToBf16Pairs(x + (i0 + begin) * cols, end - begin, cols, pairs + begin * ldp,
-                                 ldp);
-      });
+      RoundRowsToPairs(pool, x, i0, rows_x, cols, pairs, ldp);
       pool.ParallelForDynamic(
           padded_rows, kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
             auto* dequantized = reinterpret_cast<uint16_t*>(workspace.data() + thread * share);
