@@ -350,8 +350,8 @@ TEST(QuantDotTest, SimdActivationQuantizationIsBitExact) {
 }
 
 // Sets every code byte of a Q4_0, Q4_K, Q5_K, Q6_K or Q8_0 matrix to its largest unsigned code
-// (0xFF bytes; Q8_0: 127), scales untouched.
-void SetLargestCodes(DType dtype, std::vector<uint8_t>& bytes) {
+// (0xFF bytes; Q8_0: 127, or its smallest, -128, with `q8_0_smallest`), scales untouched.
+void SetLargestCodes(DType dtype, std::vector<uint8_t>& bytes, bool q8_0_smallest = false) {
   const size_t block = BlockBytes(dtype);
   // [first, last) code bytes of a block: after Q4_0/Q8_0's d; after Q4_K/Q5_K's d, dmin, scales;
   // Q6_K's ql and qh, before its scales and d.
@@ -360,34 +360,37 @@ void SetLargestCodes(DType dtype, std::vector<uint8_t>& bytes) {
                                                      : 2;
   const size_t last = dtype == DType::kQ6_K ? quant::kQK_K / 2 + quant::kQK_K / 4 : block;
   for (size_t b = 0; b < bytes.size(); b += block) {
-    std::memset(bytes.data() + b + first, dtype == DType::kQ8_0 ? 0x7F : 0xFF, last - first);
+    const int code = dtype != DType::kQ8_0 ? 0xFF : q8_0_smallest ? 0x80 : 0x7F;
+    std::memset(bytes.data() + b + first, code, last - first);
   }
 }
 
-// Each int8 GEMM tile (AVX2 for codes ≤ 31; AVX512-VNNI where the CPU has it) against the
-// GEMM's own arithmetic in double — Σ_b (scale·u − min)·(d_x·q_x) over the unpacked blocks and the
+// Each int8 GEMM tile (AVX2's; AVX512-VNNI's where the CPU has it) against the GEMM's own
+// arithmetic in double — Σ_b (scale·u − min)·(d_x·q_x) over the unpacked blocks and the
 // quantized x — on a weight row count that leaves partial panels and x row counts that leave
 // partial tiles; then Matmul with more x rows than one slab of its workspace holds (one thread).
 TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
   const int64_t rows = 37, cols = 256, blocks = cols / 32;
   for (DType dtype : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ5_K}) {
     const Block32AsU8Fn unpack = Block32AsU8For(dtype);
-    std::vector<std::pair<const char*, Int8GemmFn>> tiles;
-    const Int8GemmFn avx2_tile = avx2::Int8GemmPanelsFor(Block32AsU8MaxCode(dtype));
-    ASSERT_EQ(avx2_tile == nullptr, dtype == DType::kQ8_0) << DTypeName(dtype);
-    if (avx2_tile != nullptr) tiles.push_back({"avx2", avx2_tile});
+    std::vector<std::pair<const char*, Int8GemmFn>> tiles = {
+        {"avx2", avx2::Int8GemmPanelsFor(Block32AsU8MaxCode(dtype))}};
     if (GetCpuFeatures().avx512_vnni) tiles.push_back({"vnni", avx512::Int8GemmPanels});
     // Random blocks; then every code at its largest against x all 1 (codes 127): the int16 sums
-    // of the AVX2 tile at their bound.
-    for (bool largest : {false, true}) {
+    // of the AVX2 tiles at their bound; Q8_0 also with every code -128 against x all -1 (codes
+    // -127): the signed tile's |q| at 128 and x's codes negated.
+    for (int extreme : {0, 1, 2}) {
+      if (extreme == 2 && dtype != DType::kQ8_0) continue;
+      const bool largest = extreme > 0;
       QuantMatrix w = MakeMatrix(dtype, rows, cols, 61, Pattern::kRandom);
-      if (largest) SetLargestCodes(dtype, w.bytes);
+      if (largest) SetLargestCodes(dtype, w.bytes, extreme == 2);
       const size_t row_bytes = RowBytes(dtype, cols);
       std::vector<uint8_t> packed(3 * blocks * kInt8PanelBlockBytes);
       PackInt8Panels(unpack, w.bytes.data(), row_bytes, cols, 0, rows, packed.data());
       for (int64_t n : {1, 5, 13}) {
-        const std::vector<float> x =
-            largest ? std::vector<float>(n * cols, 1.0f) : RandomVector(n * cols, 67 + n);
+        const std::vector<float> x = largest
+                                         ? std::vector<float>(n * cols, extreme == 2 ? -1.0f : 1.0f)
+                                         : RandomVector(n * cols, 67 + n);
         std::vector<ActBlock32> act(n * blocks);
         for (int64_t i = 0; i < n; ++i) {
           QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
@@ -411,7 +414,9 @@ TEST(QuantDotTest, Int8GemmTilesMatchTheirArithmetic) {
               }
               ASSERT_NEAR(got[i * rows + r], want, 1e-5 * magnitude + 1e-6)
                   << DTypeName(dtype) << " " << name << " n " << n << " row " << r
-                  << (largest ? " (largest codes)" : "");
+                  << (extreme == 1   ? " (largest codes)"
+                      : extreme == 2 ? " (smallest codes)"
+                                     : "");
             }
           }
         }

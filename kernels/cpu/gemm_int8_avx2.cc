@@ -1,7 +1,7 @@
-// The int8 GEMM's packing and activation quantizer, and its AVX2 tile (gemm_kernels.h): a tile of
+// The int8 GEMM's packing and activation quantizer, and its AVX2 tiles (gemm_kernels.h): a tile of
 // up to 6 x rows × 8 weight rows sums a block's vpmaddubsw products in int16 (codes ≤ 15 keep
 // 8 steps below 2^15, codes ≤ 31 4), widens them with vpmaddwd and applies the block's scales in
-// fp32.
+// fp32; codes up to 255 (Q8_0) take the signed tile, whose int16 pairs hold one step.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -69,11 +69,60 @@ void Tile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, in
   for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
 }
 
+// Tile's product for codes up to 255 (Q8_0's, flipped to unsigned): with q = u − 128 (a signed
+// byte) and value = scale·u − min = scale·q + (128·scale − min), each step multiplies |q|
+// (unsigned, ≤ 128) by x's codes given q's signs (|q_x| ≤ 127, so negating them never
+// overflows): a pair of products is at most 2 · 128 · 127 < 2^15, widened to int32 every step.
+// The sums Σ q·q_x are exact. (Splitting u into nibbles summed in int16 over the block, as Tile
+// sums codes ≤ 15, ran 0.77× as fast on a Xeon: twice the accumulators spill.)
+template <int MR>
+void SignedTile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy,
+                int nr) {
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256 offset = _mm256_set1_ps(128.0f);
+  __m256 sum[MR];
+  for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b, half += kInt8PanelBlockBytes) {
+    __m256i dot[MR];
+    for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
+    for (int s = 0; s < 8; ++s) {
+      const __m256i q = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 64 * s)), flip);
+      const __m256i magnitude = _mm256_abs_epi8(q);
+      for (int i = 0; i < MR; ++i) {
+        int32_t codes;
+        std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
+        const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(codes), q);
+        dot[i] = _mm256_add_epi32(
+            dot[i], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), ones));
+      }
+    }
+    const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
+    const __m256 min = _mm256_loadu_ps(
+        reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
+    const __m256 constant = _mm256_fmsub_ps(offset, scale, min);  // 128·scale − min
+    for (int i = 0; i < MR; ++i) {
+      const ActBlock32& a = x[i * blocks + b];
+      const __m256 block = _mm256_cvtepi32_ps(dot[i]);
+      sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
+      sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.sum), sum[i]);
+    }
+  }
+  const __m256i live =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int);
 
+// kSteps 0: SignedTile; else Tile<·, kSteps>.
 template <int kSteps, int... M>
 constexpr std::array<TileFn, sizeof...(M)> Tiles(std::integer_sequence<int, M...>) {
-  return {Tile<M + 1, kSteps>...};
+  if constexpr (kSteps == 0) {
+    return {SignedTile<M + 1>...};
+  } else {
+    return {Tile<M + 1, kSteps>...};
+  }
 }
 
 // Tiles<kSteps>[mr − 1]: the tile for mr x rows.
@@ -182,7 +231,7 @@ Int8GemmFn Int8GemmPanelsFor(int max_code) {
   // A step's pair of products is at most 2 · max_code · 127; kSteps of them must stay < 2^15.
   if (max_code <= 15) return Int8GemmPanelsAvx2<8>;
   if (max_code <= 31) return Int8GemmPanelsAvx2<4>;
-  return nullptr;
+  return Int8GemmPanelsAvx2<0>;
 }
 
 }  // namespace avx2

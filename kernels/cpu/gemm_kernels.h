@@ -134,8 +134,8 @@ void QuantizeActivationRows(ThreadPool& pool, const float* x, int64_t rows, int6
 using Int8GemmFn = void (*)(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
                             int64_t n, float* y, int64_t ldy);
 
-// The int8 GEMM tile for `dtype` on this CPU and PDSERVE_SIMD level, or nullptr: AVX512-VNNI's for
-// every format Block32AsU8For takes, else the AVX2 one for formats whose codes stay ≤ 31.
+// The int8 GEMM tile for `dtype` on this CPU and PDSERVE_SIMD level, or nullptr (formats
+// Block32AsU8For does not take): AVX512-VNNI's where the CPU has it, else the AVX2 one.
 Int8GemmFn Int8GemmFor(DType dtype);
 
 namespace avx2 {
@@ -143,9 +143,10 @@ inline constexpr int kGemmMr = 6, kGemmNr = 16;  // 12 accumulators of 8 floats
 void GemmTile(const GemmTileArgs& args);
 void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float* panel);
 
-// The AVX2 tile for codes ≤ max_code, or nullptr: vpmaddubsw products summed in int16 over 8
-// steps for codes ≤ 15 (Q4_0, Q4_1, Q4_K), 4 for ≤ 31 (Q5_0, Q5_1, Q5_K) — steps × 2 × code × 127
-// < 2^15 — so not Q8_0's. Tiles of 6 x rows × 8 weight rows (4 measured 6% slower).
+// The AVX2 tile for codes ≤ max_code (≤ 255): vpmaddubsw products summed in int16 over 8 steps
+// for codes ≤ 15 (Q4_0, Q4_1, Q4_K), 4 for ≤ 31 (Q5_0, Q5_1, Q5_K) — steps × 2 × code × 127 <
+// 2^15; larger codes (Q8_0) as signed bytes q = u − 128, |q| times x's codes given q's signs,
+// widened every step. Tiles of 6 x rows × 8 weight rows (4 measured 6% slower).
 Int8GemmFn Int8GemmPanelsFor(int max_code);
 }  // namespace avx2
 
