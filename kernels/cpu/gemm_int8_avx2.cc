@@ -29,6 +29,39 @@ __m256i Step(const uint8_t* rows, int s) {
   return _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows), index, 4);
 }
 
+// A block's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: the
+// half panel's scales and mins lie 512 and 576 bytes into the block at `half`. Unsigned codes'
+// sums Σ u·q_x give d_x·scale·Σ − min·sum_x; with kSignedCodes, sums Σ (u − 128)·q_x give
+// d_x·scale·Σ + (128·scale − min)·sum_x.
+template <int MR, bool kSignedCodes>
+[[gnu::always_inline]] inline void AddBlock(const uint8_t* half, const __m256i (&dot)[MR],
+                                            const ActBlock32* x, int64_t blocks,
+                                            __m256 (&sum)[MR]) {
+  const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
+  const __m256 min = _mm256_loadu_ps(
+      reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
+  for (int i = 0; i < MR; ++i) {
+    const ActBlock32& a = x[i * blocks];
+    const __m256 block = _mm256_cvtepi32_ps(dot[i]);
+    sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
+    if constexpr (kSignedCodes) {
+      const __m256 constant = _mm256_fmsub_ps(_mm256_set1_ps(128.0f), scale, min);
+      sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.sum), sum[i]);
+    } else {
+      sum[i] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a.sum), sum[i]);
+    }
+  }
+}
+
+// sum[i]'s first nr lanes to y's row i (rows ldy apart).
+template <int MR>
+[[gnu::always_inline]] inline void StoreRows(const __m256 (&sum)[MR], float* y, int64_t ldy,
+                                             int nr) {
+  const __m256i live =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
+}
+
 // One tile: x rows [0, MR) against weight rows [0, nr ≤ 8) of a half panel whose block b's codes
 // step s lies at half + b·kInt8PanelBlockBytes + 64·s and its scales and mins 512 and 576 bytes on.
 // The int16 products are widened to int32 every kSteps steps (8 for codes ≤ 15, 4 for ≤ 31).
@@ -54,19 +87,9 @@ void Tile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, in
       for (int i = 0; i < MR; ++i)
         dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], ones));
     }
-    const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
-    const __m256 min = _mm256_loadu_ps(
-        reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
-    for (int i = 0; i < MR; ++i) {
-      const ActBlock32& a = x[i * blocks + b];
-      const __m256 block = _mm256_cvtepi32_ps(dot[i]);
-      sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
-      sum[i] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a.sum), sum[i]);
-    }
+    AddBlock<MR, false>(half, dot, x + b, blocks, sum);
   }
-  const __m256i live =
-      _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
+  StoreRows(sum, y, ldy, nr);
 }
 
 // Tile's product for codes up to 255 (Q8_0's, flipped to unsigned): with q = u − 128 (a signed
@@ -79,7 +102,6 @@ template <int MR>
 void SignedTile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy,
                 int nr) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256 offset = _mm256_set1_ps(128.0f);
   __m256 sum[MR];
   for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, half += kInt8PanelBlockBytes) {
@@ -97,20 +119,9 @@ void SignedTile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float*
             dot[i], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), ones));
       }
     }
-    const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
-    const __m256 min = _mm256_loadu_ps(
-        reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
-    const __m256 constant = _mm256_fmsub_ps(offset, scale, min);  // 128·scale − min
-    for (int i = 0; i < MR; ++i) {
-      const ActBlock32& a = x[i * blocks + b];
-      const __m256 block = _mm256_cvtepi32_ps(dot[i]);
-      sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
-      sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.sum), sum[i]);
-    }
+    AddBlock<MR, true>(half, dot, x + b, blocks, sum);
   }
-  const __m256i live =
-      _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
+  StoreRows(sum, y, ldy, nr);
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int);
