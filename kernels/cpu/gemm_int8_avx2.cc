@@ -40,16 +40,14 @@ template <int MR, bool kSignedCodes>
   const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
   const __m256 min = _mm256_loadu_ps(
       reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
+  // The factor of sum_x: −min exactly (a sign flip), or 128·scale − min in one rounding.
+  const __m256 constant = kSignedCodes ? _mm256_fmsub_ps(_mm256_set1_ps(128.0f), scale, min)
+                                       : _mm256_xor_ps(min, _mm256_set1_ps(-0.0f));
   for (int i = 0; i < MR; ++i) {
     const ActBlock32& a = x[i * blocks];
     const __m256 block = _mm256_cvtepi32_ps(dot[i]);
     sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
-    if constexpr (kSignedCodes) {
-      const __m256 constant = _mm256_fmsub_ps(_mm256_set1_ps(128.0f), scale, min);
-      sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.sum), sum[i]);
-    } else {
-      sum[i] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a.sum), sum[i]);
-    }
+    sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.sum), sum[i]);
   }
 }
 

@@ -42,11 +42,9 @@ void NarrowToBf16Pairs(const float* packed, int64_t panels, int64_t cols, int nr
   }
 }
 
-// Matmul's product on chunks of bf16 pairs by the dot-product tile: x rounded to bf16 pairs into
-// `workspace`, in slabs of as many rows as it holds, then every chunk of each slab. Rows of pairs
-// are padded by a cache line: a multiple of 4 KiB apart (2048 columns) a tile's 12 rows would share
-// one L1 set. False, doing nothing, when the workspace holds fewer rows than a tile's.
-// Pairs (floats) a row of x rounded to bf16 takes in the workspace.
+// Pairs (floats: a pair of bf16 takes a float's bytes) a row of x rounded to bf16 takes in the
+// workspace, padded by a cache line: a multiple of 4 KiB apart (2048 columns) a tile's 12 rows
+// would share one L1 set.
 int64_t PairsRowFloats(int64_t cols) { return cols / 2 + 16; }
 
 // Rows [i0, i0 + rows) of x (cols floats apart) rounded to bf16 pairs, ldp apart, on the pool.
@@ -57,10 +55,13 @@ void RoundRowsToPairs(ThreadPool& pool, const float* x, int64_t i0, int64_t rows
   });
 }
 
+// Matmul's product on chunks of bf16 pairs by the dot-product tile: x rounded to bf16 pairs into
+// `workspace`, in slabs of as many rows as it holds, then every chunk of each slab. False, doing
+// nothing, when the workspace holds fewer rows than a tile's.
 bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, int64_t rows,
                    const uint8_t* chunks, size_t chunk_bytes, float* y, int64_t ldy,
                    std::span<float> workspace) {
-  const int64_t ldp = PairsRowFloats(cols);  // a pair of bf16 takes a float's bytes
+  const int64_t ldp = PairsRowFloats(cols);
   const int64_t slab = std::min<int64_t>(n, workspace.size() / ldp);
   if (slab < avx512::kGemmMr) return false;
   auto* pairs = reinterpret_cast<uint32_t*>(workspace.data());
