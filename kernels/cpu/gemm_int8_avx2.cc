@@ -51,10 +51,15 @@ template <int MR, bool kSignedCodes>
   }
 }
 
-// sum[i]'s first nr lanes to y's row i (rows ldy apart).
+// sum[i]'s first nr lanes to y's row i (rows ldy apart); plain stores for nr = 8, as vmaskmovps
+// stores are microcoded on AMD cores.
 template <int MR>
 [[gnu::always_inline]] inline void StoreRows(const __m256 (&sum)[MR], float* y, int64_t ldy,
                                              int nr) {
+  if (nr == kHalfNr) {
+    for (int i = 0; i < MR; ++i) _mm256_storeu_ps(y + i * ldy, sum[i]);
+    return;
+  }
   const __m256i live =
       _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
