@@ -159,7 +159,7 @@ TEST_P(MatmulTest, FastPathMatchesReference) {
 
 std::vector<MatmulCase> AllCases() {
   std::vector<MatmulCase> cases;
-  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 63, 64, 100}) {
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 63, 64, 100, 250}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int threads : {1, 2, 3}) cases.push_back({n, dtype, threads});
     }
@@ -189,9 +189,10 @@ std::vector<Packing> Packings() {
 }
 
 // Matrices packed once (PanelMatrix) in each packing, against the reference on the same weights:
-// every batch from one decode row to several tiles, chunks past the first and a ragged last one,
-// K blocks past the first, y rows wider than W's; nothing written past a y row's outputs. A bf16
-// dot product's x is the reference's x rounded to bf16; below kBf16DotMinRows it is x itself.
+// every batch from one decode row to several tiles and several slices of x rows (a ragged last
+// one), chunks past the first and a ragged last one, K blocks past the first, y rows wider than
+// W's; nothing written past a y row's outputs. A bf16 dot product's x is the reference's x
+// rounded to bf16; below kBf16DotMinRows it is x itself.
 TEST_P(MatmulTest, PanelMatrixMatchesReference) {
   const MatmulCase& c = GetParam();
   ThreadPool pool(c.threads);

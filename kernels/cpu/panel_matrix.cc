@@ -77,6 +77,23 @@ bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, in
   return true;
 }
 
+// Work items a GEMM aims to give each thread: with few, a thread that the machine slows (a shared
+// VM's neighbours) holds the others up at the end (on a Zen 3 VM, 6 chunks of a 768-row matrix on
+// 2 threads left the caller waiting a seventh of the time).
+constexpr int64_t kGemmItemsPerThread = 8;
+// x rows per item at least: below, a chunk's weights would be read for too few tiles.
+constexpr int64_t kGemmMinSliceTiles = 8;
+
+// x rows per item of a GEMM over `chunks` weight chunks: all n where the chunks alone give every
+// thread kGemmItemsPerThread items, else n split into as many slices (whole tiles of mr rows,
+// kGemmMinSliceTiles at least) as make up the difference.
+int64_t SliceRows(int64_t n, int64_t chunks, int threads, int mr) {
+  const int64_t wanted = (kGemmItemsPerThread * threads + chunks - 1) / chunks;
+  const int64_t slices =
+      std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, n / (kGemmMinSliceTiles * mr)));
+  return std::max<int64_t>(mr, (n / slices + mr - 1) / mr * mr);
+}
+
 // Source bytes per slice of a quantized matrix's packing, after which a releasing pack advises its
 // pages out.
 constexpr size_t kReleaseSliceBytes = size_t{2} << 20;
@@ -419,10 +436,16 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, const PanelMatrix& w, f
     return;
   }
   const GemmKernel kernel = GemmKernelFor(w.level_);
-  // Each range is one chunk.
-  pool.ParallelForDynamic(w.rows_, kGemmChunkRows, [&](int64_t begin, int64_t end, int) {
-    MultiplyChunk(kernel, x, n, w.cols_, bytes + begin / kGemmChunkRows * chunk_bytes, w.dtype(),
-                  w.bf16_pairs_, end - begin, y + begin, ldy);
+  const int64_t chunks = (w.rows_ + kGemmChunkRows - 1) / kGemmChunkRows;
+  const int64_t slice = SliceRows(n, chunks, pool.size(), kernel.mr);
+  const int64_t slices = (n + slice - 1) / slice;
+  // Item c · slices + s: chunk c by x rows [s · slice, …), the slices of a chunk in turn.
+  pool.ParallelForDynamic(chunks * slices, 1, [&](int64_t item, int64_t, int) {
+    const int64_t c = item / slices, i0 = item % slices * slice;
+    const int64_t begin = c * kGemmChunkRows, end = std::min(w.rows_, begin + kGemmChunkRows);
+    MultiplyChunk(kernel, x + i0 * w.cols_, std::min(slice, n - i0), w.cols_,
+                  bytes + c * chunk_bytes, w.dtype(), w.bf16_pairs_, end - begin,
+                  y + i0 * ldy + begin, ldy);
   });
 }
 
