@@ -204,6 +204,10 @@ inline constexpr int kGemmMaxNr = avx2::kGemmNr > avx512::kGemmNr ? avx2::kGemmN
 inline constexpr int64_t kGemmChunkRows = 128;
 static_assert(kGemmChunkRows % avx2::kGemmNr == 0 && kGemmChunkRows % avx512::kGemmNr == 0,
               "a chunk's panels fill kGemmChunkRows rows exactly");
+// Work items a prompt's GEMM aims to give each thread: with few, a thread that the machine slows
+// (a shared VM's neighbours) holds the others up at the end (on a Zen 3 VM, 6 chunks of a 768-row
+// matrix on 2 threads left the caller waiting a seventh of the time).
+inline constexpr int64_t kGemmItemsPerThread = 8;
 // Weight rows per range of a decode-sized product (the GEMV's, or a PanelMatrix's quantized
 // panels for a few x rows) on `threads` threads: about four ranges per thread, in multiples of 16
 // rows (matmul.cc).

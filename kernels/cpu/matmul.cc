@@ -184,10 +184,20 @@ void GemmChunk(const GemmKernel& kernel, const float* x, int64_t n, const Tensor
   MultiplyChunk(kernel, x, n, cols, packed, DType::kF32, false, end - begin, y + begin, ldy);
 }
 
+// Weight rows per range of Int8Gemm: kGemmChunkRows, halved (down to 32) until `rows` give every
+// thread kGemmItemsPerThread ranges.
+int64_t Int8GemmRangeRows(int64_t rows, int threads) {
+  int64_t range = kGemmChunkRows;
+  while (range > 2 * kInt8GemmNr && (rows + range - 1) / range < kGemmItemsPerThread * threads) {
+    range /= 2;
+  }
+  return range;
+}
+
 // Prefill on quantized weights with int8 products where Int8GemmFor has a tile: x quantized once
-// per 32 into the workspace, then chunks of kGemmChunkRows weight rows packed by each thread and
-// multiplied. x goes in slabs of as many rows as the workspace holds beside the threads' panels.
-// False, doing nothing, where the path does not apply.
+// per 32 into the workspace, then ranges of at most kGemmChunkRows weight rows packed by each
+// thread and multiplied. x goes in slabs of as many rows as the workspace holds beside the threads'
+// panels. False, doing nothing, where the path does not apply.
 bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, float* y, int64_t ldy,
               std::span<float> workspace) {
   const Int8GemmFn gemm = Int8GemmFor(w.dtype);
@@ -207,7 +217,8 @@ bool Int8Gemm(ThreadPool& pool, const float* x, int64_t n, const Tensor& w, floa
   for (int64_t i0 = 0; i0 < n; i0 += slab) {
     const int64_t rows_x = std::min(slab, n - i0);
     QuantizeActivationRows(pool, x + i0 * cols, rows_x, cols, acts);
-    pool.ParallelForDynamic(w.rows(), kGemmChunkRows, [&](int64_t begin, int64_t end, int thread) {
+    const int64_t range = Int8GemmRangeRows(w.rows(), pool.size());
+    pool.ParallelForDynamic(w.rows(), range, [&](int64_t begin, int64_t end, int thread) {
       uint8_t* panels = bytes + thread * panel_bytes;
       PackInt8Panels(unpack, data, row_bytes, cols, begin, end, panels);
       gemm(panels, end - begin, cols, acts, rows_x, y + i0 * ldy + begin, ldy);

@@ -77,10 +77,6 @@ bool Bf16DotMatmul(ThreadPool& pool, const float* x, int64_t n, int64_t cols, in
   return true;
 }
 
-// Work items a GEMM aims to give each thread: with few, a thread that the machine slows (a shared
-// VM's neighbours) holds the others up at the end (on a Zen 3 VM, 6 chunks of a 768-row matrix on
-// 2 threads left the caller waiting a seventh of the time).
-constexpr int64_t kGemmItemsPerThread = 8;
 // x rows per item at least: below, a chunk's weights would be read for too few tiles.
 constexpr int64_t kGemmMinSliceTiles = 8;
 
