@@ -33,8 +33,40 @@ __m256 Load8(const T* p) {
 // Panel rows a tile prefetches ahead: the same 4 KiB of f16 as the AVX-512 tile's (see there).
 constexpr int64_t kPrefetchSteps = 128;
 
-// The tile; whole panels (nr = kGemmNr) store with plain moves, for vmaskmovps stores are
-// microcoded on AMD cores (about 6% of the tile's samples on a Zen 3, 110M f16 prefill).
+// y[0, 8) loaded and stored: every lane with plain moves where kWhole, else the lanes `live`
+// sets — vmaskmovps stores are microcoded on AMD cores (about 6% of the tile's samples on a Zen 3,
+// 110M f16 prefill, when every panel took them).
+template <bool kWhole>
+[[gnu::always_inline]] inline __m256 Get8(const float* y, __m256i live) {
+  return kWhole ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, live);
+}
+template <bool kWhole>
+[[gnu::always_inline]] inline void Put8(float* y, __m256 v, __m256i live) {
+  if constexpr (kWhole) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    _mm256_maskstore_ps(y, live, v);
+  }
+}
+
+// The tile's accumulators to y, a.nr columns (kWhole: all kGemmNr). Unrolled like the tile's
+// loops: a loop over acc[i] here would keep acc in memory throughout.
+template <bool kWhole, int MR>
+[[gnu::always_inline]] inline void PutTile(const __m256 (&acc)[MR][2], const GemmTileArgs& a) {
+  const __m256i m0 = Mask(a.nr), m1 = Mask(a.nr - 8);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* y = a.y + i * a.ldy;
+    __m256 v0 = acc[i][0], v1 = acc[i][1];
+    if (a.accumulate) {
+      v0 = _mm256_add_ps(v0, Get8<kWhole>(y, m0));
+      v1 = _mm256_add_ps(v1, Get8<kWhole>(y + 8, m1));
+    }
+    Put8<kWhole>(y, v0, m0);
+    Put8<kWhole>(y + 8, v1, m1);
+  }
+}
+
 template <typename T, int MR>
 void Tile(const GemmTileArgs& a) {
   __m256 acc[MR][2];
@@ -55,30 +87,10 @@ void Tile(const GemmTileArgs& a) {
       acc[i][1] = _mm256_fmadd_ps(xi, b1, acc[i][1]);
     }
   }
-  // Unrolled like the loops above: a loop over acc[i] here would keep acc in memory throughout.
   if (a.nr == kGemmNr) {
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      float* y = a.y + i * a.ldy;
-      if (a.accumulate) {
-        acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(y));
-        acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(y + 8));
-      }
-      _mm256_storeu_ps(y, acc[i][0]);
-      _mm256_storeu_ps(y + 8, acc[i][1]);
-    }
-    return;
-  }
-  const __m256i m0 = Mask(a.nr), m1 = Mask(a.nr - 8);
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    float* y = a.y + i * a.ldy;
-    if (a.accumulate) {
-      acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_maskload_ps(y, m0));
-      acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_maskload_ps(y + 8, m1));
-    }
-    _mm256_maskstore_ps(y, m0, acc[i][0]);
-    _mm256_maskstore_ps(y + 8, m1, acc[i][1]);
+    PutTile<true>(acc, a);
+  } else {
+    PutTile<false>(acc, a);
   }
 }
 
