@@ -169,18 +169,20 @@ void PanelBenchArgs(benchmark::internal::Benchmark* b) {
       }
     }
   }
-  // Quantized panels (AVX512-VNNI; the VNNI int8 tile), one decode row and a prefill: against
-  // BM_Gemv's and BM_Gemm's rows of the same shapes on the weights as stored.
-  if (PanelMatrix::Takes(DType::kQ4_0)) {
-    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
-      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2048, 768}, {32000, 768}}) {
-        for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
-      }
-      b->Args({2048, 768, 512, static_cast<int64_t>(dtype), 2});
+  // Quantized panels (the level's int8 tile; K-quants with AVX512-VNNI only), one decode row and a
+  // prefill: against BM_Gemv's and BM_Gemm's rows of the same shapes on the weights as stored.
+  std::vector<DType> quantized;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    if (PanelMatrix::Takes(dtype)) quantized.push_back(dtype);
+  }
+  for (DType dtype : quantized) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2048, 768}, {32000, 768}}) {
+      for (int threads : {1, 2}) b->Args({rows, cols, 1, static_cast<int64_t>(dtype), threads});
     }
-    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {  // from memory
-      for (int threads : {1, 2}) b->Args({32000, 4096, 1, static_cast<int64_t>(dtype), threads});
-    }
+    b->Args({2048, 768, 512, static_cast<int64_t>(dtype), 2});
+  }
+  for (DType dtype : quantized) {  // from memory
+    for (int threads : {1, 2}) b->Args({32000, 4096, 1, static_cast<int64_t>(dtype), threads});
   }
   // One decode row streaming a matrix from memory (250 MiB of f32, past any last-level cache).
   for (DType dtype : {DType::kF32, DType::kF16}) {

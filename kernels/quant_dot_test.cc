@@ -465,7 +465,8 @@ void CheckPanelMatmuls(const PanelMatrix& panels, const std::vector<float>& x, i
       std::vector<float> workspace(floats);
       std::vector<float> got(n * ldy, -7.0f);
       Matmul(pool, x.data(), n, panels, got.data(), ldy, workspace);
-      const bool amx = AmxActive() && n >= avx512::kAmxQuantMinRows && floats != few_rows;
+      const bool amx = AmxActive() && panels.level() == SimdLevel::kAvx512 &&
+                       n >= avx512::kAmxQuantMinRows && floats != few_rows;
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t r = rows; r < ldy; ++r) {
           ASSERT_EQ(got[i * ldy + r], -7.0f) << "wrote past row " << i << "'s outputs at " << r;
@@ -549,42 +550,48 @@ TEST(QuantDotTest, AmxPromptsMultiplyTheFormatsValuesInBf16) {
   }
 }
 
-// Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (AVX-512 with VNNI): Matmul equals, bit for
-// bit, the prefill's int8 GEMM on the same rows — x quantized per 32, PackInt8Panels,
-// Int8GemmPanels — for one decode row to several tiles, on ragged panels, every block pattern
-// (extreme scales overflow alike) and the largest codes, in CheckPanelMatmuls's settings; where
-// the product runs on AMX tiles (CheckPanelMatmuls's `amx`), its bf16 arithmetic instead.
+// Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (Q4_0 and Q8_0 at the AVX2 level, all four
+// at the AVX-512 level with VNNI): Matmul equals, bit for bit, the prefill's int8 GEMM of the same
+// level on the same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels — for one decode row
+// to several tiles (the AVX2 level's whole-panel tiles of 1 and 2 rows, its half-panel ones of up
+// to 6), on ragged panels, every block pattern (extreme scales overflow alike) and the largest
+// codes, in CheckPanelMatmuls's settings; where the product runs on AMX tiles (CheckPanelMatmuls's
+// `amx`), its bf16 arithmetic instead.
 TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
   using Shapes = std::vector<std::pair<int64_t, int64_t>>;
   const Shapes blocks32 = {{1, 32}, {37, 256}, {300, 96}, {64, 768}};
   const Shapes blocks256 = {{1, 256}, {37, 512}, {300, 256}, {64, 768}};
-  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K}) {
-    if (!PanelMatrix::Takes(dtype, SimdLevel::kAvx512)) {
-      GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
-    }
-    uint32_t seed = 300;
-    for (auto [rows, cols] : BlockElements(dtype) == 256 ? blocks256 : blocks32) {
-      for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
-        SCOPED_TRACE(
-            absl::StrCat(DTypeName(dtype), " rows ", rows, " cols ", cols, " pattern ", pattern));
-        const QuantMatrix w = PanelTestMatrix(dtype, rows, cols, seed++, pattern);
-        const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
-        ASSERT_EQ(panels.dtype(), dtype);
-        ASSERT_EQ(panels.rows(), rows);
-        const std::vector<float> dequantized = Dequantized(w);
-        std::vector<uint8_t> u8((rows + 15) / 16 * (cols / 32) * kInt8PanelBlockBytes);
-        PackInt8Panels(Block32AsU8For(dtype), w.bytes.data(), RowBytes(dtype, cols), cols, 0, rows,
-                       u8.data());
-        for (int64_t n : {1, 2, 4, 5, 12, 13, 100}) {
-          const std::vector<float> x = RandomVector(n * cols, seed++);
-          const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
-          std::vector<float> want(n * rows);
-          avx512::Int8GemmPanels(u8.data(), rows, cols, act.data(), n, want.data(), rows);
-          CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got, bool amx) {
-            if (amx) return ExpectBf16Product(dequantized, x, cols, i, r, got);
-            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i * rows + r]))
-                << "at " << i << ", " << r << ": " << got << " vs " << want[i * rows + r];
-          });
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (level == SimdLevel::kAvx512 && !GetCpuFeatures().avx512_vnni) continue;
+    for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K}) {
+      if (!PanelMatrix::Takes(dtype, level)) continue;
+      const Int8GemmFn int8_gemm = level == SimdLevel::kAvx512
+                                       ? avx512::Int8GemmPanels
+                                       : avx2::Int8GemmPanelsFor(Block32AsU8MaxCode(dtype));
+      uint32_t seed = 300;
+      for (auto [rows, cols] : BlockElements(dtype) == 256 ? blocks256 : blocks32) {
+        for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
+          SCOPED_TRACE(absl::StrCat(SimdLevelName(level), " ", DTypeName(dtype), " rows ", rows,
+                                    " cols ", cols, " pattern ", pattern));
+          const QuantMatrix w = PanelTestMatrix(dtype, rows, cols, seed++, pattern);
+          const PanelMatrix panels(w.tensor, level);
+          ASSERT_EQ(panels.dtype(), dtype);
+          ASSERT_EQ(panels.rows(), rows);
+          const std::vector<float> dequantized = Dequantized(w);
+          std::vector<uint8_t> u8((rows + 15) / 16 * (cols / 32) * kInt8PanelBlockBytes);
+          PackInt8Panels(Block32AsU8For(dtype), w.bytes.data(), RowBytes(dtype, cols), cols, 0,
+                         rows, u8.data());
+          for (int64_t n : {1, 2, 3, 4, 5, 12, 13, 100}) {
+            const std::vector<float> x = RandomVector(n * cols, seed++);
+            const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
+            std::vector<float> want(n * rows);
+            int8_gemm(u8.data(), rows, cols, act.data(), n, want.data(), rows);
+            CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got, bool amx) {
+              if (amx) return ExpectBf16Product(dequantized, x, cols, i, r, got);
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i * rows + r]))
+                  << "at " << i << ", " << r << ": " << got << " vs " << want[i * rows + r];
+            });
+          }
         }
       }
     }
@@ -633,9 +640,6 @@ TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
 // panel), packed with and without releasing its source's pages, and on a pool's threads: each
 // equals the int8 GEMM bit for bit, and the source's bytes are unchanged.
 TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
-  if (!PanelMatrix::Takes(DType::kQ8_0, SimdLevel::kAvx512)) {
-    GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
-  }
   const int64_t rows = 4100, cols = 1024, blocks = cols / 32;
   const QuantMatrix w = MakeMatrix(DType::kQ8_0, rows, cols, 91, Pattern::kRandom);
   const std::vector<uint8_t> before = w.bytes;
@@ -647,7 +651,7 @@ TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
   ThreadPool packers(2);
   for (auto [release, packing_pool] :
        {std::pair<bool, ThreadPool*>{false, nullptr}, {true, nullptr}, {true, &packers}}) {
-    const PanelMatrix panels(w.tensor, SimdLevel::kAvx512, false, release, packing_pool);
+    const PanelMatrix panels(w.tensor, ActiveSimdLevel(), false, release, packing_pool);
     for (int64_t n : {1, 13}) {
       const std::vector<float> x = RandomVector(n * cols, 93 + n);
       std::vector<ActBlock32> act(n * blocks);
@@ -655,7 +659,7 @@ TEST(QuantDotTest, QuantPanelsPackInSlicesAndReleaseNothingTheyNeed) {
         QuantizeActivations32(x.data() + i * cols, cols, act.data() + i * blocks);
       }
       std::vector<float> want(n * rows), got(n * rows);
-      avx512::Int8GemmPanels(u8.data(), rows, cols, act.data(), n, want.data(), rows);
+      Int8GemmFor(DType::kQ8_0)(u8.data(), rows, cols, act.data(), n, want.data(), rows);
       Matmul(pool, x.data(), n, panels, got.data(), rows, workspace);
       for (int64_t i = 0; i < n * rows; ++i) {
         ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))

@@ -1,7 +1,9 @@
-// The int8 GEMM's packing and activation quantizer, and its AVX2 tiles (gemm_kernels.h): a tile of
-// up to 6 x rows × 8 weight rows sums a block's vpmaddubsw products in int16 (codes ≤ 15 keep
-// 8 steps below 2^15, codes ≤ 31 4), widens them with vpmaddwd and applies the block's scales in
-// fp32; codes up to 255 (Q8_0) take the signed tile, whose int16 pairs hold one step.
+// The int8 GEMM's packing and activation quantizer, and its AVX2 tiles (gemm_kernels.h) on the
+// panels it packs per call and on PanelMatrix's Q4_0 and Q8_0 panels: a tile of up to 6 x rows × 8
+// weight rows (of 1–2 x rows × a whole panel's 16, so that decode reads each weight line once) sums
+// a block's vpmaddubsw products in int16 (codes ≤ 15 keep 8 steps below 2^15, codes ≤ 31 4),
+// widens them with vpmaddwd and applies the block's scales in fp32, 8 weight rows' at once; codes
+// up to 255 (Q8_0) take the signed form, whose int16 pairs hold one step.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "core/tensor/float16.h"
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
@@ -21,6 +24,9 @@ using quant::kQK;
 
 constexpr size_t kCodesBytes = 8 * 64;
 constexpr int kTileMr = 6, kHalfNr = 8;
+// x rows up to which a tile spans a whole panel (both halves, each weight line read once: decode),
+// beyond which tiles of kTileMr rows take a half panel each.
+constexpr int kWideTileMr = 2;
 
 // Lane j of the result: the int32 at base[j · 8 + s] (row j's codes 4s..4s+3).
 __m256i Step(const uint8_t* rows, int s) {
@@ -29,17 +35,144 @@ __m256i Step(const uint8_t* rows, int s) {
   return _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows), index, 4);
 }
 
-// A block's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: the
-// half panel's scales and mins lie 512 and 576 bytes into the block at `half`. Unsigned codes'
-// sums Σ u·q_x give d_x·scale·Σ − min·sum_x; with kSignedCodes, sums Σ (u − 128)·q_x give
+// x row i's codes 4s..4s+3 of block b in every lane.
+[[gnu::always_inline]] inline __m256i XCodes(const ActBlock32* x, int64_t blocks, int i, int64_t b,
+                                             int s) {
+  int32_t codes;
+  std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
+  return _mm256_set1_epi32(codes);
+}
+
+// The panel formats' codes, `block` the block's first byte and `h` the half panel (rows 8h..8h+7,
+// bytes 32h..32h+31 of each 64-byte step or chunk): Dot adds to dot[i] the block's integer sums
+// with x row i, lane j row 8h + j's.
+//
+// Unsigned codes ≤ 15 (≤ 31) in 8 steps of 64 bytes: vpmaddubsw products summed in int16 over
+// kSteps steps (8 for codes ≤ 15, 4 for ≤ 31: kSteps × 2 × code × 127 < 2^15).
+template <int kSteps>
+struct UnsignedSteps {
+  static constexpr bool kSigned = false;
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* block, int h, const ActBlock32* x,
+                                         int64_t blocks, int64_t b, __m256i (&dot)[MR]) {
+    for (int s0 = 0; s0 < 8; s0 += kSteps) {
+      __m256i dot16[MR];
+      for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
+      for (int s = s0; s < s0 + kSteps; ++s) {
+        const __m256i w =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * s + 32 * h));
+        for (int i = 0; i < MR; ++i) {
+          dot16[i] =
+              _mm256_add_epi16(dot16[i], _mm256_maddubs_epi16(w, XCodes(x, blocks, i, b, s)));
+        }
+      }
+      for (int i = 0; i < MR; ++i) {
+        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], _mm256_set1_epi16(1)));
+      }
+    }
+  }
+};
+
+// Codes up to 255 (Q8_0's, flipped to unsigned) in 8 steps of 64 bytes: with q = u − 128 (a signed
+// byte), each step multiplies |q| (unsigned, ≤ 128) by x's codes given q's signs (|q_x| ≤ 127, so
+// negating them never overflows): a pair of products is at most 2 · 128 · 127 < 2^15, widened to
+// int32 every step; the sums are Σ q·q_x, exact. (Splitting u into nibbles summed in int16 over
+// the block ran 0.77× as fast on a Xeon: twice the accumulators spill.)
+struct SignedSteps {
+  static constexpr bool kSigned = true;
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* block, int h, const ActBlock32* x,
+                                         int64_t blocks, int64_t b, __m256i (&dot)[MR]) {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int s = 0; s < 8; ++s) {
+      const __m256i q = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * s + 32 * h)), flip);
+      const __m256i magnitude = _mm256_abs_epi8(q);
+      for (int i = 0; i < MR; ++i) {
+        const __m256i signed_x = _mm256_sign_epi8(XCodes(x, blocks, i, b, s), q);
+        dot[i] = _mm256_add_epi32(
+            dot[i],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), _mm256_set1_epi16(1)));
+      }
+    }
+  }
+};
+
+// PanelMatrix's Q4_0 codes: 4 chunks of 64 bytes whose low nibbles are steps 0-3 and high nibbles
+// steps 4-7, summed in int16 over the block (8 products of codes ≤ 15, as UnsignedSteps<8>).
+struct NibbleChunks {
+  static constexpr bool kSigned = false;
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* block, int h, const ActBlock32* x,
+                                         int64_t blocks, int64_t b, __m256i (&dot)[MR]) {
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    __m256i dot16[MR];
+    for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i z =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * c + 32 * h));
+      const __m256i low = _mm256_and_si256(z, nibble);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(z, 4), nibble);
+      for (int i = 0; i < MR; ++i) {
+        dot16[i] = _mm256_add_epi16(
+            dot16[i], _mm256_add_epi16(_mm256_maddubs_epi16(low, XCodes(x, blocks, i, b, c)),
+                                       _mm256_maddubs_epi16(high, XCodes(x, blocks, i, b, c + 4))));
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], _mm256_set1_epi16(1)));
+    }
+  }
+};
+
+// The panel formats (gemm_kernels.h): Codes, kBlockBytes a block, and half h's scales and mins.
+// The int8 GEMM's, packed per call: floats after the codes.
+template <typename Codes>
+struct U8Panels : Codes {
+  static constexpr size_t kBlockBytes = kInt8PanelBlockBytes;
+  static constexpr bool kPrefetch = false;  // packed by the caller, in cache
+  static __m256 Scale(const uint8_t* block, int h) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(block + kCodesBytes) + kHalfNr * h);
+  }
+  static __m256 Min(const uint8_t* block, int h, __m256) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(block + kCodesBytes) + kInt8GemmNr +
+                           kHalfNr * h);
+  }
+};
+
+// PanelMatrix's Q4_0 and Q8_0: kCodeBytes of codes, then the rows' f16 scales d; min kOffset·d.
+template <typename Codes, size_t kCodeBytes, int kOffset>
+struct F16ScalePanels : Codes {
+  static constexpr size_t kBlockBytes = kCodeBytes + kInt8GemmNr * sizeof(uint16_t);
+  static constexpr bool kPrefetch = true;  // streamed from memory by decode
+  static __m256 Scale(const uint8_t* block, int h) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kCodeBytes) + h));
+  }
+  static __m256 Min(const uint8_t*, int, __m256 scale) {
+    return _mm256_mul_ps(scale, _mm256_set1_ps(static_cast<float>(kOffset)));
+  }
+};
+using Q4_0Panels = F16ScalePanels<NibbleChunks, 4 * 64, 8>;
+using Q8_0Panels = F16ScalePanels<SignedSteps, 8 * 64, 128>;
+static_assert(Q4_0Panels::kBlockBytes == kQ4_0PanelBlockBytes &&
+              Q8_0Panels::kBlockBytes == kQ8_0PanelBlockBytes);
+
+// Prefetches every cache line of the kBytes bytes from p, kQuantPrefetchBytes ahead.
+template <size_t kBytes>
+[[gnu::always_inline]] inline void PrefetchAhead(const uint8_t* p) {
+  for (size_t i = 0; i < kBytes; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
+  }
+}
+
+// A block's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: unsigned
+// codes' sums Σ u·q_x give d_x·scale·Σ − min·sum_x; signed ones, Σ (u − 128)·q_x, give
 // d_x·scale·Σ + (128·scale − min)·sum_x.
 template <int MR, bool kSignedCodes>
-[[gnu::always_inline]] inline void AddBlock(const uint8_t* half, const __m256i (&dot)[MR],
+[[gnu::always_inline]] inline void AddBlock(__m256 scale, __m256 min, const __m256i (&dot)[MR],
                                             const ActBlock32* x, int64_t blocks,
                                             __m256 (&sum)[MR]) {
-  const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(half + kCodesBytes));
-  const __m256 min = _mm256_loadu_ps(
-      reinterpret_cast<const float*>(half + kCodesBytes + kInt8GemmNr * sizeof(float)));
   // The factor of sum_x: −min exactly (a sign flip), or 128·scale − min in one rounding.
   const __m256 constant = kSignedCodes ? _mm256_fmsub_ps(_mm256_set1_ps(128.0f), scale, min)
                                        : _mm256_xor_ps(min, _mm256_set1_ps(-0.0f));
@@ -65,96 +198,62 @@ template <int MR>
   for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
 }
 
-// One tile: x rows [0, MR) against weight rows [0, nr ≤ 8) of a half panel whose block b's codes
-// step s lies at half + b·kInt8PanelBlockBytes + 64·s and its scales and mins 512 and 576 bytes on.
-// The int16 products are widened to int32 every kSteps steps (8 for codes ≤ 15, 4 for ≤ 31).
-template <int MR, int kSteps>
-void Tile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy, int nr) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 sum[MR];
-  for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b, half += kInt8PanelBlockBytes) {
-    __m256i dot[MR];
-    for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
-    for (int s0 = 0; s0 < 8; s0 += kSteps) {
-      __m256i dot16[MR];
-      for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
-      for (int s = s0; s < s0 + kSteps; ++s) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 64 * s));
-        for (int i = 0; i < MR; ++i) {
-          int32_t codes;
-          std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
-          dot16[i] = _mm256_add_epi16(dot16[i], _mm256_maddubs_epi16(w, _mm256_set1_epi32(codes)));
-        }
-      }
-      for (int i = 0; i < MR; ++i)
-        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], ones));
-    }
-    AddBlock<MR, false>(half, dot, x + b, blocks, sum);
+// One tile: x rows [0, MR) against NH half panels from half h0 of the panel at `panel` (blocks of
+// Format::kBlockBytes); row j < nr of those halves' rows to column j of y.
+template <typename Format, int MR, int NH>
+void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy, int h0,
+          int nr) {
+  __m256 sum[NH][MR];
+  for (auto& half : sum) {
+    for (__m256& s : half) s = _mm256_setzero_ps();
   }
-  StoreRows(sum, y, ldy, nr);
+  for (int64_t b = 0; b < blocks; ++b, panel += Format::kBlockBytes) {
+    if constexpr (Format::kPrefetch) PrefetchAhead<Format::kBlockBytes>(panel);
+    for (int h = 0; h < NH; ++h) {
+      __m256i dot[MR];
+      for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
+      Format::template Dot<MR>(panel, h0 + h, x, blocks, b, dot);
+      const __m256 scale = Format::Scale(panel, h0 + h);
+      AddBlock<MR, Format::kSigned>(scale, Format::Min(panel, h0 + h, scale), dot, x + b, blocks,
+                                    sum[h]);
+    }
+  }
+  for (int h = 0; h < NH && kHalfNr * h < nr; ++h) {
+    StoreRows(sum[h], y + kHalfNr * h, ldy, std::min(kHalfNr, nr - kHalfNr * h));
+  }
 }
 
-// Tile's product for codes up to 255 (Q8_0's, flipped to unsigned): with q = u − 128 (a signed
-// byte) and value = scale·u − min = scale·q + (128·scale − min), each step multiplies |q|
-// (unsigned, ≤ 128) by x's codes given q's signs (|q_x| ≤ 127, so negating them never
-// overflows): a pair of products is at most 2 · 128 · 127 < 2^15, widened to int32 every step.
-// The sums Σ q·q_x are exact. (Splitting u into nibbles summed in int16 over the block, as Tile
-// sums codes ≤ 15, ran 0.77× as fast on a Xeon: twice the accumulators spill.)
-template <int MR>
-void SignedTile(const uint8_t* half, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy,
-                int nr) {
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256 sum[MR];
-  for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b, half += kInt8PanelBlockBytes) {
-    __m256i dot[MR];
-    for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
-    for (int s = 0; s < 8; ++s) {
-      const __m256i q = _mm256_xor_si256(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 64 * s)), flip);
-      const __m256i magnitude = _mm256_abs_epi8(q);
-      for (int i = 0; i < MR; ++i) {
-        int32_t codes;
-        std::memcpy(&codes, x[i * blocks + b].qs + 4 * s, sizeof(codes));
-        const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(codes), q);
-        dot[i] = _mm256_add_epi32(
-            dot[i], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), ones));
-      }
-    }
-    AddBlock<MR, true>(half, dot, x + b, blocks, sum);
-  }
-  StoreRows(sum, y, ldy, nr);
-}
+using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int, int);
 
-using TileFn = void (*)(const uint8_t*, int64_t, const ActBlock32*, float*, int64_t, int);
-
-// kSteps 0: SignedTile; else Tile<·, kSteps>.
-template <int kSteps, int... M>
+template <typename Format, int NH, int... M>
 constexpr std::array<TileFn, sizeof...(M)> Tiles(std::integer_sequence<int, M...>) {
-  if constexpr (kSteps == 0) {
-    return {SignedTile<M + 1>...};
-  } else {
-    return {Tile<M + 1, kSteps>...};
-  }
+  return {Tile<Format, M + 1, NH>...};
 }
 
-// Tiles<kSteps>[mr − 1]: the tile for mr x rows.
-template <int kSteps>
-constexpr auto kTiles = Tiles<kSteps>(std::make_integer_sequence<int, kTileMr>());
-
-template <int kSteps>
-void Int8GemmPanelsAvx2(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x,
-                        int64_t n, float* y, int64_t ldy) {
+// Every tile of the product: for n ≤ kWideTileMr one tile of all n rows per whole panel, else
+// tiles of kTileMr rows per half panel.
+template <typename Format>
+void GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBlock32* x, int64_t n,
+                float* y, int64_t ldy) {
+  static constexpr auto kWide = Tiles<Format, 2>(std::make_integer_sequence<int, kWideTileMr>());
+  static constexpr auto kHalf = Tiles<Format, 1>(std::make_integer_sequence<int, kTileMr>());
   const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
+  const size_t panel_bytes = blocks * Format::kBlockBytes;
+  if (n <= kWideTileMr) {
+    for (int64_t p = 0; p < panels; ++p) {
+      kWide[n - 1](packed + p * panel_bytes, blocks, x, y + p * kInt8GemmNr, ldy, 0,
+                   static_cast<int>(std::min<int64_t>(kInt8GemmNr, rows - p * kInt8GemmNr)));
+    }
+    return;
+  }
   for (int64_t i0 = 0; i0 < n; i0 += kTileMr) {
-    const TileFn tile = kTiles<kSteps>[std::min<int64_t>(kTileMr, n - i0) - 1];
+    const TileFn tile = kHalf[std::min<int64_t>(kTileMr, n - i0) - 1];
     for (int64_t p = 0; p < panels; ++p) {
       for (int h = 0; h < 2; ++h) {
         const int64_t first = p * kInt8GemmNr + kHalfNr * h;
         if (first >= rows) break;
-        tile(packed + p * blocks * kInt8PanelBlockBytes + 32 * h, blocks, x + i0 * blocks,
-             y + i0 * ldy + first, ldy, static_cast<int>(std::min<int64_t>(kHalfNr, rows - first)));
+        tile(packed + p * panel_bytes, blocks, x + i0 * blocks, y + i0 * ldy + first, ldy, h,
+             static_cast<int>(std::min<int64_t>(kHalfNr, rows - first)));
       }
     }
   }
@@ -243,9 +342,20 @@ namespace avx2 {
 
 Int8GemmFn Int8GemmPanelsFor(int max_code) {
   // A step's pair of products is at most 2 · max_code · 127; kSteps of them must stay < 2^15.
-  if (max_code <= 15) return Int8GemmPanelsAvx2<8>;
-  if (max_code <= 31) return Int8GemmPanelsAvx2<4>;
-  return Int8GemmPanelsAvx2<0>;
+  if (max_code <= 15) return GemmPanels<U8Panels<UnsignedSteps<8>>>;
+  if (max_code <= 31) return GemmPanels<U8Panels<UnsignedSteps<4>>>;
+  return GemmPanels<U8Panels<SignedSteps>>;
+}
+
+Int8GemmFn QuantPanelsGemm(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0:
+      return GemmPanels<Q4_0Panels>;
+    case DType::kQ8_0:
+      return GemmPanels<Q8_0Panels>;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace avx2

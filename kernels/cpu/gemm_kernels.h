@@ -148,6 +148,11 @@ void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float*
 // 2^15; larger codes (Q8_0) as signed bytes q = u − 128, |q| times x's codes given q's signs,
 // widened every step. Tiles of 6 x rows × 8 weight rows (4 measured 6% slower).
 Int8GemmFn Int8GemmPanelsFor(int max_code);
+// The same tiles on PanelMatrix's Q4_0 or Q8_0 panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes
+// a block), their codes read as they lie and 8 rows' f16 scales widened at once:
+// Int8GemmPanelsFor's sums, bit for bit, on PackInt8Panels of the same rows. nullptr for other
+// dtypes.
+Int8GemmFn QuantPanelsGemm(DType dtype);
 }  // namespace avx2
 
 namespace avx512 {

@@ -351,14 +351,29 @@ struct PanelParts {
   }
 };
 
+namespace {
+
+// The int8 tile that multiplies quantized panels packed for `level`: AVX512-VNNI's at the AVX-512
+// level on a CPU with it (Q4_0, Q8_0 and the K-quants), else AVX2's (Q4_0, Q8_0); nullptr where
+// neither takes `dtype`.
+Int8GemmFn QuantPanelsGemmFor(DType dtype, SimdLevel level) {
+  if (level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni) {
+    return avx512::QuantPanelsGemm(dtype);
+  }
+  return avx2::QuantPanelsGemm(dtype);
+}
+
+}  // namespace
+
 // x quantized per 32 into the workspace once for every part (all take the same activations), in
-// slabs of as many rows as it holds, then ranges of whole panels by the VNNI tiles — ranges of a
-// few panels for decode batches, so that both threads stream, of a GEMM chunk's rows for prefill —
-// over all parts' panels in one parallel pass. On CPUs with AMX, kAmxQuantMinRows or more rows take
-// PanelParts::AmxMatmul instead.
+// slabs of as many rows as it holds, then ranges of whole panels by the level's int8 tiles — ranges
+// of a few panels for decode batches, so that both threads stream, of a GEMM chunk's rows for
+// prefill — over all parts' panels (packed for one level) in one parallel pass. On CPUs with AMX,
+// kAmxQuantMinRows or more rows take PanelParts::AmxMatmul instead.
 void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMatrix> parts,
             float* y, int64_t ldy, std::span<float> workspace) {
-  if (n >= avx512::kAmxQuantMinRows && AmxActive() &&
+  const SimdLevel level = parts.front().level_;
+  if (n >= avx512::kAmxQuantMinRows && level == SimdLevel::kAvx512 && AmxActive() &&
       PanelParts::AmxMatmul(pool, x, n, parts, y, ldy, workspace)) {
     return;
   }
@@ -383,7 +398,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMa
       PanelParts::ForEachRange(parts, begin, end,
                                [&](const PanelMatrix& part, const uint8_t* panels, int64_t from,
                                    int64_t to, int64_t first_row) {
-                                 avx512::QuantPanelsGemm(part.dtype())(
+                                 QuantPanelsGemmFor(part.dtype(), level)(
                                      panels, to - from, cols, acts, rows_x,
                                      y + i0 * ldy + first_row + from, ldy);
                                });
@@ -392,10 +407,7 @@ void Matmul(ThreadPool& pool, const float* x, int64_t n, std::span<const PanelMa
 }
 
 bool PanelMatrix::Takes(DType dtype, SimdLevel level) {
-  if (!IsQuantized(dtype)) return true;
-  return (dtype == DType::kQ4_0 || dtype == DType::kQ8_0 || dtype == DType::kQ4_K ||
-          dtype == DType::kQ5_K || dtype == DType::kQ6_K) &&
-         level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni;
+  return !IsQuantized(dtype) || QuantPanelsGemmFor(dtype, level) != nullptr;
 }
 
 PanelMatrix::PanelMatrix(const Tensor& w, SimdLevel level, bool bf16_dot, bool release_source,
