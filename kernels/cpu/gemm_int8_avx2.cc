@@ -208,7 +208,9 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
     for (__m256& s : half) s = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < blocks; ++b, panel += Format::kBlockBytes) {
-    if constexpr (Format::kPrefetch) PrefetchAhead<Format::kBlockBytes>(panel);
+    // Decode's wide tiles stream the panels from memory; larger batches read each block for 6 x
+    // rows, where the prefetches cost more than they bring.
+    if constexpr (Format::kPrefetch && NH == 2) PrefetchAhead<Format::kBlockBytes>(panel);
     for (int h = 0; h < NH; ++h) {
       __m256i dot[MR];
       for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
