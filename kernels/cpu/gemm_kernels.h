@@ -146,7 +146,8 @@ void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float*
 // The AVX2 tile for codes ≤ max_code (≤ 255): vpmaddubsw products summed in int16 over 8 steps
 // for codes ≤ 15 (Q4_0, Q4_1, Q4_K), 4 for ≤ 31 (Q5_0, Q5_1, Q5_K) — steps × 2 × code × 127 <
 // 2^15; larger codes (Q8_0) as signed bytes q = u − 128, |q| times x's codes given q's signs,
-// widened every step. Tiles of 6 x rows × 8 weight rows (4 measured 6% slower).
+// widened every step. Tiles of 6 x rows × 8 weight rows (4 measured 6% slower); 1 or 2 x rows
+// take a whole panel's 16 a tile.
 Int8GemmFn Int8GemmPanelsFor(int max_code);
 // The same tiles on PanelMatrix's Q4_0 or Q8_0 panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes
 // a block), their codes read as they lie and 8 rows' f16 scales widened at once:
