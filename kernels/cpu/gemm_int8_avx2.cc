@@ -15,6 +15,7 @@
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant_prefetch.h"
 #include "kernels/cpu_features.h"
 
 namespace pdserve::kernels {
@@ -157,14 +158,6 @@ using Q4_0Panels = F16ScalePanels<NibbleChunks, 4 * 64, 8>;
 using Q8_0Panels = F16ScalePanels<SignedSteps, 8 * 64, 128>;
 static_assert(Q4_0Panels::kBlockBytes == kQ4_0PanelBlockBytes &&
               Q8_0Panels::kBlockBytes == kQ8_0PanelBlockBytes);
-
-// Prefetches every cache line of the kBytes bytes from p, kQuantPrefetchBytes ahead.
-template <size_t kBytes>
-[[gnu::always_inline]] inline void PrefetchAhead(const uint8_t* p) {
-  for (size_t i = 0; i < kBytes; i += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
-  }
-}
 
 // A block's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: unsigned
 // codes' sums Σ u·q_x give d_x·scale·Σ − min·sum_x; signed ones, Σ (u − 128)·q_x, give

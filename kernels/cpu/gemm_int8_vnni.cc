@@ -16,6 +16,7 @@
 #include "core/tensor/quant_blocks.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant_prefetch.h"
 
 namespace pdserve::kernels::avx512 {
 namespace {
@@ -46,15 +47,6 @@ struct U8Panels {  // the int8 GEMM's, packed per call
   };
 };
 
-// Prefetches every cache line of the kBytes bytes from p, kQuantPrefetchBytes ahead: PanelMatrix's
-// formats are streamed from memory by decode.
-template <size_t kBytes>
-void PrefetchAhead(const uint8_t* p) {
-  for (size_t i = 0; i < kBytes; i += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kQuantPrefetchBytes + i), _MM_HINT_T0);
-  }
-}
-
 // Steps of 4 chunks of 64 bytes at `codes`, byte 4j + i of chunk c holding row j's codes 4c + i
 // (low nibble, step c) and 16 + 4c + i (high nibble, step c + 4).
 template <typename F>
@@ -68,7 +60,8 @@ void NibbleSteps(const uint8_t* codes, F f) {
 }
 
 // PanelMatrix's Q4_0 and Q8_0 formats: kCodeBytes of codes a block, then the rows' 16 f16 scales
-// d, and a min of kOffset·d (value = d·(u − kOffset)).
+// d, and a min of kOffset·d (value = d·(u − kOffset)); their Steps prefetch ahead, as decode
+// streams them from memory.
 template <size_t kCodeBytes, int kOffset>
 struct F16ScalePanels {
   static constexpr int kGroupBlocks = 1, kUnits = 1;
