@@ -68,7 +68,8 @@ endfunction()
 
 # What the tsan preset builds and runs (label "tsan"): the concurrent code — the services, the
 # transports, the thread pool and locks — and clusters of real processes built with TSan.
-set(PDSERVE_TSAN_TESTS base_test admission_queue_test http_server_test kvstore_test prefill_test
+set(PDSERVE_TSAN_TESTS base_test admission_queue_test http_server_test service_server_test
+    kvstore_test prefill_test
     decode_worker_test remote_value_tier_test worker_registry_test api_key_gate_test
     router_service_test openai_api_test fake_transport_test ucx_transport_test cluster_test
     fail_closed_test drain_test tls_integration_test overload_test loadgen_integration_test)

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/base/logging.h"
 #include "core/metrics/build_info.h"
 #include "core/rpc/tls.h"
 
@@ -20,6 +21,10 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   int port = 0;
   builder.AddListeningPort(listen_address, ProcessTls().ServerCredentials(), &port);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  auto calls = std::make_shared<CallsInFlight>();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
+  counting.push_back(CallsInFlight::Factory(calls));
+  builder.experimental().SetInterceptorCreators(std::move(counting));
   builder.SetMaxReceiveMessageSize(64 << 20);
   // Dead clients are noticed by keepalive pings rather than by TCP timeouts.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -32,7 +37,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   }
   const std::string host = listen_address.substr(0, listen_address.rfind(':'));
   auto result = std::unique_ptr<ServiceServer>(
-      new ServiceServer(std::move(server), absl::StrCat(host, ":", port)));
+      new ServiceServer(std::move(server), std::move(calls), absl::StrCat(host, ":", port)));
   if (http.metrics != nullptr) {
     AddBuildInfo(*http.metrics, http.role);
     result->serving_ =
@@ -52,8 +57,9 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   return result;
 }
 
-ServiceServer::ServiceServer(std::unique_ptr<grpc::Server> server, std::string address)
-    : server_(std::move(server)), address_(std::move(address)) {}
+ServiceServer::ServiceServer(std::unique_ptr<grpc::Server> server,
+                             std::shared_ptr<CallsInFlight> calls, std::string address)
+    : server_(std::move(server)), calls_(std::move(calls)), address_(std::move(address)) {}
 
 ServiceServer::~ServiceServer() { Shutdown(absl::ZeroDuration()); }
 
@@ -78,7 +84,15 @@ void ServiceServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   SetServing(false);
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  const absl::Time deadline = absl::Now() + grace;
+  // gRPC's Shutdown sends every connection a GOAWAY, and a connection that has had one closes
+  // the moment its last stream ends. Closing a socket the peer is still writing to (window
+  // updates, pings as it reads the stream) resets it, and the peer may then fail that last
+  // stream ("UNAVAILABLE: Broken pipe") before it has read the trailers. So the calls end first,
+  // on open connections, and the GOAWAYs go to idle ones.
+  const int running = calls_->WaitForNone(deadline);
+  if (running > 0) GetLogger("rpc")->warn("{} calls still running after the drain budget", running);
+  server_->Shutdown(absl::ToChronoTime(deadline));
   server_->Wait();
   if (http_ != nullptr) http_->Stop();
 }

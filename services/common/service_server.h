@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/metrics/metrics_registry.h"
 #include "core/rpc/tls.h"
+#include "services/common/calls_in_flight.h"
 #include "services/common/http_server.h"
 
 namespace pdserve {
@@ -55,14 +56,17 @@ class ServiceServer {
   void AnnounceReady(const std::string& role) const;
   // A channel to this server that does not leave the process (the router's HTTP API uses it).
   std::shared_ptr<grpc::Channel> InProcessChannel() const;
-  // NOT_SERVING, stops accepting calls, waits up to `grace` for running calls (then cancels
-  // them), then stops the HTTP server.
+  // NOT_SERVING, waits up to `grace` for running calls (services refuse new work once they are
+  // told to drain; calls that still come are served and waited for), then stops accepting calls
+  // and cancels those left at the end of `grace`, then stops the HTTP server.
   void Shutdown(absl::Duration grace);
 
  private:
-  ServiceServer(std::unique_ptr<grpc::Server> server, std::string address);
+  ServiceServer(std::unique_ptr<grpc::Server> server, std::shared_ptr<CallsInFlight> calls,
+                std::string address);
 
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<CallsInFlight> calls_;  // the calls server_ runs (its interceptor counts them)
   std::string address_;
   prometheus::Gauge* serving_ = nullptr;  // in the HTTP endpoint's registry, when there is one
   std::unique_ptr<HttpServer> http_;

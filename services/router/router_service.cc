@@ -197,6 +197,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
 }
 
 absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request) {
+  if (draining_.load())
+    return absl::UnavailableError("router is draining: it takes no new requests");
   ApiKeyGate::Ticket key;
   if (options_.api_keys != nullptr) {
     PDSERVE_ASSIGN_OR_RETURN(
@@ -678,6 +680,7 @@ absl::Status RunRouter(const RouterOptions& options, const std::function<void()>
   Log()->info("signal {}: draining ({} requests running or queued, up to {})", signal,
               router->service().inflight(), absl::FormatDuration(options.endpoints.drain));
   router->server().SetServing(false);
+  router->service().StartDraining();
   router->Shutdown(options.endpoints.drain);
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #ifndef PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 #define PDSERVE_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -100,6 +101,9 @@ class RouterService final : public v1::Router::Service {
   WorkerRegistry& registry() { return registry_; }
   // Calls running or queued.
   int inflight() const { return admission_.active() + admission_.queued(); }
+  // From now on Generate refuses new requests (Unavailable, retryable elsewhere); those running
+  // or queued go on.
+  void StartDraining() { draining_.store(true); }
   MetricsRegistry& metrics() { return *metrics_; }
 
  private:
@@ -133,6 +137,7 @@ class RouterService final : public v1::Router::Service {
   std::unique_ptr<PrefixIndex> prefix_index_;  // when the policy is prefix_aware
   WorkerRegistry registry_;
   AdmissionQueue admission_;
+  std::atomic<bool> draining_{false};
   std::shared_ptr<MetricsRegistry> metrics_;
   RouterMetrics stats_;  // reads registry_ and admission_
 

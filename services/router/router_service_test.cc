@@ -502,6 +502,26 @@ TEST_F(RouterServiceTest, RequestsQueueBeyondTheRunningLimitAndAreRefusedBeyondT
   EXPECT_EQ(prefill_.requests().size(), 2u);  // the refused request reached no worker
 }
 
+// Draining: a request that comes after StartDraining is refused, retryably and before it reaches a
+// worker; the one already running goes on.
+TEST_F(RouterServiceTest, ADrainingRouterRefusesNewRequestsAndKeepsRunningOnes) {
+  CancellationToken cancel;
+  absl::Status first;
+  std::thread first_caller = StartWithOneHangingCall(/*max_queued=*/1, cancel, &first);
+  router_->service().StartDraining();
+  CallOptions no_retry;
+  no_retry.retry.max_retries = 0;
+  auto refused = client_->Generate(TextRequest("z", 5), no_retry);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("router is draining"));
+  EXPECT_EQ(decode_.requests().size(), 1u);
+  EXPECT_EQ(router_->service().inflight(), 1);
+
+  cancel.Cancel();
+  first_caller.join();
+  EXPECT_EQ(first.code(), absl::StatusCode::kCancelled);
+}
+
 TEST_F(RouterServiceTest, AQueuedRequestLeavesAtItsDeadline) {
   CancellationToken cancel;
   std::thread caller = StartWithOneHangingCall(RouterOptions().max_queued, cancel);
