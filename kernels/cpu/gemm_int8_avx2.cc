@@ -44,9 +44,28 @@ __m256i Step(const uint8_t* rows, int s) {
   return _mm256_set1_epi32(codes);
 }
 
+// Widens int16 sums into dot (pairs of them, exact in int32).
+template <int MR>
+[[gnu::always_inline]] inline void Widen(const __m256i (&dot16)[MR], __m256i (&dot)[MR]) {
+  for (int i = 0; i < MR; ++i) {
+    dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], _mm256_set1_epi16(1)));
+  }
+}
+
+// Adds to dot16[i] step s's products, `codes` (unsigned, row j's at lanes 4j..4j+3) times x row
+// i's codes 4s..4s+3 of block b.
+template <int MR>
+[[gnu::always_inline]] inline void AddStep(__m256i codes, const ActBlock32* x, int64_t blocks,
+                                           int64_t b, int s, __m256i (&dot16)[MR]) {
+  for (int i = 0; i < MR; ++i) {
+    dot16[i] = _mm256_add_epi16(dot16[i], _mm256_maddubs_epi16(codes, XCodes(x, blocks, i, b, s)));
+  }
+}
+
 // The panel formats' codes, `block` the block's first byte and `h` the half panel (rows 8h..8h+7,
 // bytes 32h..32h+31 of each 64-byte step or chunk): Dot adds to dot[i] the block's integer sums
-// with x row i, lane j row 8h + j's.
+// with x row i, lane j row 8h + j's. (The formats below wrap them: BlockCodes for one block a
+// group.)
 //
 // Unsigned codes ≤ 15 (≤ 31) in 8 steps of 64 bytes: vpmaddubsw products summed in int16 over
 // kSteps steps (8 for codes ≤ 15, 4 for ≤ 31: kSteps × 2 × code × 127 < 2^15).
@@ -60,16 +79,10 @@ struct UnsignedSteps {
       __m256i dot16[MR];
       for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
       for (int s = s0; s < s0 + kSteps; ++s) {
-        const __m256i w =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * s + 32 * h));
-        for (int i = 0; i < MR; ++i) {
-          dot16[i] =
-              _mm256_add_epi16(dot16[i], _mm256_maddubs_epi16(w, XCodes(x, blocks, i, b, s)));
-        }
+        AddStep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * s + 32 * h)), x,
+                blocks, b, s, dot16);
       }
-      for (int i = 0; i < MR; ++i) {
-        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], _mm256_set1_epi16(1)));
-      }
+      Widen(dot16, dot);
     }
   }
 };
@@ -112,60 +125,85 @@ struct NibbleChunks {
     for (int c = 0; c < 4; ++c) {
       const __m256i z =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * c + 32 * h));
-      const __m256i low = _mm256_and_si256(z, nibble);
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(z, 4), nibble);
-      for (int i = 0; i < MR; ++i) {
-        dot16[i] = _mm256_add_epi16(
-            dot16[i], _mm256_add_epi16(_mm256_maddubs_epi16(low, XCodes(x, blocks, i, b, c)),
-                                       _mm256_maddubs_epi16(high, XCodes(x, blocks, i, b, c + 4))));
-      }
+      AddStep(_mm256_and_si256(z, nibble), x, blocks, b, c, dot16);
+      AddStep(_mm256_and_si256(_mm256_srli_epi16(z, 4), nibble), x, blocks, b, c + 4, dot16);
     }
-    for (int i = 0; i < MR; ++i) {
-      dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(dot16[i], _mm256_set1_epi16(1)));
-    }
+    Widen(dot16, dot);
   }
 };
 
-// The panel formats (gemm_kernels.h): Codes, kBlockBytes a block, and half h's scales and mins.
+// The panel formats (gemm_kernels.h), in groups of kGroupBlocks 32-element blocks, kGroupBytes a
+// group, each block in kUnits units of 8 / kUnits steps with a scale each: Dot<MR>(group, k, u, h,
+// …) adds unit u of block k's sums for half h; a group's Scales(group) gives unit u of block k's
+// 8 scales and minimums of half h; kSigned: Dot sums (u − 128)·q_x; kPrefetch: the tile prefetches
+// a group ahead (decode streams it from memory).
+//
+// A format of one block a group, of one unit, with Codes's sums.
+template <typename Codes>
+struct BlockCodes {
+  static constexpr int kGroupBlocks = 1, kUnits = 1;
+  static constexpr bool kSigned = Codes::kSigned;
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* group, int, int, int h, const ActBlock32* x,
+                                         int64_t blocks, int64_t b, __m256i (&dot)[MR]) {
+    Codes::template Dot<MR>(group, h, x, blocks, b, dot);
+  }
+};
+
 // The int8 GEMM's, packed per call: floats after the codes.
 template <typename Codes>
-struct U8Panels : Codes {
-  static constexpr size_t kBlockBytes = kInt8PanelBlockBytes;
+struct U8Panels : BlockCodes<Codes> {
+  static constexpr size_t kGroupBytes = kInt8PanelBlockBytes;
   static constexpr bool kPrefetch = false;  // packed by the caller, in cache
-  static __m256 Scale(const uint8_t* block, int h) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(block + kCodesBytes) + kHalfNr * h);
-  }
-  static __m256 Min(const uint8_t* block, int h, __m256) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(block + kCodesBytes) + kInt8GemmNr +
-                           kHalfNr * h);
-  }
+  struct Scales {
+    explicit Scales(const uint8_t* group)
+        : floats(reinterpret_cast<const float*>(group + kCodesBytes)) {}
+    __m256 Scale(int, int, int h) const { return _mm256_loadu_ps(floats + kHalfNr * h); }
+    __m256 Min(int, int, int h, __m256) const {
+      return _mm256_loadu_ps(floats + kInt8GemmNr + kHalfNr * h);
+    }
+    const float* floats;
+  };
 };
 
 // PanelMatrix's Q4_0 and Q8_0: kCodeBytes of codes, then the rows' f16 scales d; min kOffset·d.
 template <typename Codes, size_t kCodeBytes, int kOffset>
-struct F16ScalePanels : Codes {
-  static constexpr size_t kBlockBytes = kCodeBytes + kInt8GemmNr * sizeof(uint16_t);
-  static constexpr bool kPrefetch = true;  // streamed from memory by decode
-  static __m256 Scale(const uint8_t* block, int h) {
-    return _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kCodeBytes) + h));
-  }
-  static __m256 Min(const uint8_t*, int, __m256 scale) {
-    return _mm256_mul_ps(scale, _mm256_set1_ps(static_cast<float>(kOffset)));
-  }
+struct F16ScalePanels : BlockCodes<Codes> {
+  static constexpr size_t kGroupBytes = kCodeBytes + kInt8GemmNr * sizeof(uint16_t);
+  static constexpr bool kPrefetch = true;
+  struct Scales {
+    explicit Scales(const uint8_t* group) : d(group + kCodeBytes) {}
+    __m256 Scale(int, int, int h) const {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d) + h));
+    }
+    __m256 Min(int, int, int, __m256 scale) const {
+      return _mm256_mul_ps(scale, _mm256_set1_ps(static_cast<float>(kOffset)));
+    }
+    const uint8_t* d;
+  };
 };
 using Q4_0Panels = F16ScalePanels<NibbleChunks, 4 * 64, 8>;
 using Q8_0Panels = F16ScalePanels<SignedSteps, 8 * 64, 128>;
-static_assert(Q4_0Panels::kBlockBytes == kQ4_0PanelBlockBytes &&
-              Q8_0Panels::kBlockBytes == kQ8_0PanelBlockBytes);
+static_assert(Q4_0Panels::kGroupBytes == kQ4_0PanelBlockBytes &&
+              Q8_0Panels::kGroupBytes == kQ8_0PanelBlockBytes);
 
-// A block's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: unsigned
+// The activations' sum for unit u of a block of kUnits: the block's, or its half's.
+template <int kUnits>
+float UnitSum(const ActBlock32& a, int u) {
+  if constexpr (kUnits == 1) {
+    return a.sum;
+  } else {
+    return a.half_sums[u];
+  }
+}
+
+// A unit's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: unsigned
 // codes' sums Σ u·q_x give d_x·scale·Σ − min·sum_x; signed ones, Σ (u − 128)·q_x, give
-// d_x·scale·Σ + (128·scale − min)·sum_x.
-template <int MR, bool kSignedCodes>
-[[gnu::always_inline]] inline void AddBlock(__m256 scale, __m256 min, const __m256i (&dot)[MR],
-                                            const ActBlock32* x, int64_t blocks,
-                                            __m256 (&sum)[MR]) {
+// d_x·scale·Σ + (128·scale − min)·sum_x (sum_x the unit's, UnitSum).
+template <int MR, bool kSignedCodes, int kUnits>
+[[gnu::always_inline]] inline void AddUnit(__m256 scale, __m256 min, const __m256i (&dot)[MR],
+                                           const ActBlock32* x, int64_t blocks, int u,
+                                           __m256 (&sum)[MR]) {
   // The factor of sum_x: −min exactly (a sign flip), or 128·scale − min in one rounding.
   const __m256 constant = kSignedCodes ? _mm256_fmsub_ps(_mm256_set1_ps(128.0f), scale, min)
                                        : _mm256_xor_ps(min, _mm256_set1_ps(-0.0f));
@@ -173,7 +211,7 @@ template <int MR, bool kSignedCodes>
     const ActBlock32& a = x[i * blocks];
     const __m256 block = _mm256_cvtepi32_ps(dot[i]);
     sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
-    sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.sum), sum[i]);
+    sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(UnitSum<kUnits>(a, u)), sum[i]);
   }
 }
 
@@ -191,8 +229,8 @@ template <int MR>
   for (int i = 0; i < MR; ++i) _mm256_maskstore_ps(y + i * ldy, live, sum[i]);
 }
 
-// One tile: x rows [0, MR) against NH half panels from half h0 of the panel at `panel` (blocks of
-// Format::kBlockBytes); row j < nr of those halves' rows to column j of y.
+// One tile: x rows [0, MR) against NH half panels from half h0 of the panel at `panel` (groups of
+// Format::kGroupBytes); row j < nr of those halves' rows to column j of y.
 template <typename Format, int MR, int NH>
 void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy, int h0,
           int nr) {
@@ -200,17 +238,22 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
   for (auto& half : sum) {
     for (__m256& s : half) s = _mm256_setzero_ps();
   }
-  for (int64_t b = 0; b < blocks; ++b, panel += Format::kBlockBytes) {
+  for (int64_t b0 = 0; b0 < blocks; b0 += Format::kGroupBlocks, panel += Format::kGroupBytes) {
     // Decode's wide tiles stream the panels from memory; larger batches read each block for 6 x
     // rows, where the prefetches cost more than they bring.
-    if constexpr (Format::kPrefetch && NH == 2) PrefetchAhead<Format::kBlockBytes>(panel);
-    for (int h = 0; h < NH; ++h) {
-      __m256i dot[MR];
-      for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
-      Format::template Dot<MR>(panel, h0 + h, x, blocks, b, dot);
-      const __m256 scale = Format::Scale(panel, h0 + h);
-      AddBlock<MR, Format::kSigned>(scale, Format::Min(panel, h0 + h, scale), dot, x + b, blocks,
-                                    sum[h]);
+    if constexpr (Format::kPrefetch && NH == 2) PrefetchAhead<Format::kGroupBytes>(panel);
+    const typename Format::Scales scales(panel);
+    for (int k = 0; k < Format::kGroupBlocks; ++k) {
+      for (int u = 0; u < Format::kUnits; ++u) {
+        for (int h = 0; h < NH; ++h) {
+          __m256i dot[MR];
+          for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
+          Format::template Dot<MR>(panel, k, u, h0 + h, x, blocks, b0 + k, dot);
+          const __m256 scale = scales.Scale(k, u, h0 + h);
+          AddUnit<MR, Format::kSigned, Format::kUnits>(scale, scales.Min(k, u, h0 + h, scale), dot,
+                                                       x + b0 + k, blocks, u, sum[h]);
+        }
+      }
     }
   }
   for (int h = 0; h < NH && kHalfNr * h < nr; ++h) {
@@ -233,7 +276,7 @@ void GemmPanels(const uint8_t* packed, int64_t rows, int64_t cols, const ActBloc
   static constexpr auto kWide = Tiles<Format, 2>(std::make_integer_sequence<int, kWideTileMr>());
   static constexpr auto kHalf = Tiles<Format, 1>(std::make_integer_sequence<int, kTileMr>());
   const int64_t blocks = cols / kQK, panels = (rows + kInt8GemmNr - 1) / kInt8GemmNr;
-  const size_t panel_bytes = blocks * Format::kBlockBytes;
+  const size_t panel_bytes = blocks / Format::kGroupBlocks * Format::kGroupBytes;
   if (n <= kWideTileMr) {
     for (int64_t p = 0; p < panels; ++p) {
       kWide[n - 1](packed + p * panel_bytes, blocks, x, y + p * kInt8GemmNr, ldy, 0,
