@@ -7,8 +7,7 @@
 // same register tiles, reading each weight once per tile of x rows (12 with AVX-512, 6 with AVX2).
 // bf16 matrices on CPUs where Bf16DotActive() keep their panels in the pairs layout
 // (kernels/cpu/gemm_kernels.h), so that prefill-sized products run vdpbf16ps on activations rounded
-// to bf16 while smaller ones stay exact. A Q4_0 or Q8_0 matrix (with AVX512-VNNI a K-quant one,
-// Q4_K, Q5_K, Q6_K, too) is kept as panels of 16 rows whose blocks' bytes are rearranged for the
+// to bf16 while smaller ones stay exact. A Q4_0, Q8_0, Q4_K, Q5_K or Q6_K matrix is kept as panels of 16 rows whose blocks' bytes are rearranged for the
 // int8 tiles (gemm_kernels.h; the same bytes as its rows): every batch quantizes x per 32 and runs
 // the level's tile (AVX512-VNNI's, or AVX2's), one row of x for decode as a prompt's for prefill,
 // with no per-call packing. Immutable
@@ -40,9 +39,9 @@ class PanelMatrix {
                        bool bf16_dot = Bf16DotActive(), bool release_source = false,
                        ThreadPool* pool = nullptr);
 
-  // Whether a matrix of `dtype` can be packed for `level`: f32, f16, bf16, Q4_0 and Q8_0 at every
-  // level; Q4_K, Q5_K and Q6_K too at the AVX-512 level on a CPU with AVX512-VNNI (quantized panels
-  // feed the level's int8 tile, for decode as for prefill).
+  // Whether a matrix of `dtype` can be packed for `level`: f32, f16, bf16, Q4_0, Q8_0, Q4_K, Q5_K
+  // and Q6_K at every level (quantized panels feed the level's int8 tile, for decode as for
+  // prefill).
   static bool Takes(DType dtype, SimdLevel level = ActiveSimdLevel());
 
   int64_t rows() const { return rows_; }

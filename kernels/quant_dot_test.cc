@@ -550,9 +550,9 @@ TEST(QuantDotTest, AmxPromptsMultiplyTheFormatsValuesInBf16) {
   }
 }
 
-// Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (Q4_0 and Q8_0 at the AVX2 level, all four
-// at the AVX-512 level with VNNI): Matmul equals, bit for bit, the prefill's int8 GEMM of the same
-// level on the same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels — for one decode row
+// Q4_0, Q8_0, Q4_K and Q5_K kept as PanelMatrix panels (at the AVX2 level, and at the AVX-512
+// level with VNNI): Matmul equals, bit for bit, the prefill's int8 GEMM of the same level on the
+// same rows — x quantized per 32, PackInt8Panels, Int8GemmPanels — for one decode row
 // to several tiles (the AVX2 level's whole-panel tiles of 1 and 2 rows, its half-panel ones of up
 // to 6), on ragged panels, every block pattern (extreme scales overflow alike) and the largest
 // codes, in CheckPanelMatmuls's settings; where the product runs on AMX tiles (CheckPanelMatmuls's
@@ -598,26 +598,24 @@ TEST(QuantDotTest, QuantPanelsEqualTheInt8Gemm) {
   }
 }
 
-// Q6_K kept as PanelMatrix panels (AVX-512 with VNNI), whose scales cover 16 elements, so that no
-// per-call int8 GEMM exists to equal: Matmul against the panels' own arithmetic in double — Σ over
-// elements of the dequantized weight (d·s·(q − 32), exact in fp32) times the quantized x (d_x·q_x)
-// — on ragged panels, every block pattern and the largest codes (all 63, the bytes 0xFF), one
-// decode row to several tiles, in CheckPanelMatmuls's settings (on AMX tiles, their bf16
-// arithmetic).
-TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
-  if (!PanelMatrix::Takes(DType::kQ6_K, SimdLevel::kAvx512)) {
-    GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
-  }
+// Q6_K kept as PanelMatrix panels at `level`, whose scales cover 16 elements, so that no per-call
+// int8 GEMM exists to equal: Matmul against the panels' own arithmetic in double — Σ over elements
+// of the dequantized weight (d·s·(q − 32), exact in fp32) times the quantized x (d_x·q_x) — on
+// ragged panels, every block pattern and the largest codes (all 63, the bytes 0xFF), one decode
+// row to several tiles (the AVX2 level's whole-panel tiles of 1 and 2 rows, its half-panel ones of
+// up to 6), in CheckPanelMatmuls's settings (on AMX tiles, their bf16 arithmetic).
+void CheckQ6KPanels(SimdLevel level) {
   uint32_t seed = 500;
   for (auto [rows, cols] :
        {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 256}, {64, 768}}) {
     for (int pattern = 0; pattern < kPanelPatterns; ++pattern) {
-      SCOPED_TRACE(absl::StrCat("rows ", rows, " cols ", cols, " pattern ", pattern));
+      SCOPED_TRACE(
+          absl::StrCat(SimdLevelName(level), " rows ", rows, " cols ", cols, " pattern ", pattern));
       const QuantMatrix w = PanelTestMatrix(DType::kQ6_K, rows, cols, seed++, pattern);
       const std::vector<float> dequantized = Dequantized(w);
-      const PanelMatrix panels(w.tensor, SimdLevel::kAvx512);
+      const PanelMatrix panels(w.tensor, level);
       ASSERT_EQ(panels.dtype(), DType::kQ6_K);
-      for (int64_t n : {1, 2, 5, 12, 13, 100}) {
+      for (int64_t n : {1, 2, 3, 5, 12, 13, 100}) {
         const std::vector<float> x = RandomVector(n * cols, seed++);
         const std::vector<ActBlock32> act = QuantizedRows(x, n, cols);
         CheckPanelMatmuls(panels, x, n, [&](int64_t i, int64_t r, float got, bool amx) {
@@ -631,8 +629,17 @@ TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
           }
           ASSERT_NEAR(got, want, 1e-5 * magnitude + 1e-6) << "at " << i << ", " << r;
         });
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
+  }
+}
+
+// CheckQ6KPanels at the AVX2 level, and at the AVX-512 level with VNNI.
+TEST(QuantDotTest, Q6KPanelsMatchTheirArithmetic) {
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (level == SimdLevel::kAvx512 && !GetCpuFeatures().avx512_vnni) continue;
+    CheckQ6KPanels(level);
   }
 }
 
@@ -703,12 +710,8 @@ TEST(QuantDotTest, StackedPartsOfDifferentFormats) {
 // A projection stacked from quantized parts of different formats (Q4_K_M's q and k in Q4_K, v in
 // Q6_K; here also a part of 8 rows, less than a panel, and a Q8_0 part) is packed part by part, and
 // its outputs equal, bit for bit, each part's PanelMatrix alone — one decode row to several tiles,
-// one and two threads. A stack with a float part stays unpacked.
+// one and two threads, at the active level. A stack with a float part stays unpacked.
 TEST(QuantDotTest, QuantizedStacksArePackedPartByPart) {
-  if (!PanelMatrix::Takes(DType::kQ6_K, SimdLevel::kAvx512)) {
-    GTEST_SKIP() << "CPU lacks AVX-512 or AVX512-VNNI";
-  }
-  if (ActiveSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "PDSERVE_SIMD below AVX-512";
   const int64_t cols = 512;
   std::vector<QuantMatrix> parts;
   parts.push_back(MakeMatrix(DType::kQ4_K, 48, cols, 41, Pattern::kRandom));

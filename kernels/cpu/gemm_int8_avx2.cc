@@ -1,9 +1,10 @@
 // The int8 GEMM's packing and activation quantizer, and its AVX2 tiles (gemm_kernels.h) on the
-// panels it packs per call and on PanelMatrix's Q4_0 and Q8_0 panels: a tile of up to 6 x rows × 8
-// weight rows (of 1–2 x rows × a whole panel's 16, so that decode reads each weight line once) sums
-// a block's vpmaddubsw products in int16 (codes ≤ 15 keep 8 steps below 2^15, codes ≤ 31 4),
-// widens them with vpmaddwd and applies the block's scales in fp32, 8 weight rows' at once; codes
-// up to 255 (Q8_0) take the signed form, whose int16 pairs hold one step.
+// panels it packs per call and on PanelMatrix's Q4_0, Q8_0 and K-quant panels: a tile of up to 6 x
+// rows × 8 weight rows (of 1–2 x rows × a whole panel's 16, so that decode reads each weight line
+// once) sums a block's vpmaddubsw products in int16 (codes ≤ 15 keep 8 steps below 2^15, codes ≤ 31
+// 4, codes ≤ 63 2), widens them with vpmaddwd and applies the block's (or 16-element unit's) scales
+// in fp32, 8 weight rows' at once; codes up to 255 (Q8_0) take the signed form, whose int16 pairs
+// hold one step.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -135,8 +136,8 @@ struct NibbleChunks {
 // The panel formats (gemm_kernels.h), in groups of kGroupBlocks 32-element blocks, kGroupBytes a
 // group, each block in kUnits units of 8 / kUnits steps with a scale each: Dot<MR>(group, k, u, h,
 // …) adds unit u of block k's sums for half h; a group's Scales(group) gives unit u of block k's
-// 8 scales and minimums of half h; kSigned: Dot sums (u − 128)·q_x; kPrefetch: the tile prefetches
-// a group ahead (decode streams it from memory).
+// 8 scales and minimums of half h; kSigned: Dot sums (u − 128)·q_x; kPrefetch: decode's tiles
+// prefetch ahead (they stream the panels from memory).
 //
 // A format of one block a group, of one unit, with Codes's sums.
 template <typename Codes>
@@ -197,6 +198,162 @@ float UnitSum(const ActBlock32& a, int u) {
   }
 }
 
+// PanelMatrix's K-quant formats (gemm_kernels.h): a super-block's scales first, then its codes.
+// Decode's tiles prefetch them as Q4_0's, an eighth of a super-block ahead of each block (Xeon,
+// PDSERVE_SIMD=avx2, 2 threads, bench_ab against no prefetch: 1B Q4_K_M decode 1.34× → 1.53× the
+// per-row kernels'; a super-block's lines prefetched at once, 1.13×; 110M at 1 thread 0.70×
+// without, 1.38× so).
+
+// Q5_K's codes: NibbleChunks's with a fifth chunk whose byte 4j + i holds at bit c the fifth bit
+// of step c's code and at bit 4 + c that of step c + 4's; codes ≤ 31, so int16 sums of 4 steps
+// (2 chunks).
+struct FiveBitChunks {
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* block, int h, const ActBlock32* x,
+                                         int64_t blocks, int64_t b, __m256i (&dot)[MR]) {
+    const __m256i nibble = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+    const __m256i fifth =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 4 * 64 + 32 * h));
+    for (int c0 = 0; c0 < 4; c0 += 2) {
+      __m256i dot16[MR];
+      for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
+      for (int c = c0; c < c0 + 2; ++c) {
+        const __m256i z =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * c + 32 * h));
+        // Step c's fifth bit (bit c) and step c + 4's (bit 4 + c), each moved to bit 4.
+        const __m128i low_shift = _mm_cvtsi32_si128(4 - c), high_shift = _mm_cvtsi32_si128(c);
+        const __m256i low =
+            _mm256_or_si256(_mm256_and_si256(z, nibble),
+                            _mm256_and_si256(_mm256_sll_epi16(fifth, low_shift), bit4));
+        const __m256i high =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(z, 4), nibble),
+                            _mm256_and_si256(_mm256_srl_epi16(fifth, high_shift), bit4));
+        AddStep(low, x, blocks, b, c, dot16);
+        AddStep(high, x, blocks, b, c + 4, dot16);
+      }
+      Widen(dot16, dot);
+    }
+  }
+};
+
+// Q4_K and Q5_K: the rows' d and dmin and the scale bytes as planes, then 8 blocks of nibbles as
+// Q4_0's (Q5_K: and a chunk of fifth bits); block k's scale d·s_k, minimum dmin·m_k.
+template <bool kFifthBit>
+struct K4Panels {
+  static constexpr int kGroupBlocks = 8, kUnits = 1;
+  static constexpr bool kSigned = false, kPrefetch = true;
+  static constexpr size_t kCodesAt = 2 * kInt8GemmNr * sizeof(uint16_t) + 12 * kInt8GemmNr;
+  static constexpr size_t kBlockCodeBytes = (kFifthBit ? 5 : 4) * 64;
+  static constexpr size_t kGroupBytes = kFifthBit ? kQ5_KPanelGroupBytes : kQ4_KPanelGroupBytes;
+  static_assert(kGroupBytes == kCodesAt + kGroupBlocks * kBlockCodeBytes);
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* group, int k, int, int h,
+                                         const ActBlock32* x, int64_t blocks, int64_t b,
+                                         __m256i (&dot)[MR]) {
+    const uint8_t* codes = group + kCodesAt + k * kBlockCodeBytes;
+    if constexpr (kFifthBit) {
+      FiveBitChunks::Dot<MR>(codes, h, x, blocks, b, dot);
+    } else {
+      NibbleChunks::Dot<MR>(codes, h, x, blocks, b, dot);
+    }
+  }
+  // The 6-bit scales and minimums of all 16 rows, unpacked as quant::ScalesAndMinsK4 does from the
+  // planes (byte b of row j at 64 + 16b + j): blocks 0-3 from planes 0-3 and 4-7, blocks 4-7 with
+  // planes 8-11's nibbles and the top two bits of planes 0-7.
+  struct Scales {
+    explicit Scales(const uint8_t* group) : group(group) {
+      auto plane_pair = [group](int b) {  // planes b and b + 1
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 64 + 16 * b));
+      };
+      const __m256i low6 = _mm256_set1_epi8(0x3F), low4 = _mm256_set1_epi8(0x0F),
+                    top2 = _mm256_set1_epi8(0x30);  // bits 6-7 shifted right by 2
+      for (int b = 0; b < 4; b += 2) {
+        const __m256i s = plane_pair(b), m = plane_pair(4 + b), high = plane_pair(8 + b);
+        Store(scales + 16 * b, _mm256_and_si256(s, low6));
+        Store(mins + 16 * b, _mm256_and_si256(m, low6));
+        Store(scales + 16 * (4 + b),
+              _mm256_or_si256(_mm256_and_si256(high, low4),
+                              _mm256_and_si256(_mm256_srli_epi16(s, 2), top2)));
+        Store(mins + 16 * (4 + b),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(high, 4), low4),
+                              _mm256_and_si256(_mm256_srli_epi16(m, 2), top2)));
+      }
+    }
+    __m256 Scale(int k, int, int h) const {
+      return _mm256_mul_ps(F16s(group, h), Widen8(scales + 16 * k + kHalfNr * h));
+    }
+    __m256 Min(int k, int, int h, __m256) const {
+      return _mm256_mul_ps(F16s(group + 32, h), Widen8(mins + 16 * k + kHalfNr * h));
+    }
+    static void Store(uint8_t* to, __m256i v) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(to), v);
+    }
+    // Half h of 16 f16 at `at`, and 8 unsigned bytes, as floats.
+    static __m256 F16s(const uint8_t* at, int h) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at) + h));
+    }
+    static __m256 Widen8(const uint8_t* bytes) {
+      return _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes))));
+    }
+    const uint8_t* group;
+    alignas(32) uint8_t scales[8 * kInt8GemmNr], mins[8 * kInt8GemmNr];  // block k's at 16k
+  };
+};
+
+// Q6_K: the rows' d and the 16 sub-blocks' int8 scales as planes, then 8 blocks, each its codes'
+// low nibbles as Q4_0's and their top two bits in two chunks; unit u of block k (sub-block 2k + u,
+// 16 elements) has scale d·s and minimum 32·d·s (value = d·s·(q − 32)). Codes ≤ 63: int16 sums of
+// 2 steps.
+struct Q6_KPanels {
+  static constexpr int kGroupBlocks = 8, kUnits = 2;
+  static constexpr bool kSigned = false, kPrefetch = true;
+  static constexpr size_t kCodesAt = kInt8GemmNr * sizeof(uint16_t) + 16 * kInt8GemmNr;
+  static constexpr size_t kBlockCodeBytes = 6 * 64;
+  static constexpr size_t kGroupBytes = kQ6_KPanelGroupBytes;
+  static_assert(kGroupBytes == kCodesAt + kGroupBlocks * kBlockCodeBytes);
+  // Unit u's steps 4u + c: the nibbles of chunk c (low for u = 0, high for u = 1), with bits
+  // 2c, 2c + 1 of the unit's top-bits chunk as bits 4, 5.
+  template <int MR>
+  [[gnu::always_inline]] static void Dot(const uint8_t* group, int k, int u, int h,
+                                         const ActBlock32* x, int64_t blocks, int64_t b,
+                                         __m256i (&dot)[MR]) {
+    const uint8_t* codes = group + kCodesAt + k * kBlockCodeBytes + 32 * h;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    const __m256i top =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 4 * 64 + 64 * u));
+    const __m256i tops[4] = {_mm256_slli_epi16(top, 4), _mm256_slli_epi16(top, 2), top,
+                             _mm256_srli_epi16(top, 2)};
+    for (int c0 = 0; c0 < 4; c0 += 2) {
+      __m256i dot16[MR];
+      for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
+      for (int c = c0; c < c0 + 2; ++c) {
+        __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * c));
+        if (u == 1) z = _mm256_srli_epi16(z, 4);
+        AddStep(_mm256_or_si256(_mm256_and_si256(z, low4), _mm256_and_si256(tops[c], bits45)), x,
+                blocks, b, 4 * u + c, dot16);
+      }
+      Widen(dot16, dot);
+    }
+  }
+  struct Scales {
+    explicit Scales(const uint8_t* group)
+        : d(group), scales(group + kInt8GemmNr * sizeof(uint16_t)) {}
+    __m256 Scale(int k, int u, int h) const {
+      const __m128i s = _mm_loadl_epi64(
+          reinterpret_cast<const __m128i*>(scales + 16 * (2 * k + u) + kHalfNr * h));
+      return _mm256_mul_ps(
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d) + h)),
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
+    }
+    __m256 Min(int, int, int, __m256 scale) const {
+      return _mm256_mul_ps(scale, _mm256_set1_ps(32.0f));
+    }
+    const uint8_t* d;
+    const uint8_t* scales;  // sub-block t's at 16t
+  };
+};
+
 // A unit's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: unsigned
 // codes' sums Σ u·q_x give d_x·scale·Σ − min·sum_x; signed ones, Σ (u − 128)·q_x, give
 // d_x·scale·Σ + (128·scale − min)·sum_x (sum_x the unit's, UnitSum).
@@ -239,11 +396,13 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
     for (__m256& s : half) s = _mm256_setzero_ps();
   }
   for (int64_t b0 = 0; b0 < blocks; b0 += Format::kGroupBlocks, panel += Format::kGroupBytes) {
-    // Decode's wide tiles stream the panels from memory; larger batches read each block for 6 x
-    // rows, where the prefetches cost more than they bring.
-    if constexpr (Format::kPrefetch && NH == 2) PrefetchAhead<Format::kGroupBytes>(panel);
     const typename Format::Scales scales(panel);
     for (int k = 0; k < Format::kGroupBlocks; ++k) {
+      // Decode's wide tiles stream the panels from memory, a block's share of its group's lines at
+      // a time; larger batches read each block for 6 x rows, where the prefetches cost more than
+      // they bring.
+      constexpr size_t kShare = Format::kGroupBytes / Format::kGroupBlocks;
+      if constexpr (Format::kPrefetch && NH == 2) PrefetchAhead<kShare>(panel + k * kShare);
       for (int u = 0; u < Format::kUnits; ++u) {
         for (int h = 0; h < NH; ++h) {
           __m256i dot[MR];
@@ -391,6 +550,12 @@ Int8GemmFn QuantPanelsGemm(DType dtype) {
       return GemmPanels<Q4_0Panels>;
     case DType::kQ8_0:
       return GemmPanels<Q8_0Panels>;
+    case DType::kQ4_K:
+      return GemmPanels<K4Panels<false>>;
+    case DType::kQ5_K:
+      return GemmPanels<K4Panels<true>>;
+    case DType::kQ6_K:
+      return GemmPanels<Q6_KPanels>;
     default:
       return nullptr;
   }

@@ -149,9 +149,11 @@ void PackPanel(const float* const* src, int live, int64_t k0, int64_t kc, float*
 // widened every step. Tiles of 6 x rows × 8 weight rows (4 measured 6% slower); 1 or 2 x rows
 // take a whole panel's 16 a tile.
 Int8GemmFn Int8GemmPanelsFor(int max_code);
-// The same tiles on PanelMatrix's Q4_0 or Q8_0 panels (kQ4_0PanelBlockBytes, kQ8_0PanelBlockBytes
-// a block), their codes read as they lie and 8 rows' f16 scales widened at once:
-// Int8GemmPanelsFor's sums, bit for bit, on PackInt8Panels of the same rows. nullptr for other
+// The same tiles on PanelMatrix's Q4_0, Q8_0, Q4_K, Q5_K or Q6_K panels (kQ4_0PanelBlockBytes,
+// kQ8_0PanelBlockBytes a block, the K-quants' sizes a super-block), their codes read as they lie
+// and 8 rows' f16 scales widened at once: for all but Q6_K Int8GemmPanelsFor's sums, bit for bit,
+// on PackInt8Panels of the same rows; Q6_K's units of 16 elements take ActBlock32's half_sums as
+// their minimums' sums, as the VNNI tile does (and its sums equal that tile's). nullptr for other
 // dtypes.
 Int8GemmFn QuantPanelsGemm(DType dtype);
 }  // namespace avx2

@@ -354,8 +354,8 @@ struct PanelParts {
 namespace {
 
 // The int8 tile that multiplies quantized panels packed for `level`: AVX512-VNNI's at the AVX-512
-// level on a CPU with it (Q4_0, Q8_0 and the K-quants), else AVX2's (Q4_0, Q8_0); nullptr where
-// neither takes `dtype`.
+// level on a CPU with it, else AVX2's (both Q4_0, Q8_0 and the K-quants); nullptr where neither
+// takes `dtype`.
 Int8GemmFn QuantPanelsGemmFor(DType dtype, SimdLevel level) {
   if (level == SimdLevel::kAvx512 && GetCpuFeatures().avx512_vnni) {
     return avx512::QuantPanelsGemm(dtype);
