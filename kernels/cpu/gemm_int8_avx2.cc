@@ -188,16 +188,6 @@ using Q8_0Panels = F16ScalePanels<SignedSteps, 8 * 64, 128>;
 static_assert(Q4_0Panels::kGroupBytes == kQ4_0PanelBlockBytes &&
               Q8_0Panels::kGroupBytes == kQ8_0PanelBlockBytes);
 
-// The activations' sum for unit u of a block of kUnits: the block's, or its half's.
-template <int kUnits>
-float UnitSum(const ActBlock32& a, int u) {
-  if constexpr (kUnits == 1) {
-    return a.sum;
-  } else {
-    return a.half_sums[u];
-  }
-}
-
 // PanelMatrix's K-quant formats (gemm_kernels.h): a super-block's scales first, then its codes.
 // Decode's tiles prefetch them as Q4_0's, an eighth of a super-block ahead of each block (Xeon,
 // PDSERVE_SIMD=avx2, 2 threads, bench_ab against no prefetch: 1B Q4_K_M decode 1.34× → 1.53× the
@@ -356,7 +346,7 @@ struct Q6_KPanels {
 
 // A unit's integer sums dot[i] (x row i's block at x[i · blocks]) scaled into sum[i]: unsigned
 // codes' sums Σ u·q_x give d_x·scale·Σ − min·sum_x; signed ones, Σ (u − 128)·q_x, give
-// d_x·scale·Σ + (128·scale − min)·sum_x (sum_x the unit's, UnitSum).
+// d_x·scale·Σ + (128·scale − min)·sum_x (sum_x the unit's, ActBlock32::UnitSum).
 template <int MR, bool kSignedCodes, int kUnits>
 [[gnu::always_inline]] inline void AddUnit(__m256 scale, __m256 min, const __m256i (&dot)[MR],
                                            const ActBlock32* x, int64_t blocks, int u,
@@ -368,7 +358,7 @@ template <int MR, bool kSignedCodes, int kUnits>
     const ActBlock32& a = x[i * blocks];
     const __m256 block = _mm256_cvtepi32_ps(dot[i]);
     sum[i] = _mm256_fmadd_ps(block, _mm256_mul_ps(scale, _mm256_set1_ps(a.d)), sum[i]);
-    sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(UnitSum<kUnits>(a, u)), sum[i]);
+    sum[i] = _mm256_fmadd_ps(constant, _mm256_set1_ps(a.UnitSum<kUnits>(u)), sum[i]);
   }
 }
 

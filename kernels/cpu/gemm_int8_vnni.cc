@@ -219,16 +219,6 @@ struct Q6_KPanels {
   };
 };
 
-// The activations' minimum sums for a unit of `units` in a block: the block's, or its half's.
-template <int kUnits>
-float UnitSum(const ActBlock32& a, int u) {
-  if constexpr (kUnits == 1) {
-    return a.sum;
-  } else {
-    return a.half_sums[u];
-  }
-}
-
 // One tile: rows [0, MR) of x against one panel; columns j < nr of y written.
 template <typename Format, int MR>
 void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, int64_t ldy,
@@ -255,7 +245,7 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
           const ActBlock32& a = x[i * blocks + b];
           sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]),
                                    _mm512_mul_ps(scale, _mm512_set1_ps(a.d)), sum[i]);
-          sum[i] = _mm512_fnmadd_ps(min, _mm512_set1_ps(UnitSum<Format::kUnits>(a, u)), sum[i]);
+          sum[i] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a.UnitSum<Format::kUnits>(u)), sum[i]);
         }
       }
     }

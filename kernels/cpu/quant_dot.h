@@ -25,6 +25,17 @@ struct ActBlock32 {
   float sum;           // d·Σ qs
   float half_sums[2];  // d·Σ qs[0, 16), d·Σ qs[16, 32): Q6_K panels' units (gemm_kernels.h)
   int8_t qs[32];
+
+  // The sum for unit u of a block of kUnits (1 or 2): sum, or half_sums[u]. Always inlined, as
+  // the int8 tiles of every ISA call it (no out-of-line copy compiled for one ISA runs in another).
+  template <int kUnits>
+  [[gnu::always_inline]] float UnitSum(int u) const {
+    if constexpr (kUnits == 1) {
+      return sum;
+    } else {
+      return half_sums[u];
+    }
+  }
 };
 
 struct ActBlockK {
