@@ -197,8 +197,9 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
 }
 
 absl::Status RouterService::Serve(Call& call, const v1::GenerateRequest& request) {
-  if (draining_.load())
+  if (draining_.load()) {
     return absl::UnavailableError("router is draining: it takes no new requests");
+  }
   ApiKeyGate::Ticket key;
   if (options_.api_keys != nullptr) {
     PDSERVE_ASSIGN_OR_RETURN(
