@@ -7,10 +7,10 @@
 // same register tiles, reading each weight once per tile of x rows (12 with AVX-512, 6 with AVX2).
 // bf16 matrices on CPUs where Bf16DotActive() keep their panels in the pairs layout
 // (kernels/cpu/gemm_kernels.h), so that prefill-sized products run vdpbf16ps on activations rounded
-// to bf16 while smaller ones stay exact. A Q4_0, Q8_0, Q4_K, Q5_K or Q6_K matrix is kept as panels of 16 rows whose blocks' bytes are rearranged for the
-// int8 tiles (gemm_kernels.h; the same bytes as its rows): every batch quantizes x per 32 and runs
-// the level's tile (AVX512-VNNI's, or AVX2's), one row of x for decode as a prompt's for prefill,
-// with no per-call packing. Immutable
+// to bf16 while smaller ones stay exact. A Q4_0, Q8_0, Q4_K, Q5_K or Q6_K matrix is kept as panels
+// of 16 rows whose blocks' bytes are rearranged for the int8 tiles (gemm_kernels.h; the same bytes
+// as its rows): every batch quantizes x per 32 and runs the level's tile (AVX512-VNNI's, or
+// AVX2's), one row of x for decode as a prompt's for prefill, with no per-call packing. Immutable
 // after construction; copies share the bytes; thread-safe for concurrent reads.
 #ifndef PDSERVE_KERNELS_PANEL_MATRIX_H_
 #define PDSERVE_KERNELS_PANEL_MATRIX_H_
