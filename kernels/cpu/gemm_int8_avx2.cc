@@ -45,6 +45,11 @@ __m256i Step(const uint8_t* rows, int s) {
   return _mm256_set1_epi32(codes);
 }
 
+// Half h (8 of 16) of the f16 values at `at`, as floats.
+[[gnu::always_inline]] inline __m256 HalfF16s(const uint8_t* at, int h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at) + h));
+}
+
 // Widens int16 sums into dot (pairs of them, exact in int32).
 template <int MR>
 [[gnu::always_inline]] inline void Widen(const __m256i (&dot16)[MR], __m256i (&dot)[MR]) {
@@ -174,9 +179,7 @@ struct F16ScalePanels : BlockCodes<Codes> {
   static constexpr bool kPrefetch = true;
   struct Scales {
     explicit Scales(const uint8_t* group) : d(group + kCodeBytes) {}
-    __m256 Scale(int, int, int h) const {
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d) + h));
-    }
+    __m256 Scale(int, int, int h) const { return HalfF16s(d, h); }
     __m256 Min(int, int, int, __m256 scale) const {
       return _mm256_mul_ps(scale, _mm256_set1_ps(static_cast<float>(kOffset)));
     }
@@ -270,18 +273,15 @@ struct K4Panels {
       }
     }
     __m256 Scale(int k, int, int h) const {
-      return _mm256_mul_ps(F16s(group, h), Widen8(scales + 16 * k + kHalfNr * h));
+      return _mm256_mul_ps(HalfF16s(group, h), Widen8(scales + 16 * k + kHalfNr * h));
     }
     __m256 Min(int k, int, int h, __m256) const {
-      return _mm256_mul_ps(F16s(group + 32, h), Widen8(mins + 16 * k + kHalfNr * h));
+      return _mm256_mul_ps(HalfF16s(group + 32, h), Widen8(mins + 16 * k + kHalfNr * h));
     }
     static void Store(uint8_t* to, __m256i v) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(to), v);
     }
-    // Half h of 16 f16 at `at`, and 8 unsigned bytes, as floats.
-    static __m256 F16s(const uint8_t* at, int h) {
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at) + h));
-    }
+    // 8 unsigned bytes as floats.
     static __m256 Widen8(const uint8_t* bytes) {
       return _mm256_cvtepi32_ps(
           _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes))));
@@ -332,9 +332,7 @@ struct Q6_KPanels {
     __m256 Scale(int k, int u, int h) const {
       const __m128i s = _mm_loadl_epi64(
           reinterpret_cast<const __m128i*>(scales + 16 * (2 * k + u) + kHalfNr * h));
-      return _mm256_mul_ps(
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d) + h)),
-          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
+      return _mm256_mul_ps(HalfF16s(d, h), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
     }
     __m256 Min(int, int, int, __m256 scale) const {
       return _mm256_mul_ps(scale, _mm256_set1_ps(32.0f));
@@ -391,8 +389,9 @@ void Tile(const uint8_t* panel, int64_t blocks, const ActBlock32* x, float* y, i
       // Decode's wide tiles stream the panels from memory, a block's share of its group's lines at
       // a time; larger batches read each block for 6 x rows, where the prefetches cost more than
       // they bring.
-      constexpr size_t kShare = Format::kGroupBytes / Format::kGroupBlocks;
-      if constexpr (Format::kPrefetch && NH == 2) PrefetchAhead<kShare>(panel + k * kShare);
+      if constexpr (Format::kPrefetch && NH == 2) {
+        PrefetchBlockShare<Format::kGroupBytes, Format::kGroupBlocks>(panel, k);
+      }
       for (int u = 0; u < Format::kUnits; ++u) {
         for (int h = 0; h < NH; ++h) {
           __m256i dot[MR];

@@ -139,7 +139,7 @@ struct K4Panels {
   static_assert(kGroupBytes == kCodesAt + kGroupBlocks * kBlockCodeBytes);
   template <typename F>
   static void Steps(const uint8_t* group, int k, int, F f) {
-    PrefetchAhead<kGroupBytes / kGroupBlocks>(group + k * (kGroupBytes / kGroupBlocks));
+    PrefetchBlockShare<kGroupBytes, kGroupBlocks>(group, k);
     if constexpr (kFifthBit) {
       FiveBitSteps(group + kCodesAt + k * kBlockCodeBytes, f);
     } else {
@@ -191,7 +191,7 @@ struct Q6_KPanels {
   template <typename F>
   static void Steps(const uint8_t* group, int k, int u, F f) {
     const uint8_t* codes = group + kCodesAt + k * kBlockCodeBytes;
-    if (u == 0) PrefetchAhead<kGroupBytes / kGroupBlocks>(group + k * (kGroupBytes / kGroupBlocks));
+    if (u == 0) PrefetchBlockShare<kGroupBytes, kGroupBlocks>(group, k);
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     constexpr int kLowOrHigh = 0xEC;  // vpternlogd: (A & C) | B
     const __m512i top = _mm512_loadu_si512(codes + 4 * 64 + 64 * u);

@@ -17,6 +17,14 @@ template <size_t kBytes>
   for (size_t i = 0; i < kBytes; i += 64) __builtin_prefetch(p + kQuantPrefetchBytes + i, 0, 3);
 }
 
+// PrefetchAhead of block k's share of a group of kGroupBlocks blocks taking kGroupBytes at
+// `group`: a super-block's lines asked for a block at a time, not all at its start.
+template <size_t kGroupBytes, int kGroupBlocks>
+[[gnu::always_inline]] inline void PrefetchBlockShare(const uint8_t* group, int k) {
+  constexpr size_t kShare = kGroupBytes / kGroupBlocks;
+  PrefetchAhead<kShare>(group + k * kShare);
+}
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_QUANT_PREFETCH_H_
