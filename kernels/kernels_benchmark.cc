@@ -297,7 +297,8 @@ BENCHMARK(BM_Attention)
 // copy, read again every iteration (from the caches, as far as they hold it) — the kernels'
 // compute without the wait on memory, for telling the two apart.
 struct CompressedDecodeSetup {
-  CompressedDecodeSetup(int n_sequences, int context, int dim, int format, bool resident) {
+  CompressedDecodeSetup(int n_sequences, int context, int dim, int format, bool resident,
+                        int group) {
     const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
     const bool fp8 = format == 1 || format == 2, f16 = format == 3;
     const int element_bytes = fp8 ? 1 : f16 ? 2 : 4;
@@ -336,14 +337,15 @@ struct CompressedDecodeSetup {
     }
     pages.resize(static_cast<size_t>(copies * pages_per_copy));
     for (size_t p = 0; p < pages.size(); ++p) pages[p] = static_cast<int32_t>(p);
-    q = RandomVector(int64_t{n_sequences} * kHeads * kHeadDim, 4);
+    const int64_t q_row = int64_t{kHeads} * group * kHeadDim;  // a sequence's query heads
+    q = RandomVector(n_sequences * q_row, 4);
     out.resize(q.size());
     sequences.resize(copies);
     for (int c = 0; c < copies; ++c) {
       for (int s = 0; s < n_sequences; ++s) {
         AttentionSequence seq;
-        seq.q = q.data() + int64_t{s} * kHeads * kHeadDim;
-        seq.out = out.data() + int64_t{s} * kHeads * kHeadDim;
+        seq.q = q.data() + s * q_row;
+        seq.out = out.data() + s * q_row;
         seq.n_queries = 1;
         seq.start_pos = context - 1;
         for (KvSectionView* view : {&seq.kv.k, &seq.kv.v}) {
@@ -383,8 +385,8 @@ struct CompressedDecodeSetup {
 };
 
 // Args: context, sequences, stored dim, format (0 f32, 1 FP8 per token, 2 FP8 per page, 3 f16),
-// threads, resident (CompressedDecodeSetup). bytes_per_second counts the K and V bytes read (codes
-// and scales).
+// threads, resident (CompressedDecodeSetup), group (query heads per KV head: 4 as in Llama 3 and
+// Mistral). bytes_per_second counts the K and V bytes read (codes and scales).
 void BM_CompressedDecode(benchmark::State& state) {
   const int context = static_cast<int>(state.range(0));
   const int n_sequences = static_cast<int>(state.range(1));
@@ -392,8 +394,9 @@ void BM_CompressedDecode(benchmark::State& state) {
   const int format = static_cast<int>(state.range(3));
   ThreadPool pool(static_cast<int>(state.range(4)));
   const bool resident = state.range(5) != 0;
-  CompressedDecodeSetup setup(n_sequences, context, dim, format, resident);
-  const AttentionShape shape{kHeads, kHeads, kHeadDim};
+  const int group = static_cast<int>(state.range(6));
+  CompressedDecodeSetup setup(n_sequences, context, dim, format, resident, group);
+  const AttentionShape shape{kHeads * group, kHeads, kHeadDim};
   std::vector<float> workspace(AttentionWorkspaceFloats(shape, pool.size(), setup.sequences[0]));
   size_t copy = 0;
   for (auto _ : state) {
@@ -408,11 +411,16 @@ void BM_CompressedDecode(benchmark::State& state) {
 }
 
 BENCHMARK(BM_CompressedDecode)
-    ->ArgNames({"context", "seqs", "dim", "format", "threads", "resident"})
-    ->ArgsProduct({{2048}, {16}, {64, 37, 32}, {0, 3, 1, 2}, {2}, {0}})
-    ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 2}, {2}, {1}})    // one copy: as far as L3 holds it
-    ->ArgsProduct({{8192}, {1}, {64, 32}, {0, 2}, {2}, {0, 1}})  // issue 18's single long sequence
-    ->ArgsProduct({{8192}, {1}, {64, 32}, {2}, {1}, {1}})        // its kernels' compute, one thread
+    ->ArgNames({"context", "seqs", "dim", "format", "threads", "resident", "group"})
+    ->ArgsProduct({{2048}, {16}, {64, 37, 32}, {0, 3, 1, 2}, {2}, {0}, {1}})
+    // One copy: as far as L3 holds it.
+    ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 2}, {2}, {1}, {1}})
+    // Issue 18's single long sequence; its kernels' compute on one thread, one and four query
+    // heads a KV head.
+    ->ArgsProduct({{8192}, {1}, {64, 32}, {0, 2}, {2}, {0, 1}, {1}})
+    ->ArgsProduct({{8192}, {1}, {64, 32}, {2}, {1}, {1}, {1, 4}})
+    // Grouped queries from memory.
+    ->ArgsProduct({{2048}, {16}, {64, 32}, {2}, {2}, {0}, {4}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -11,7 +11,8 @@ namespace {
 struct Simd {
   using V = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kScoreQueries = 1;       // 8 accumulators of the 16 registers
+  static constexpr int kRegisters = 16;
+  static constexpr int kScoreQueries = 2;       // 2 × 4 or 1 × 8 accumulators
   static constexpr int kAccumulateQueries = 2;  // 2 × 4 accumulators
 
   static V Zero() { return _mm256_setzero_ps(); }

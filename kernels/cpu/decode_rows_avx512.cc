@@ -10,7 +10,8 @@ namespace {
 struct Simd {
   using V = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kScoreQueries = 3;       // 24 accumulators of the 32 registers
+  static constexpr int kRegisters = 32;
+  static constexpr int kScoreQueries = 4;       // 4 × 4 or up to 3 × 8 accumulators
   static constexpr int kAccumulateQueries = 4;  // 4 × 4 accumulators
 
   static V Zero() { return _mm512_setzero_ps(); }
