@@ -415,10 +415,10 @@ BENCHMARK(BM_CompressedDecode)
     ->ArgsProduct({{2048}, {16}, {64, 37, 32}, {0, 3, 1, 2}, {2}, {0}, {1}})
     // One copy: as far as L3 holds it.
     ->ArgsProduct({{2048}, {16}, {64, 32}, {0, 2}, {2}, {1}, {1}})
-    // Issue 18's single long sequence; its kernels' compute on one thread, one and four query
-    // heads a KV head.
+    // Issue 18's single long sequence (two threads), and its kernels' compute on one thread with
+    // one, four and eight query heads a KV head.
     ->ArgsProduct({{8192}, {1}, {64, 32}, {0, 2}, {2}, {0, 1}, {1}})
-    ->ArgsProduct({{8192}, {1}, {64, 32}, {2}, {1}, {1}, {1, 4}})
+    ->ArgsProduct({{8192}, {1}, {64, 32}, {2}, {1}, {1}, {1, 4, 8}})
     // Grouped queries from memory.
     ->ArgsProduct({{2048}, {16}, {64, 32}, {2}, {2}, {0}, {4}})
     ->UseRealTime()

@@ -13,7 +13,7 @@ struct Simd {
   static constexpr int kLanes = 8;
   static constexpr int kRegisters = 16;
   static constexpr int kScoreQueries = 2;       // 2 × 4 or 1 × 8 accumulators
-  static constexpr int kAccumulateQueries = 2;  // 2 × 4 accumulators
+  static constexpr int kAccumulateQueries = 4;  // 4 × 2, or up to 2 × 4, accumulators
 
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }

@@ -12,7 +12,7 @@ struct Simd {
   static constexpr int kLanes = 16;
   static constexpr int kRegisters = 32;
   static constexpr int kScoreQueries = 4;       // 4 × 4 or up to 3 × 8 accumulators
-  static constexpr int kAccumulateQueries = 4;  // 4 × 4 accumulators
+  static constexpr int kAccumulateQueries = 8;  // 8 × 2, or up to 5 × 4, accumulators
 
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
