@@ -68,7 +68,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, bool dynamic, const RangeFn& fn) 
   grain_ = std::max<int64_t>(1, grain);
   dynamic_ = dynamic;
   next_.store(0, std::memory_order_relaxed);
-  if (num_threads_ == 1) {
+  if (num_threads_ == 1 || n <= grain_) {  // one range: no worker to wake or wait for
     RunRange(0);
     return;
   }

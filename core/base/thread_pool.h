@@ -1,6 +1,8 @@
 // A fixed pool of worker threads for data-parallel kernels. ParallelFor splits [0, n) into one
 // contiguous range per thread; the calling thread runs the first range itself, so a pool of size 1
-// has no workers and costs nothing. Workers spin briefly, then sleep on an atomic wait.
+// has no workers and costs nothing, nor does a job of one range (n ≤ grain: a decode step's
+// one-row norms and quantizations), which runs on the caller alone. Workers spin briefly, then
+// sleep on an atomic wait.
 //
 // Thread-safety: one ParallelFor at a time per pool (the engine owns its pool); the body must be
 // safe to run concurrently on disjoint ranges.

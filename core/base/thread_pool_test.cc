@@ -1,7 +1,7 @@
 // ThreadPool: ParallelFor covers [0, n) exactly once with ordered, grain-aligned, balanced ranges
 // (one per thread) for many n/grain/thread combinations; RunOnAll runs every thread index once on
-// distinct threads; many consecutive calls, calls after the workers fell asleep, and real
-// concurrency between threads.
+// distinct threads; a job of one range runs on the caller; many consecutive calls, calls after the
+// workers fell asleep, and real concurrency between threads.
 #include "core/base/thread_pool.h"
 
 #include <atomic>
@@ -104,6 +104,28 @@ TEST(ThreadPoolTest, FewerItemsThanThreads) {
   for (int64_t n : {1, 2, 3, 7}) CheckParallelFor(pool, n, 1);
   // A grain larger than n leaves a single range.
   CheckParallelFor(pool, 5, 16);
+}
+
+// A job of one range (n ≤ grain) runs on the calling thread as thread 0, for both splits.
+TEST(ThreadPoolTest, OneRangeRunsOnTheCaller) {
+  ThreadPool pool(4);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int64_t n : {1, 7, 16}) {
+    for (bool dynamic : {false, true}) {
+      int calls = 0;
+      std::thread::id ran_on;
+      const ThreadPool::RangeFn fn = [&](int64_t begin, int64_t end, int thread) {
+        ++calls;  // only the caller runs: no race
+        ran_on = std::this_thread::get_id();
+        EXPECT_EQ(begin, 0);
+        EXPECT_EQ(end, n);
+        EXPECT_EQ(thread, 0);
+      };
+      dynamic ? pool.ParallelForDynamic(n, 16, fn) : pool.ParallelFor(n, 16, fn);
+      EXPECT_EQ(calls, 1) << n << (dynamic ? " dynamic" : " static");
+      EXPECT_EQ(ran_on, caller) << n << (dynamic ? " dynamic" : " static");
+    }
+  }
 }
 
 TEST(ThreadPoolTest, NonPositiveGrainAndNAreHandled) {
