@@ -70,6 +70,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, bool dynamic, const RangeFn& fn) 
   next_.store(0, std::memory_order_relaxed);
   if (num_threads_ == 1 || n <= grain_) {  // one range: no worker to wake or wait for
     RunRange(0);
+    fn_ = nullptr;
     return;
   }
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
